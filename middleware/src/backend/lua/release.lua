@@ -1,0 +1,8 @@
+-- Release a lock, but only for its owner (compare-and-delete).
+-- KEYS[1]  lock key
+-- ARGV[1]  owner token
+-- returns  1 when the owner's lock was deleted, 0 when the key is gone or held by another token
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0

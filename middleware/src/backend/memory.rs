@@ -1,0 +1,257 @@
+//! The in-process backend: the embedded default, with the same semantics as Redis.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Acquire, BackendError, FENCE_COUNTER_TTL, LockBackend};
+use crate::OwnerToken;
+
+/// Locks held in this process's memory: expiring leases, owner-checked release and fencing
+/// counters, exactly as the Redis backend keeps them, but visible to one process only.
+///
+/// Use it for a single instance, for tests and for examples; use Redis as soon as more than
+/// one process serves the same resources. Clones share the same locks.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_lock::{Acquire, LockBackend, MemoryBackend, OwnerToken};
+///
+/// # tokio_test_block_on(async {
+/// let store = MemoryBackend::new();
+/// let (me, you) = (OwnerToken::new(), OwnerToken::new());
+/// let ttl = Duration::from_secs(30);
+///
+/// assert!(matches!(store.acquire("lock:a", me, ttl).await?, Acquire::Acquired { fence: 1 }));
+/// assert!(matches!(store.acquire("lock:a", you, ttl).await?, Acquire::Busy { .. }));
+/// assert!(!store.release("lock:a", you).await?, "only the owner releases");
+/// assert!(store.release("lock:a", me).await?);
+/// assert!(matches!(store.acquire("lock:a", you, ttl).await?, Acquire::Acquired { fence: 2 }));
+/// # Ok::<_, tower_lock::BackendError>(())
+/// # }).unwrap();
+/// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(f)
+/// # }
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct MemoryBackend {
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    keys: HashMap<String, KeyState>,
+    sweep_at_len: usize,
+}
+
+#[derive(Debug)]
+struct KeyState {
+    holder: Option<Holder>,
+    fence: u64,
+    fence_expires_at: Instant,
+}
+
+#[derive(Debug)]
+struct Holder {
+    token: OwnerToken,
+    expires_at: Instant,
+}
+
+/// Below this many keys the map is not swept.
+const MIN_SWEEP_LEN: usize = 1024;
+
+impl MemoryBackend {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many keys the store tracks (held locks and live fencing counters). For tests and
+    /// metrics: it shows that expired state is dropped.
+    pub fn tracked_keys(&self) -> usize {
+        self.lock_state().keys.len()
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave a half-written entry (every update is a
+        // single assignment), so a poisoned lock is still consistent.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl KeyState {
+    fn live_holder(&self, now: Instant) -> Option<&Holder> {
+        self.holder.as_ref().filter(|holder| holder.expires_at > now)
+    }
+
+    fn is_dead(&self, now: Instant) -> bool {
+        self.live_holder(now).is_none() && self.fence_expires_at <= now
+    }
+}
+
+impl State {
+    /// Drops keys with neither a live holder nor a live fencing counter. Amortised: runs when
+    /// the map has doubled since the last sweep, so each call costs O(1) on average.
+    fn sweep_if_grown(&mut self, now: Instant) {
+        if self.keys.len() < self.sweep_at_len.max(MIN_SWEEP_LEN) {
+            return;
+        }
+        self.keys.retain(|_, state| !state.is_dead(now));
+        self.sweep_at_len = self.keys.len() * 2;
+    }
+}
+
+impl LockBackend for MemoryBackend {
+    async fn acquire(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+    ) -> Result<Acquire, BackendError> {
+        let now = Instant::now();
+        let mut state = self.lock_state();
+        state.sweep_if_grown(now);
+        let entry = state
+            .keys
+            .entry(key.to_owned())
+            .or_insert_with(|| KeyState {
+                holder: None,
+                fence: 0,
+                fence_expires_at: now,
+            });
+        if let Some(holder) = entry.live_holder(now) {
+            return Ok(Acquire::Busy {
+                holder_ttl: Some(holder.expires_at - now),
+            });
+        }
+        if entry.fence_expires_at <= now {
+            entry.fence = 0;
+        }
+        entry.fence += 1;
+        entry.fence_expires_at = now + FENCE_COUNTER_TTL;
+        entry.holder = Some(Holder {
+            token,
+            expires_at: now + ttl,
+        });
+        Ok(Acquire::Acquired { fence: entry.fence })
+    }
+
+    async fn release(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
+        let now = Instant::now();
+        let mut state = self.lock_state();
+        let Some(entry) = state.keys.get_mut(key) else {
+            return Ok(false);
+        };
+        if entry.live_holder(now).is_none_or(|holder| holder.token != token) {
+            return Ok(false);
+        }
+        entry.holder = None;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    fn fence_of(answer: Acquire) -> u64 {
+        match answer {
+            Acquire::Acquired { fence } => fence,
+            Acquire::Busy { .. } => panic!("expected the lock to be acquired, it was busy"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_key_is_busy_with_the_holders_remaining_ttl() {
+        let store = MemoryBackend::new();
+        store.acquire("k", OwnerToken::new(), TTL).await.unwrap();
+        tokio::time::advance(Duration::from_secs(4)).await;
+
+        let answer = store.acquire("k", OwnerToken::new(), TTL).await.unwrap();
+
+        assert_eq!(
+            answer,
+            Acquire::Busy {
+                holder_ttl: Some(Duration::from_secs(6))
+            }
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn different_keys_do_not_block_each_other() {
+        let store = MemoryBackend::new();
+        fence_of(store.acquire("a", OwnerToken::new(), TTL).await.unwrap());
+        fence_of(store.acquire("b", OwnerToken::new(), TTL).await.unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_expires_after_its_ttl() {
+        let store = MemoryBackend::new();
+        store.acquire("k", OwnerToken::new(), TTL).await.unwrap();
+        tokio::time::advance(TTL - Duration::from_millis(1)).await;
+        assert!(matches!(
+            store.acquire("k", OwnerToken::new(), TTL).await.unwrap(),
+            Acquire::Busy { .. }
+        ));
+
+        tokio::time::advance(Duration::from_millis(1)).await;
+
+        fence_of(store.acquire("k", OwnerToken::new(), TTL).await.unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn release_does_not_delete_a_foreign_lock() {
+        let store = MemoryBackend::new();
+        let (stale, current) = (OwnerToken::new(), OwnerToken::new());
+        store.acquire("k", stale, TTL).await.unwrap();
+        tokio::time::advance(TTL).await;
+        store.acquire("k", current, TTL).await.unwrap();
+
+        assert!(!store.release("k", stale).await.unwrap());
+
+        assert!(matches!(
+            store.acquire("k", OwnerToken::new(), TTL).await.unwrap(),
+            Acquire::Busy { .. }
+        ));
+        assert!(store.release("k", current).await.unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fences_increase_strictly_across_releases_and_expiries() {
+        let store = MemoryBackend::new();
+        let mut last = 0;
+        for round in 0..5 {
+            let token = OwnerToken::new();
+            let fence = fence_of(store.acquire("k", token, TTL).await.unwrap());
+            assert!(fence > last, "round {round}: {fence} after {last}");
+            last = fence;
+            if round % 2 == 0 {
+                store.release("k", token).await.unwrap();
+            } else {
+                tokio::time::advance(TTL).await;
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn forgotten_keys_are_swept_once_their_counters_expire() {
+        let store = MemoryBackend::new();
+        for i in 0..MIN_SWEEP_LEN {
+            let token = OwnerToken::new();
+            store.acquire(&format!("k{i}"), token, TTL).await.unwrap();
+            store.release(&format!("k{i}"), token).await.unwrap();
+        }
+        assert_eq!(store.tracked_keys(), MIN_SWEEP_LEN);
+        tokio::time::advance(FENCE_COUNTER_TTL).await;
+
+        store.acquire("fresh", OwnerToken::new(), TTL).await.unwrap();
+
+        assert_eq!(store.tracked_keys(), 1);
+    }
+}

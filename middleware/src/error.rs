@@ -1,0 +1,188 @@
+//! Why the middleware answered instead of the handler, and how it answers.
+
+use std::time::Duration;
+
+use http::{HeaderValue, Response, StatusCode, header};
+
+use crate::key::KeyError;
+
+/// Why a request was answered by the lock layer instead of its handler.
+///
+/// Each variant becomes an RFC 9457 `application/problem+json` response; the body names what
+/// went wrong and never contains store addresses, credentials or internal errors.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_lock::LockError;
+///
+/// let busy = LockError::Busy { key: "coupon:42".into(), holder_ttl: Some(Duration::from_millis(1200)) };
+/// let response = busy.into_response::<String>();
+/// assert_eq!(response.status(), 409);
+/// assert_eq!(response.headers()["retry-after"], "2");
+/// assert_eq!(response.headers()["content-type"], "application/problem+json");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// Another request holds the lock (at once with `reject()`, or after the wait timed out).
+    #[error("lock `{key}` is held by another request")]
+    Busy {
+        /// The key that was busy.
+        key: String,
+        /// The holder's remaining lease, when the store reported it.
+        holder_ttl: Option<Duration>,
+    },
+    /// The request has no valid lock key.
+    #[error(transparent)]
+    InvalidKey(#[from] KeyError),
+    /// The lock store did not answer.
+    #[error("the lock store is unavailable")]
+    StoreUnavailable,
+}
+
+/// `Retry-After` for an unavailable store, in seconds.
+const STORE_RETRY_AFTER_SECS: u64 = 1;
+
+impl LockError {
+    /// The answer's status: 409 when busy, 400 for a bad key, 503 when the store is down.
+    /// The layer's `busy_status` replaces 409.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Busy { .. } => StatusCode::CONFLICT,
+            Self::InvalidKey(_) => StatusCode::BAD_REQUEST,
+            Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The problem's `type`: a stable URI that clients can match on.
+    pub fn problem_type(&self) -> &'static str {
+        match self {
+            Self::Busy { .. } => "urn:tower-lock:resource-locked",
+            Self::InvalidKey(_) => "urn:tower-lock:invalid-lock-key",
+            Self::StoreUnavailable => "urn:tower-lock:lock-store-unavailable",
+        }
+    }
+
+    /// The problem's `title`: the same for every occurrence of the variant.
+    pub fn title(&self) -> &'static str {
+        match self {
+            Self::Busy { .. } => "resource is locked",
+            Self::InvalidKey(_) => "invalid lock key",
+            Self::StoreUnavailable => "lock store unavailable",
+        }
+    }
+
+    /// Seconds a client should wait before retrying, when retrying can help: the holder's
+    /// remaining lease rounded up (at least 1), or 1 for an unavailable store.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            Self::Busy { holder_ttl, .. } => Some(
+                holder_ttl
+                    .map(|ttl| ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0))
+                    .unwrap_or(1)
+                    .max(1),
+            ),
+            Self::InvalidKey(_) => None,
+            Self::StoreUnavailable => Some(STORE_RETRY_AFTER_SECS),
+        }
+    }
+
+    /// The `application/problem+json` response, with `Retry-After` where it applies.
+    pub fn into_response<B: From<String>>(self) -> Response<B> {
+        let status = self.status();
+        self.into_response_with_status(status)
+    }
+
+    pub(crate) fn into_response_with_status<B: From<String>>(
+        self,
+        status: StatusCode,
+    ) -> Response<B> {
+        let body = serde_json::json!({
+            "type": self.problem_type(),
+            "title": self.title(),
+            "status": status.as_u16(),
+            "detail": self.to_string(),
+        });
+        let mut response = Response::new(B::from(body.to_string()));
+        *response.status_mut() = status;
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let Some(seconds) = self.retry_after() {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy(holder_ttl: Option<Duration>) -> LockError {
+        LockError::Busy {
+            key: "k".into(),
+            holder_ttl,
+        }
+    }
+
+    fn body(response: Response<String>) -> serde_json::Value {
+        serde_json::from_str(response.body()).unwrap()
+    }
+
+    #[test]
+    fn retry_after_rounds_the_holders_lease_up_to_whole_seconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(busy(Some(ms(1))).retry_after(), Some(1));
+        assert_eq!(busy(Some(ms(1000))).retry_after(), Some(1));
+        assert_eq!(busy(Some(ms(1001))).retry_after(), Some(2));
+        assert_eq!(busy(Some(ms(29_500))).retry_after(), Some(30));
+        assert_eq!(busy(Some(Duration::ZERO)).retry_after(), Some(1));
+        assert_eq!(busy(None).retry_after(), Some(1));
+    }
+
+    #[test]
+    fn busy_is_a_409_problem_with_retry_after() {
+        let response: Response<String> = busy(Some(Duration::from_secs(5))).into_response();
+        assert_eq!(response.status(), StatusCode::CONFLICT);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "5");
+        assert_eq!(
+            body(response),
+            serde_json::json!({
+                "type": "urn:tower-lock:resource-locked",
+                "title": "resource is locked",
+                "status": 409,
+                "detail": "lock `k` is held by another request",
+            })
+        );
+    }
+
+    #[test]
+    fn a_bad_key_is_a_400_problem_naming_the_missing_part() {
+        let error = LockError::from(KeyError::MissingHeader("x-tenant".into()));
+        let response: Response<String> = error.into_response();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert!(response.headers().get(header::RETRY_AFTER).is_none());
+        assert_eq!(body(response)["detail"], "header `x-tenant` is missing");
+    }
+
+    #[test]
+    fn an_unavailable_store_is_a_503_without_internals() {
+        let response: Response<String> = LockError::StoreUnavailable.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        assert_eq!(body(response)["detail"], "the lock store is unavailable");
+    }
+
+    #[test]
+    fn the_busy_status_can_be_replaced() {
+        let response: Response<String> =
+            busy(None).into_response_with_status(StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(body(response)["status"], 429);
+    }
+}

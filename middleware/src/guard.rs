@@ -1,0 +1,252 @@
+//! The held lock: what handlers see of it, and the obligation to release it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{LockBackend, OwnerToken};
+
+/// The lock a request holds, put in its extensions for the handler.
+///
+/// Read it with axum's `Extension<LockGuard>` extractor (or `request.extensions()`). Clones are
+/// cheap and only describe the lock: it is released by the middleware when the inner service
+/// finishes or its future is dropped, never by dropping a `LockGuard`.
+///
+/// # Example
+///
+/// ```
+/// use axum::{Extension, Router, routing::post};
+/// use tower_lock::{LockGuard, LockLayer, MemoryBackend, key::path};
+///
+/// async fn claim(Extension(lock): Extension<LockGuard>) -> String {
+///     // Pass the fence to the store you write to, so a stale holder's writes are refused.
+///     format!("holding {} with fence {}", lock.key(), lock.fence())
+/// }
+///
+/// let app: Router = Router::new()
+///     .route("/coupons/{id}/claim", post(claim))
+///     .route_layer(LockLayer::new(MemoryBackend::new(), path("id")));
+/// ```
+#[derive(Clone)]
+pub struct LockGuard {
+    inner: Arc<GuardInfo>,
+}
+
+struct GuardInfo {
+    name: Box<str>,
+    key_start: usize,
+    token: OwnerToken,
+    fence: u64,
+}
+
+impl LockGuard {
+    pub(crate) fn new(name: String, prefix_len: usize, token: OwnerToken, fence: u64) -> Self {
+        Self {
+            inner: Arc::new(GuardInfo {
+                name: name.into_boxed_str(),
+                key_start: prefix_len,
+                token,
+                fence,
+            }),
+        }
+    }
+
+    /// The key the extractor produced, e.g. `coupon:42`.
+    pub fn key(&self) -> &str {
+        &self.inner.name[self.inner.key_start..]
+    }
+
+    /// The lock's full name in the store: the layer's prefix and the key, e.g. `lock:coupon:42`.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// This holder's owner token.
+    pub fn token(&self) -> OwnerToken {
+        self.inner.token
+    }
+
+    /// The fencing token: strictly larger than that of every earlier holder of this key.
+    ///
+    /// A store that remembers the largest fence it has accepted for a resource, and refuses
+    /// writes carrying a smaller one, cannot be written by a holder whose lease ran out while
+    /// it was paused.
+    pub fn fence(&self) -> u64 {
+        self.inner.fence
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.name())
+            .field("fence", &self.fence())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Every lock the request holds, outermost first: a nested layer that resolves to a name in
+/// here passes the request through instead of waiting for itself.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HeldLocks(Vec<LockGuard>);
+
+impl HeldLocks {
+    pub(crate) fn holds(&self, name: &str) -> bool {
+        self.0.iter().any(|guard| guard.name() == name)
+    }
+
+    pub(crate) fn with(&self, guard: LockGuard) -> Self {
+        let mut held = self.0.clone();
+        held.push(guard);
+        Self(held)
+    }
+}
+
+/// The duty to release a lock: done explicitly with [`release`](Self::release) when the inner
+/// service finishes, or in a spawned task if this is dropped first (the request was cancelled).
+pub(crate) struct HeldLock<B: LockBackend> {
+    backend: Arc<B>,
+    guard: LockGuard,
+    store_timeout: Duration,
+    released: bool,
+}
+
+impl<B: LockBackend> HeldLock<B> {
+    pub(crate) fn new(backend: Arc<B>, guard: LockGuard, store_timeout: Duration) -> Self {
+        Self {
+            backend,
+            guard,
+            store_timeout,
+            released: false,
+        }
+    }
+
+    pub(crate) async fn release(mut self) {
+        release(&*self.backend, &self.guard, self.store_timeout).await;
+        self.released = true;
+    }
+}
+
+impl<B: LockBackend> Drop for HeldLock<B> {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let (backend, guard, timeout) = (
+            Arc::clone(&self.backend),
+            self.guard.clone(),
+            self.store_timeout,
+        );
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move { release(&*backend, &guard, timeout).await });
+            }
+            Err(_) => tracing::warn!(
+                lock = guard.name(),
+                "request dropped outside a Tokio runtime; the lock stays until its TTL expires"
+            ),
+        }
+    }
+}
+
+/// Releases `guard`'s lock. A failure is logged, never returned: the lease expires anyway, and
+/// the handler's answer must not turn into an error because of it.
+pub(crate) async fn release<B: LockBackend>(backend: &B, guard: &LockGuard, timeout: Duration) {
+    let outcome = tokio::time::timeout(timeout, backend.release(guard.name(), guard.token())).await;
+    match outcome {
+        Ok(Ok(true)) => tracing::trace!(lock = guard.name(), "released"),
+        Ok(Ok(false)) => tracing::warn!(
+            lock = guard.name(),
+            "the lock was no longer ours at release: its lease had expired"
+        ),
+        Ok(Err(error)) => tracing::warn!(
+            lock = guard.name(),
+            %error,
+            "release failed; the lock expires with its TTL"
+        ),
+        Err(_) => tracing::warn!(
+            lock = guard.name(),
+            ?timeout,
+            "release timed out; the lock expires with its TTL"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Acquire, MemoryBackend};
+
+    const TTL: Duration = Duration::from_secs(30);
+
+    async fn held(store: &MemoryBackend, name: &str) -> HeldLock<MemoryBackend> {
+        let token = OwnerToken::new();
+        let Acquire::Acquired { fence } = store.acquire(name, token, TTL).await.unwrap() else {
+            panic!("{name} should be free");
+        };
+        let guard = LockGuard::new(name.to_owned(), "lock:".len(), token, fence);
+        HeldLock::new(Arc::new(store.clone()), guard, Duration::from_secs(1))
+    }
+
+    async fn is_free(store: &MemoryBackend, name: &str) -> bool {
+        let token = OwnerToken::new();
+        let free = matches!(
+            store.acquire(name, token, TTL).await.unwrap(),
+            Acquire::Acquired { .. }
+        );
+        if free {
+            store.release(name, token).await.unwrap();
+        }
+        free
+    }
+
+    #[tokio::test]
+    async fn the_guard_splits_prefix_and_key() {
+        let lock = held(&MemoryBackend::new(), "lock:coupon:42").await;
+        assert_eq!(lock.guard.key(), "coupon:42");
+        assert_eq!(lock.guard.name(), "lock:coupon:42");
+        assert_eq!(lock.guard.fence(), 1);
+    }
+
+    #[tokio::test]
+    async fn release_frees_the_lock() {
+        let store = MemoryBackend::new();
+        let lock = held(&store, "lock:a").await;
+        assert!(!is_free(&store, "lock:a").await);
+
+        lock.release().await;
+
+        assert!(is_free(&store, "lock:a").await);
+    }
+
+    #[tokio::test]
+    async fn dropping_an_unreleased_lock_releases_it_in_the_background() {
+        let store = MemoryBackend::new();
+        let lock = held(&store, "lock:a").await;
+
+        drop(lock);
+        tokio::task::yield_now().await;
+
+        assert!(is_free(&store, "lock:a").await);
+    }
+
+    #[tokio::test]
+    async fn dropping_a_guard_clone_does_not_release() {
+        let store = MemoryBackend::new();
+        let lock = held(&store, "lock:a").await;
+
+        drop(lock.guard.clone());
+        tokio::task::yield_now().await;
+
+        assert!(!is_free(&store, "lock:a").await);
+        lock.release().await;
+    }
+
+    #[test]
+    fn held_locks_are_matched_by_full_name() {
+        let guard = LockGuard::new("lock:a".into(), 5, OwnerToken::new(), 1);
+        let held = HeldLocks::default().with(guard);
+        assert!(held.holds("lock:a"));
+        assert!(!held.holds("other:a"));
+    }
+}

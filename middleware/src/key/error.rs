@@ -1,0 +1,50 @@
+use std::borrow::Cow;
+
+/// Why a request has no valid lock key. Answered with 400 and this message as the detail.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The route has no path parameter of this name (or the layer sits outside the router).
+    #[error("path parameter `{0}` is missing")]
+    MissingPathParam(String),
+    /// The path parameters are not valid UTF-8 once percent-decoded.
+    #[error("path parameter `{0}` cannot be read: the path is not valid UTF-8")]
+    InvalidPathParam(String),
+    /// The request has no header of this name.
+    #[error("header `{0}` is missing")]
+    MissingHeader(String),
+    /// The header's value is not visible ASCII.
+    #[error("header `{0}` is not visible ASCII")]
+    InvalidHeader(String),
+    /// The query string has no parameter of this name.
+    #[error("query parameter `{0}` is missing")]
+    MissingQueryParam(String),
+    /// The key is empty.
+    #[error("lock key is empty")]
+    Empty,
+    /// The key is longer than the layer allows.
+    #[error("lock key is {len} bytes long; at most {max} are allowed")]
+    TooLong {
+        /// The key's length in bytes.
+        len: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// The key contains an ASCII control character.
+    #[error("lock key contains a control character")]
+    ControlCharacter,
+    /// The key contains `{` or `}`.
+    #[error("lock key contains `{{` or `}}`")]
+    Brace,
+    /// A custom extractor's reason.
+    #[error("{0}")]
+    Invalid(Cow<'static, str>),
+}
+
+impl KeyError {
+    /// A custom reason, for your own extractors. It is sent to the client as the problem's
+    /// detail, so it must not contain secrets.
+    pub fn invalid(reason: impl Into<Cow<'static, str>>) -> Self {
+        Self::Invalid(reason.into())
+    }
+}

@@ -1,0 +1,200 @@
+//! [`LockLayer`]: the builder, and the configuration its services share.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use tower_layer::Layer;
+
+use crate::acquire::AcquirePlan;
+use crate::key::{DEFAULT_MAX_KEY_LEN, KeyExtractor};
+use crate::{Backoff, BusyPolicy, LockBackend, LockService};
+
+/// Runs each request under a distributed lock on the key its [`KeyExtractor`] finds.
+///
+/// Defaults: prefix `lock:`, lease TTL 30 s, wait up to 3 s for a busy lock with
+/// [`Backoff::default`], answer 409 when still busy, answer 503 when the store does not
+/// answer within 1 s (fail closed), keys up to 256 bytes.
+///
+/// With axum, apply it with `route_layer` (or `Router::layer`) so that path parameters are
+/// visible to the extractor; cloning the layer is cheap, as its configuration is shared.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use axum::{Router, routing::post};
+/// use tower_lock::{LockLayer, MemoryBackend, key::KeyTemplate};
+///
+/// let lock = LockLayer::new(MemoryBackend::new(), KeyTemplate::parse("coupon:{path id}").unwrap())
+///     .ttl(Duration::from_secs(10))
+///     .wait(Duration::from_millis(500));
+///
+/// let app: Router = Router::new()
+///     .route("/coupons/{id}/claim", post(|| async { "claimed" }))
+///     .route_layer(lock);
+/// ```
+pub struct LockLayer<B, K> {
+    config: Arc<Config<B, K>>,
+}
+
+/// What every [`LockService`] of one layer shares.
+pub(crate) struct Config<B, K> {
+    pub(crate) backend: Arc<B>,
+    pub(crate) extractor: Arc<K>,
+    pub(crate) prefix: String,
+    pub(crate) max_key_len: usize,
+    pub(crate) plan: AcquirePlan,
+    pub(crate) fail_open: bool,
+    pub(crate) busy_status: StatusCode,
+}
+
+impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
+    /// A layer locking in `backend` on the key `extractor` finds, with the defaults above.
+    pub fn new(backend: B, extractor: K) -> Self {
+        Self {
+            config: Arc::new(Config {
+                backend: Arc::new(backend),
+                extractor: Arc::new(extractor),
+                prefix: "lock:".to_owned(),
+                max_key_len: DEFAULT_MAX_KEY_LEN,
+                plan: AcquirePlan {
+                    ttl: Duration::from_secs(30),
+                    policy: BusyPolicy::default(),
+                    backoff: Backoff::default(),
+                    store_timeout: Duration::from_secs(1),
+                },
+                fail_open: false,
+                busy_status: StatusCode::CONFLICT,
+            }),
+        }
+    }
+
+    fn with(mut self, change: impl FnOnce(&mut Config<B, K>)) -> Self {
+        change(Arc::make_mut(&mut self.config));
+        self
+    }
+
+    /// Prepended to every key to name the lock in the store (default `lock:`).
+    ///
+    /// # Panics
+    ///
+    /// When `prefix` contains `{`, `}` or an ASCII control character.
+    pub fn prefix(self, prefix: impl Into<String>) -> Self {
+        let prefix = prefix.into();
+        assert!(
+            !prefix.contains(['{', '}']) && !prefix.bytes().any(|b| b.is_ascii_control()),
+            "a lock prefix must not contain braces or control characters: {prefix:?}"
+        );
+        self.with(|config| config.prefix = prefix)
+    }
+
+    /// How long a lease lasts if its holder neither releases it nor is heard from (default 30 s).
+    ///
+    /// A lock is released as soon as its request finishes; the TTL only bounds how long a
+    /// crashed or partitioned holder blocks the key. Choose it longer than your slowest handler.
+    ///
+    /// # Panics
+    ///
+    /// When `ttl` is shorter than a millisecond.
+    pub fn ttl(self, ttl: Duration) -> Self {
+        assert!(ttl >= Duration::from_millis(1), "a lease TTL needs at least 1 ms");
+        self.with(|config| config.plan.ttl = ttl)
+    }
+
+    /// Answer busy at once when the lock is held.
+    pub fn reject(self) -> Self {
+        self.with(|config| config.plan.policy = BusyPolicy::Reject)
+    }
+
+    /// Wait up to `timeout` for a held lock, retrying with the [`backoff`](Self::backoff)
+    /// (default: 3 s). A zero timeout rejects at once.
+    pub fn wait(self, timeout: Duration) -> Self {
+        self.with(|config| config.plan.policy = BusyPolicy::Wait { timeout })
+    }
+
+    /// The bounds of the exponential backoff with full jitter between attempts while waiting
+    /// (default 10 ms to 250 ms). See [`Backoff`].
+    ///
+    /// # Panics
+    ///
+    /// When `initial` is zero or larger than `max`.
+    pub fn backoff(self, initial: Duration, max: Duration) -> Self {
+        let backoff = Backoff::new(initial, max);
+        self.with(|config| config.plan.backoff = backoff)
+    }
+
+    /// How long one store call may take before the store counts as unavailable (default 1 s).
+    pub fn store_timeout(self, timeout: Duration) -> Self {
+        self.with(|config| config.plan.store_timeout = timeout)
+    }
+
+    /// When the store is unavailable, run the handler without a lock instead of answering 503.
+    ///
+    /// Only for resources where availability matters more than mutual exclusion: while the
+    /// store is down, concurrent requests on one key all run.
+    pub fn fail_open(self) -> Self {
+        self.with(|config| config.fail_open = true)
+    }
+
+    /// The status answered when the lock stays busy (default 409 Conflict).
+    pub fn busy_status(self, status: StatusCode) -> Self {
+        self.with(|config| config.busy_status = status)
+    }
+
+    /// The longest key accepted, in bytes, the prefix not counted (default 256). Longer keys
+    /// are answered 400.
+    pub fn max_key_len(self, max: usize) -> Self {
+        self.with(|config| config.max_key_len = max)
+    }
+}
+
+impl<B, K> Clone for LockLayer<B, K> {
+    fn clone(&self) -> Self {
+        Self {
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+impl<B, K> Clone for Config<B, K> {
+    fn clone(&self) -> Self {
+        Self {
+            backend: Arc::clone(&self.backend),
+            extractor: Arc::clone(&self.extractor),
+            prefix: self.prefix.clone(),
+            max_key_len: self.max_key_len,
+            plan: self.plan,
+            fail_open: self.fail_open,
+            busy_status: self.busy_status,
+        }
+    }
+}
+
+impl<B: fmt::Debug, K> fmt::Debug for LockLayer<B, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("LockLayer").field(&*self.config).finish()
+    }
+}
+
+impl<B: fmt::Debug, K> fmt::Debug for Config<B, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("backend", &self.backend)
+            .field("prefix", &self.prefix)
+            .field("max_key_len", &self.max_key_len)
+            .field("plan", &self.plan)
+            .field("fail_open", &self.fail_open)
+            .field("busy_status", &self.busy_status)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, B, K> Layer<S> for LockLayer<B, K> {
+    type Service = LockService<S, B, K>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        LockService::new(inner, Arc::clone(&self.config))
+    }
+}

@@ -1,0 +1,176 @@
+//! What a request does when its lock is busy: pure timing logic, no I/O.
+
+use std::time::Duration;
+
+/// What a request does when another request holds its lock.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_lock::{LockLayer, MemoryBackend, key::header};
+///
+/// // Answer 409 at once instead of waiting the default 3 s.
+/// let layer = LockLayer::new(MemoryBackend::new(), header("x-account")).reject();
+/// // Or wait up to 500 ms, retrying with backoff between 5 ms and 100 ms.
+/// let layer = LockLayer::new(MemoryBackend::new(), header("x-account"))
+///     .wait(Duration::from_millis(500))
+///     .backoff(Duration::from_millis(5), Duration::from_millis(100));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BusyPolicy {
+    /// Answer "busy" (409 by default) at once.
+    Reject,
+    /// Retry with [`Backoff`] until the lock is ours or `timeout` has passed, then answer busy.
+    Wait {
+        /// The longest a request waits for its lock.
+        timeout: Duration,
+    },
+}
+
+impl Default for BusyPolicy {
+    /// Waits up to 3 seconds.
+    fn default() -> Self {
+        Self::Wait {
+            timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// Exponential backoff with full jitter between acquire attempts.
+///
+/// Before retry `n` (counting from 0) a waiter sleeps a uniformly random time in
+/// `[0, min(max, initial × 2ⁿ))`, never longer than the holder's remaining lease (the lock is
+/// free by then at the latest) nor past the wait deadline. Full jitter spreads waiters out, so
+/// a release is not followed by a burst of simultaneous retries.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_lock::Backoff;
+///
+/// let backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(250));
+/// assert_eq!(backoff.ceiling(0), Duration::from_millis(10));
+/// assert_eq!(backoff.ceiling(3), Duration::from_millis(80));
+/// assert_eq!(backoff.ceiling(30), Duration::from_millis(250));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+}
+
+impl Default for Backoff {
+    /// From 10 ms up to 250 ms.
+    fn default() -> Self {
+        Self::new(Duration::from_millis(10), Duration::from_millis(250))
+    }
+}
+
+impl Backoff {
+    /// Backoff whose ceiling starts at `initial` and doubles up to `max`.
+    ///
+    /// # Panics
+    ///
+    /// When `initial` is zero or larger than `max`.
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        assert!(
+            !initial.is_zero() && initial <= max,
+            "backoff needs 0 < initial <= max, got initial {initial:?} and max {max:?}"
+        );
+        Self { initial, max }
+    }
+
+    /// The upper bound of the random sleep before retry `attempt` (counting from 0).
+    pub fn ceiling(&self, attempt: u32) -> Duration {
+        let factor = 1_u32.checked_shl(attempt).unwrap_or(u32::MAX);
+        self.initial.saturating_mul(factor).min(self.max)
+    }
+
+    /// How long to sleep before retry `attempt`, or `None` when the wait is over.
+    ///
+    /// `unit` is a uniform random number in `[0, 1)`; `holder_ttl` is the holder's remaining
+    /// lease when known, `remaining` the time left until the wait deadline.
+    pub(crate) fn next_delay(
+        &self,
+        attempt: u32,
+        unit: f64,
+        holder_ttl: Option<Duration>,
+        remaining: Duration,
+    ) -> Option<Duration> {
+        if remaining.is_zero() {
+            return None;
+        }
+        let jittered = self.ceiling(attempt).mul_f64(unit.clamp(0.0, 1.0));
+        Some(
+            jittered
+                .min(holder_ttl.unwrap_or(Duration::MAX))
+                .min(remaining),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn backoff() -> Backoff {
+        Backoff::new(10 * MS, 250 * MS)
+    }
+
+    #[test]
+    fn the_ceiling_doubles_until_the_maximum() {
+        let ceilings: Vec<_> = (0..7).map(|n| backoff().ceiling(n)).collect();
+        assert_eq!(
+            ceilings,
+            [10, 20, 40, 80, 160, 250, 250].map(|ms| ms * MS)
+        );
+    }
+
+    #[test]
+    fn the_ceiling_does_not_overflow_after_many_attempts() {
+        assert_eq!(backoff().ceiling(u32::MAX), 250 * MS);
+        let huge = Backoff::new(Duration::MAX / 2, Duration::MAX);
+        assert_eq!(huge.ceiling(40), Duration::MAX);
+    }
+
+    #[test]
+    fn the_delay_is_jittered_between_zero_and_the_ceiling() {
+        let long = Duration::from_secs(60);
+        assert_eq!(backoff().next_delay(2, 0.0, None, long), Some(Duration::ZERO));
+        assert_eq!(backoff().next_delay(2, 0.5, None, long), Some(20 * MS));
+        let near_one = backoff().next_delay(2, 0.999_999, None, long).unwrap();
+        assert!(near_one < 40 * MS && near_one > 39 * MS, "{near_one:?}");
+    }
+
+    #[test]
+    fn the_delay_never_outlasts_the_holders_lease() {
+        let delay = backoff().next_delay(5, 0.99, Some(3 * MS), Duration::from_secs(1));
+        assert_eq!(delay, Some(3 * MS));
+    }
+
+    #[test]
+    fn the_delay_never_passes_the_deadline() {
+        assert_eq!(backoff().next_delay(5, 0.99, None, 7 * MS), Some(7 * MS));
+        assert_eq!(backoff().next_delay(0, 0.5, None, Duration::ZERO), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "0 < initial <= max")]
+    fn an_inverted_backoff_is_refused() {
+        Backoff::new(MS * 2, MS);
+    }
+
+    #[test]
+    fn the_default_policy_waits_three_seconds() {
+        assert_eq!(
+            BusyPolicy::default(),
+            BusyPolicy::Wait {
+                timeout: Duration::from_secs(3)
+            }
+        );
+    }
+}

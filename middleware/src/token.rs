@@ -1,0 +1,53 @@
+//! Owner tokens: the random value that proves who holds a lock.
+
+use std::fmt;
+
+use uuid::Uuid;
+
+/// A fresh random owner token (UUID v4, 122 random bits) identifying one lock holder.
+///
+/// Only the holder knows its token, so only the holder can release or extend its lock;
+/// a holder whose lease expired cannot delete the lock somebody else took since.
+/// It is written to the store as 32 lowercase hex digits.
+///
+/// # Example
+///
+/// ```
+/// use tower_lock::OwnerToken;
+///
+/// let a = OwnerToken::new();
+/// assert_ne!(a, OwnerToken::new());
+/// assert_eq!(a.to_string().len(), 32);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OwnerToken(Uuid);
+
+impl OwnerToken {
+    /// Draws a new random token.
+    pub fn new() -> Self {
+        Self(Uuid::new_v4())
+    }
+
+    /// The token as 32 lowercase hex digits, without allocating.
+    pub fn encode<'a>(&self, buf: &'a mut [u8; 32]) -> &'a str {
+        self.0.simple().encode_lower(buf)
+    }
+}
+
+impl Default for OwnerToken {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for OwnerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0.simple(), f)
+    }
+}
+
+impl fmt::Debug for OwnerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OwnerToken({self})")
+    }
+}
