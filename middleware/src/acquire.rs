@@ -39,20 +39,19 @@ pub(crate) async fn acquire<B: LockBackend>(
     };
     let mut attempt = 0;
     loop {
-        let holder_ttl = match timeout(plan.store_timeout, backend.acquire(name, token, plan.ttl))
-            .await
-        {
-            Ok(Ok(Acquire::Acquired { fence })) => return Ok(fence),
-            Ok(Ok(Acquire::Busy { holder_ttl })) => holder_ttl,
-            Ok(Err(error)) => {
-                tracing::warn!(lock = name, %error, "acquire failed");
-                return Err(give_back(backend, name, token, plan.store_timeout));
-            }
-            Err(_) => {
-                tracing::warn!(lock = name, timeout = ?plan.store_timeout, "acquire timed out");
-                return Err(give_back(backend, name, token, plan.store_timeout));
-            }
-        };
+        let holder_ttl =
+            match timeout(plan.store_timeout, backend.acquire(name, token, plan.ttl)).await {
+                Ok(Ok(Acquire::Acquired { fence })) => return Ok(fence),
+                Ok(Ok(Acquire::Busy { holder_ttl })) => holder_ttl,
+                Ok(Err(error)) => {
+                    tracing::warn!(lock = name, %error, "acquire failed");
+                    return Err(give_back(backend, name, token, plan.store_timeout));
+                }
+                Err(_) => {
+                    tracing::warn!(lock = name, timeout = ?plan.store_timeout, "acquire timed out");
+                    return Err(give_back(backend, name, token, plan.store_timeout));
+                }
+            };
         let delay = deadline.and_then(|deadline| {
             let remaining = deadline.saturating_duration_since(Instant::now());
             plan.backoff

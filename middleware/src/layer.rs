@@ -99,7 +99,10 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
     ///
     /// When `ttl` is shorter than a millisecond.
     pub fn ttl(self, ttl: Duration) -> Self {
-        assert!(ttl >= Duration::from_millis(1), "a lease TTL needs at least 1 ms");
+        assert!(
+            ttl >= Duration::from_millis(1),
+            "a lease TTL needs at least 1 ms"
+        );
         self.with(|config| config.plan.ttl = ttl)
     }
 

@@ -124,10 +124,7 @@ mod tests {
     #[test]
     fn the_ceiling_doubles_until_the_maximum() {
         let ceilings: Vec<_> = (0..7).map(|n| backoff().ceiling(n)).collect();
-        assert_eq!(
-            ceilings,
-            [10, 20, 40, 80, 160, 250, 250].map(|ms| ms * MS)
-        );
+        assert_eq!(ceilings, [10, 20, 40, 80, 160, 250, 250].map(|ms| ms * MS));
     }
 
     #[test]
@@ -140,7 +137,10 @@ mod tests {
     #[test]
     fn the_delay_is_jittered_between_zero_and_the_ceiling() {
         let long = Duration::from_secs(60);
-        assert_eq!(backoff().next_delay(2, 0.0, None, long), Some(Duration::ZERO));
+        assert_eq!(
+            backoff().next_delay(2, 0.0, None, long),
+            Some(Duration::ZERO)
+        );
         assert_eq!(backoff().next_delay(2, 0.5, None, long), Some(20 * MS));
         let near_one = backoff().next_delay(2, 0.999_999, None, long).unwrap();
         assert!(near_one < 40 * MS && near_one > 39 * MS, "{near_one:?}");

@@ -79,13 +79,17 @@ impl MemoryBackend {
     fn lock_state(&self) -> MutexGuard<'_, State> {
         // A panic while holding this lock cannot leave a half-written entry (every update is a
         // single assignment), so a poisoned lock is still consistent.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 impl KeyState {
     fn live_holder(&self, now: Instant) -> Option<&Holder> {
-        self.holder.as_ref().filter(|holder| holder.expires_at > now)
+        self.holder
+            .as_ref()
+            .filter(|holder| holder.expires_at > now)
     }
 
     fn is_dead(&self, now: Instant) -> bool {
@@ -146,7 +150,10 @@ impl LockBackend for MemoryBackend {
         let Some(entry) = state.keys.get_mut(key) else {
             return Ok(false);
         };
-        if entry.live_holder(now).is_none_or(|holder| holder.token != token) {
+        if entry
+            .live_holder(now)
+            .is_none_or(|holder| holder.token != token)
+        {
             return Ok(false);
         }
         entry.holder = None;
@@ -250,7 +257,10 @@ mod tests {
         assert_eq!(store.tracked_keys(), MIN_SWEEP_LEN);
         tokio::time::advance(FENCE_COUNTER_TTL).await;
 
-        store.acquire("fresh", OwnerToken::new(), TTL).await.unwrap();
+        store
+            .acquire("fresh", OwnerToken::new(), TTL)
+            .await
+            .unwrap();
 
         assert_eq!(store.tracked_keys(), 1);
     }

@@ -93,7 +93,9 @@ fn millis(duration: Duration) -> u64 {
 }
 
 fn unexpected_reply(reply: &[i64]) -> BackendError {
-    BackendError::new(format!("unexpected reply from the acquire script: {reply:?}"))
+    BackendError::new(format!(
+        "unexpected reply from the acquire script: {reply:?}"
+    ))
 }
 
 impl LockBackend for RedisBackend {

@@ -72,7 +72,8 @@ mod tests {
     #[test]
     fn a_non_ascii_header_is_invalid() {
         let parts = parts_of(
-            http::Request::get("/").header("x-tenant", http::HeaderValue::from_bytes(b"\xff").unwrap()),
+            http::Request::get("/")
+                .header("x-tenant", http::HeaderValue::from_bytes(b"\xff").unwrap()),
         );
         assert_eq!(
             header("x-tenant").extract(&parts),

@@ -94,7 +94,11 @@ pub fn validate_key(key: &str, max_len: usize) -> Result<(), KeyError> {
 
 #[cfg(test)]
 pub(crate) fn parts_of(request: http::request::Builder) -> Parts {
-    request.body(()).expect("a valid test request").into_parts().0
+    request
+        .body(())
+        .expect("a valid test request")
+        .into_parts()
+        .0
 }
 
 #[cfg(test)]
@@ -134,7 +138,10 @@ mod tests {
     #[test]
     fn braces_are_rejected() {
         for key in ["{a}", "a{", "}"] {
-            assert!(matches!(validate_key(key, 64), Err(KeyError::Brace)), "{key:?}");
+            assert!(
+                matches!(validate_key(key, 64), Err(KeyError::Brace)),
+                "{key:?}"
+            );
         }
     }
 

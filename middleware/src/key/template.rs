@@ -1,9 +1,9 @@
 use http::HeaderName;
 use http::request::Parts;
 
-use super::{KeyError, KeyExtractor, QueryParam, header::Header};
 #[cfg(feature = "axum")]
 use super::PathParam;
+use super::{KeyError, KeyExtractor, QueryParam, header::Header};
 
 /// A key joined from literal text and parts of the request, such as
 /// `tenant:{header x-tenant}:coupon:{path id}`.
@@ -167,14 +167,27 @@ mod tests {
             ("a}b", TemplateError::StrayClose(1)),
             ("{query a}}", TemplateError::StrayClose(9)),
             ("{{query a}}", TemplateError::Unclosed(0)),
-            ("{cookie a}", TemplateError::UnknownPlaceholder("cookie a".into())),
+            (
+                "{cookie a}",
+                TemplateError::UnknownPlaceholder("cookie a".into()),
+            ),
             ("{query}", TemplateError::UnknownPlaceholder("query".into())),
-            ("{query  }", TemplateError::UnknownPlaceholder("query  ".into())),
-            ("{header a b}", TemplateError::InvalidHeaderName("a b".into())),
+            (
+                "{query  }",
+                TemplateError::UnknownPlaceholder("query  ".into()),
+            ),
+            (
+                "{header a b}",
+                TemplateError::InvalidHeaderName("a b".into()),
+            ),
             ("a\nb", TemplateError::ControlCharacter),
         ];
         for (template, expected) in cases {
-            assert_eq!(KeyTemplate::parse(template).unwrap_err(), expected, "{template}");
+            assert_eq!(
+                KeyTemplate::parse(template).unwrap_err(),
+                expected,
+                "{template}"
+            );
         }
     }
 }
