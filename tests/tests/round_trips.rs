@@ -1,0 +1,69 @@
+//! An uncontended request costs exactly two Redis round trips: the acquire script and the
+//! release script, nothing else.
+
+use futures_util::StreamExt;
+use integration_tests::{RedisServer, post, send};
+use tower_lock::key::KeyTemplate;
+use tower_lock::{LockLayer, RedisBackend};
+
+const REQUESTS: usize = 10;
+const SENTINEL: &str = "end-of-test";
+
+#[tokio::test]
+async fn an_uncontended_request_sends_two_commands() {
+    let redis = RedisServer::start();
+    let backend = RedisBackend::connect(redis.url()).await.unwrap();
+    let app = axum::Router::new()
+        .route(
+            "/coupons/{id}/claim",
+            axum::routing::post(|| async { "ok" }),
+        )
+        .route_layer(LockLayer::new(
+            backend,
+            KeyTemplate::parse("coupon:{path id}").unwrap(),
+        ));
+    // The first request loads the scripts into Redis's cache.
+    send(&app, post("/coupons/0/claim")).await;
+    let mut monitor = redis
+        .client()
+        .get_async_monitor()
+        .await
+        .unwrap()
+        .into_on_message::<String>();
+
+    for i in 1..=REQUESTS {
+        assert_eq!(
+            send(&app, post(&format!("/coupons/{i}/claim")))
+                .await
+                .status,
+            200
+        );
+    }
+    let mut connection = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: String = redis::cmd("ECHO")
+        .arg(SENTINEL)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+
+    let mut sent_by_clients = Vec::new();
+    while let Some(line) = monitor.next().await {
+        if line.contains(SENTINEL) {
+            break;
+        }
+        if !line.contains(" lua]") {
+            sent_by_clients.push(line);
+        }
+    }
+    assert_eq!(sent_by_clients.len(), 2 * REQUESTS, "{sent_by_clients:#?}");
+    assert!(
+        sent_by_clients
+            .iter()
+            .all(|line| line.contains("\"EVALSHA\"")),
+        "{sent_by_clients:#?}"
+    );
+}
