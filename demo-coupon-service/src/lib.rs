@@ -1,0 +1,217 @@
+//! A coupon service that shows the overselling problem and tower-lock fixing it.
+//!
+//! `POST /coupons/{id}/claim` is ordinary, non-atomic business code (read the stock, check
+//! the user, work, write). Without a lock, concurrent claims read the same stock and the
+//! coupon is claimed more often than it has units; with the lock layer on that route (key
+//! `coupon:{id}`), it never is — on one process, or across replicas sharing Redis.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{get, post, put};
+use tower_lock::key::KeyTemplate;
+use tower_lock::{LockBackend, LockLayer, MemoryBackend, RedisBackend};
+
+pub mod problem;
+pub mod routes;
+pub mod store;
+
+use store::{CouponStore, MemoryStore, RedisStore};
+
+/// Command-line options; each can also come from the environment.
+#[derive(Clone, Debug, clap::Parser)]
+#[command(version, about)]
+pub struct Options {
+    /// Address to listen on.
+    #[arg(long, env = "LISTEN", default_value = "127.0.0.1:3000")]
+    pub listen: SocketAddr,
+    /// Redis for coupons and locks, shared by replicas. Without it: the embedded in-process
+    /// store and lock backend (one process only).
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: Option<String>,
+    /// Serve claims without the lock layer: the control that oversells.
+    #[arg(long, env = "NO_LOCK")]
+    pub no_lock: bool,
+    /// Simulated business work inside a claim, between reading and writing the stock (ms).
+    #[arg(long, env = "WORK_MS", default_value_t = 2)]
+    pub work_ms: u64,
+    /// How long a claim waits for a busy lock (ms); 0 rejects at once with 409.
+    #[arg(long, env = "LOCK_WAIT_MS", default_value_t = 3000)]
+    pub lock_wait_ms: u64,
+}
+
+/// How claims are locked.
+#[derive(Clone, Debug)]
+pub enum Locking {
+    /// Not at all (`--no-lock`).
+    Off,
+    /// In this process.
+    Memory(MemoryBackend),
+    /// In Redis, across replicas.
+    Redis(RedisBackend),
+}
+
+/// What the handlers share.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    /// Where coupons live.
+    pub store: CouponStore,
+    /// How claims are locked.
+    pub locking: Locking,
+    /// The simulated work inside a claim.
+    pub work: Duration,
+    /// How long a claim waits for a busy lock.
+    pub lock_wait: Duration,
+}
+
+impl AppState {
+    /// The embedded mode: coupons and locks in this process.
+    pub fn embedded(work: Duration, lock_wait: Duration, lock: bool) -> Self {
+        Self {
+            store: CouponStore::Memory(MemoryStore::default()),
+            locking: if lock {
+                Locking::Memory(MemoryBackend::new())
+            } else {
+                Locking::Off
+            },
+            work,
+            lock_wait,
+        }
+    }
+
+    /// The state `options` ask for, connecting to Redis when a URL is given.
+    pub async fn from_options(options: &Options) -> Result<Self, redis::RedisError> {
+        let work = Duration::from_millis(options.work_ms);
+        let lock_wait = Duration::from_millis(options.lock_wait_ms);
+        let Some(url) = &options.redis_url else {
+            return Ok(Self::embedded(work, lock_wait, !options.no_lock));
+        };
+        let connection =
+            redis::aio::ConnectionManager::new(redis::Client::open(url.as_str())?).await?;
+        let locking = if options.no_lock {
+            Locking::Off
+        } else {
+            Locking::Redis(RedisBackend::connect(url.as_str()).await?)
+        };
+        Ok(Self {
+            store: CouponStore::Redis(RedisStore::new(connection)),
+            locking,
+            work,
+            lock_wait,
+        })
+    }
+}
+
+/// The claim route's lock: key `coupon:{id}`, waiting `wait` for a busy coupon.
+fn claim_lock<B: LockBackend>(backend: B, wait: Duration) -> LockLayer<B, KeyTemplate> {
+    let key = KeyTemplate::parse("coupon:{path id}").expect("a valid key template");
+    LockLayer::new(backend, key).wait(wait)
+}
+
+/// The service's routes.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use demo_coupon_service::{AppState, app};
+///
+/// let router = app(AppState::embedded(Duration::from_millis(2), Duration::from_secs(3), true));
+/// ```
+pub fn app(state: AppState) -> Router {
+    let claim = post(routes::claim);
+    let claim = match &state.locking {
+        Locking::Off => claim,
+        Locking::Memory(backend) => claim.route_layer(claim_lock(backend.clone(), state.lock_wait)),
+        Locking::Redis(backend) => claim.route_layer(claim_lock(backend.clone(), state.lock_wait)),
+    };
+    Router::new()
+        .route("/coupons/{id}", put(routes::reset).get(routes::show))
+        .route("/coupons/{id}/claim", claim)
+        .route("/healthz", get(routes::healthz))
+        .with_state(state)
+}
+
+/// `url` without its password, for logs.
+pub fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            format!("{}://***{}", &url[..scheme_end], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Serves until SIGTERM or Ctrl-C, then lets in-flight requests finish (and release their
+/// locks) before returning.
+pub async fn serve(options: Options) -> Result<(), Box<dyn std::error::Error>> {
+    let state = AppState::from_options(&options).await?;
+    let listener = tokio::net::TcpListener::bind(options.listen).await?;
+    let store = match &options.redis_url {
+        Some(url) => format!("redis at {} (shared by replicas)", redacted(url)),
+        None => "embedded in-process store and MemoryBackend (one process only; set REDIS_URL for replicas)".to_owned(),
+    };
+    let locking = if options.no_lock {
+        "OFF (--no-lock: claims will oversell)"
+    } else {
+        "on"
+    };
+    tracing::info!(
+        address = %listener.local_addr()?,
+        store,
+        locking,
+        work_ms = options.work_ms,
+        lock_wait_ms = options.lock_wait_ms,
+        "coupon service listening"
+    );
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    tracing::info!("stopped; in-flight claims finished");
+    Ok(())
+}
+
+/// The whole program behind the `demo-coupon-service` binary: logs (`RUST_LOG`, default
+/// `info`), options from the command line and environment, then [`serve`].
+pub fn run_from_command_line() -> Result<(), Box<dyn std::error::Error>> {
+    use clap::Parser;
+    use tracing_subscriber::EnvFilter;
+
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    let options = Options::parse();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(serve(options))
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler");
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = terminate.recv() => {}
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted_from_urls() {
+        assert_eq!(
+            redacted("redis://:secret@host:6379/0"),
+            "redis://***@host:6379/0"
+        );
+        assert_eq!(redacted("redis://user:p@ss@host"), "redis://***@host");
+        assert_eq!(redacted("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+}

@@ -1,0 +1,117 @@
+//! The HTTP handlers. The claim handler is written the ordinary, non-atomic way.
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::problem::Problem;
+
+/// `PUT /coupons/{id}` body.
+#[derive(Debug, Deserialize)]
+pub struct ResetRequest {
+    stock: u32,
+}
+
+/// `POST /coupons/{id}/claim` body.
+#[derive(Debug, Deserialize)]
+pub struct ClaimRequest {
+    user_id: String,
+}
+
+fn checked_id(id: &str) -> Result<&str, Problem> {
+    let valid = (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if valid {
+        Ok(id)
+    } else {
+        Err(Problem::InvalidRequest(
+            "a coupon id is 1 to 64 characters of A-Z, a-z, 0-9, `-` and `_`".into(),
+        ))
+    }
+}
+
+fn checked_body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, Problem> {
+    body.map(|Json(body)| body)
+        .map_err(|rejection| Problem::InvalidRequest(rejection.body_text()))
+}
+
+/// Creates a coupon, or resets it to a new stock with no claims.
+pub async fn reset(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<Json<ResetRequest>, JsonRejection>,
+) -> Result<Json<Value>, Problem> {
+    let id = checked_id(&id)?;
+    let stock = checked_body(body)?.stock;
+    state.store.reset(id, i64::from(stock)).await?;
+    Ok(Json(json!({ "coupon_id": id, "stock": stock })))
+}
+
+/// Claims one unit for a user: read the stock, check the user, work, write. Correct only
+/// while no other claim on the same coupon runs at the same time.
+pub async fn claim(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<Json<ClaimRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<Value>), Problem> {
+    let id = checked_id(&id)?;
+    let user = checked_body(body)?.user_id;
+    if user.is_empty() || user.len() > 128 || user.chars().any(char::is_control) {
+        return Err(Problem::InvalidRequest(
+            "user_id is 1 to 128 characters without control characters".into(),
+        ));
+    }
+
+    let stock = state
+        .store
+        .stock(id)
+        .await?
+        .ok_or(Problem::CouponNotFound)?;
+    if stock.remaining <= 0 {
+        return Err(Problem::SoldOut);
+    }
+    if state.store.has_claim(id, &user).await? {
+        return Err(Problem::AlreadyClaimed);
+    }
+    tokio::time::sleep(state.work).await;
+    let remaining = stock.remaining - 1;
+    state.store.set_remaining(id, remaining).await?;
+    state.store.record_claim(id, &user).await?;
+    tracing::debug!(coupon = id, user, remaining, "claimed");
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "coupon_id": id, "user_id": user, "remaining": remaining })),
+    ))
+}
+
+/// The coupon's stock and claim records, and how far it is oversold.
+pub async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    let id = checked_id(&id)?;
+    let summary = state
+        .store
+        .summary(id)
+        .await?
+        .ok_or(Problem::CouponNotFound)?;
+    Ok(Json(json!({
+        "coupon_id": id,
+        "initial_stock": summary.stock.initial,
+        "remaining": summary.stock.remaining,
+        "claimed": summary.claimed,
+        "oversold": (summary.claimed - summary.stock.initial).max(0),
+        "duplicate_claims": summary.duplicate_claims,
+    })))
+}
+
+/// Liveness.
+pub async fn healthz() -> &'static str {
+    "ok"
+}

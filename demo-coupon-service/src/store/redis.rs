@@ -1,0 +1,102 @@
+use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
+
+use super::{Stock, StoreError, Summary, duplicates};
+
+/// Coupons in Redis: `coupon:<id>` is a hash of `initial_stock` and `remaining`,
+/// `coupon:<id>:claims` a list with one user id per claim record.
+#[derive(Clone)]
+pub struct RedisStore {
+    connection: ConnectionManager,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore").finish_non_exhaustive()
+    }
+}
+
+fn coupon_key(id: &str) -> String {
+    format!("coupon:{id}")
+}
+
+fn claims_key(id: &str) -> String {
+    format!("coupon:{id}:claims")
+}
+
+impl From<redis::RedisError> for StoreError {
+    fn from(error: redis::RedisError) -> Self {
+        Self(error.to_string())
+    }
+}
+
+impl RedisStore {
+    /// A store on this connection.
+    pub fn new(connection: ConnectionManager) -> Self {
+        Self { connection }
+    }
+
+    pub(super) async fn reset(&self, id: &str, stock: i64) -> Result<(), StoreError> {
+        redis::pipe()
+            .atomic()
+            .del(claims_key(id))
+            .hset_multiple(
+                coupon_key(id),
+                &[("initial_stock", stock), ("remaining", stock)],
+            )
+            .exec_async(&mut self.connection.clone())
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn stock(&self, id: &str) -> Result<Option<Stock>, StoreError> {
+        let (initial, remaining): (Option<i64>, Option<i64>) = redis::cmd("HMGET")
+            .arg(coupon_key(id))
+            .arg("initial_stock")
+            .arg("remaining")
+            .query_async(&mut self.connection.clone())
+            .await?;
+        Ok(initial
+            .zip(remaining)
+            .map(|(initial, remaining)| Stock { initial, remaining }))
+    }
+
+    pub(super) async fn has_claim(&self, id: &str, user: &str) -> Result<bool, StoreError> {
+        let position: Option<i64> = redis::cmd("LPOS")
+            .arg(claims_key(id))
+            .arg(user)
+            .query_async(&mut self.connection.clone())
+            .await?;
+        Ok(position.is_some())
+    }
+
+    pub(super) async fn set_remaining(&self, id: &str, remaining: i64) -> Result<(), StoreError> {
+        let _: () = self
+            .connection
+            .clone()
+            .hset(coupon_key(id), "remaining", remaining)
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn record_claim(&self, id: &str, user: &str) -> Result<(), StoreError> {
+        let _: () = self.connection.clone().rpush(claims_key(id), user).await?;
+        Ok(())
+    }
+
+    pub(super) async fn summary(&self, id: &str) -> Result<Option<Summary>, StoreError> {
+        let Some(stock) = self.stock(id).await? else {
+            return Ok(None);
+        };
+        let claims: Vec<String> = self
+            .connection
+            .clone()
+            .lrange(claims_key(id), 0, -1)
+            .await?;
+        Ok(Some(Summary {
+            stock,
+            claimed: i64::try_from(claims.len()).unwrap_or(i64::MAX),
+            duplicate_claims: duplicates(claims.iter().map(String::as_str)),
+        }))
+    }
+}

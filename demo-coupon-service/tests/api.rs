@@ -1,0 +1,160 @@
+//! The demo's HTTP API, driven in-process in embedded mode.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use demo_coupon_service::{AppState, app};
+use http::{Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+fn demo() -> Router {
+    app(AppState::embedded(
+        Duration::ZERO,
+        Duration::from_secs(3),
+        true,
+    ))
+}
+
+async fn call(
+    app: &Router,
+    method: Method,
+    uri: &str,
+    body: Option<&str>,
+) -> (StatusCode, String, Value) {
+    let request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(body.map(|b| Body::from(b.to_owned())).unwrap_or_default())
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (status, content_type, json)
+}
+
+async fn claim(app: &Router, coupon: &str, user: &str) -> (StatusCode, String, Value) {
+    let body = json!({ "user_id": user }).to_string();
+    call(
+        app,
+        Method::POST,
+        &format!("/coupons/{coupon}/claim"),
+        Some(&body),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_coupon_is_created_claimed_and_sold_out() {
+    let app = demo();
+    let (status, _, created) =
+        call(&app, Method::PUT, "/coupons/c1", Some(r#"{"stock": 2}"#)).await;
+    assert_eq!(
+        (status, created),
+        (StatusCode::OK, json!({ "coupon_id": "c1", "stock": 2 }))
+    );
+
+    let (status, _, first) = claim(&app, "c1", "ada").await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(
+        first,
+        json!({ "coupon_id": "c1", "user_id": "ada", "remaining": 1 })
+    );
+    assert_eq!(claim(&app, "c1", "bob").await.0, StatusCode::CREATED);
+    let (status, content_type, problem) = claim(&app, "c1", "cy").await;
+
+    assert_eq!(status, StatusCode::GONE);
+    assert_eq!(content_type, "application/problem+json");
+    assert_eq!(problem["type"], "urn:coupon-demo:sold-out");
+    let (_, _, coupon) = call(&app, Method::GET, "/coupons/c1", None).await;
+    assert_eq!(
+        coupon,
+        json!({
+            "coupon_id": "c1", "initial_stock": 2, "remaining": 0,
+            "claimed": 2, "oversold": 0, "duplicate_claims": 0,
+        })
+    );
+}
+
+#[tokio::test]
+async fn a_second_claim_by_the_same_user_is_a_conflict_unlike_a_busy_lock() {
+    let app = demo();
+    call(&app, Method::PUT, "/coupons/c1", Some(r#"{"stock": 5}"#)).await;
+    claim(&app, "c1", "ada").await;
+
+    let (status, _, problem) = claim(&app, "c1", "ada").await;
+
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(problem["type"], "urn:coupon-demo:already-claimed");
+    assert_ne!(problem["type"], "urn:tower-lock:resource-locked");
+}
+
+#[tokio::test]
+async fn a_reset_restores_the_stock_and_forgets_claims() {
+    let app = demo();
+    call(&app, Method::PUT, "/coupons/c1", Some(r#"{"stock": 1}"#)).await;
+    claim(&app, "c1", "ada").await;
+
+    call(&app, Method::PUT, "/coupons/c1", Some(r#"{"stock": 3}"#)).await;
+
+    let (_, _, coupon) = call(&app, Method::GET, "/coupons/c1", None).await;
+    assert_eq!(
+        (coupon["remaining"].clone(), coupon["claimed"].clone()),
+        (json!(3), json!(0))
+    );
+    assert_eq!(claim(&app, "c1", "ada").await.0, StatusCode::CREATED);
+}
+
+#[tokio::test]
+async fn unknown_coupons_are_404() {
+    let app = demo();
+    assert_eq!(claim(&app, "nope", "ada").await.0, StatusCode::NOT_FOUND);
+    assert_eq!(
+        call(&app, Method::GET, "/coupons/nope", None).await.0,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn malformed_requests_are_400_problems() {
+    let app = demo();
+    call(&app, Method::PUT, "/coupons/c1", Some(r#"{"stock": 1}"#)).await;
+    let long_user = json!({ "user_id": "u".repeat(200) }).to_string();
+    let cases = [
+        (Method::POST, "/coupons/c1/claim", "{not json"),
+        (Method::POST, "/coupons/c1/claim", r#"{"user": "ada"}"#),
+        (Method::POST, "/coupons/c1/claim", r#"{"user_id": ""}"#),
+        (Method::POST, "/coupons/c1/claim", long_user.as_str()),
+        (Method::PUT, "/coupons/c1", r#"{"stock": -1}"#),
+        (Method::PUT, "/coupons/bad%20id", r#"{"stock": 1}"#),
+    ];
+    for (method, uri, body) in cases {
+        let (status, content_type, problem) = call(&app, method, uri, Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri} {body}");
+        assert_eq!(content_type, "application/problem+json");
+        assert_eq!(problem["type"], "urn:coupon-demo:invalid-request");
+        assert!(
+            problem["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{problem}"
+        );
+    }
+    let (_, _, coupon) = call(&app, Method::GET, "/coupons/c1", None).await;
+    assert_eq!(coupon["remaining"], 1, "nothing was claimed");
+}
+
+#[tokio::test]
+async fn healthz_answers() {
+    assert_eq!(
+        call(&demo(), Method::GET, "/healthz", None).await.0,
+        StatusCode::OK
+    );
+}

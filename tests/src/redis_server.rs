@@ -1,0 +1,145 @@
+//! `redis-server` child processes for tests.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpStream};
+use std::process::{Child, Command, Stdio};
+
+use crate::process::{free_port, send_signal};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+const INSTALL_HINT: &str = "redis-server is not on PATH; the integration tests start their own \
+     Redis processes. Install it with `apt-get install redis-server` (Debian/Ubuntu) or \
+     `brew install redis` (macOS).";
+
+/// How long a started server may take to answer PING.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A `redis-server` child process on a loopback port, killed when dropped.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port and waits until it answers PING.
+    ///
+    /// # Panics
+    ///
+    /// When `redis-server` is not installed (the message says how to install it), or no
+    /// server came up after a few ports were tried.
+    pub fn start() -> Self {
+        for _ in 0..5 {
+            let port = free_port();
+            if let Some(child) = spawn_and_wait(port) {
+                return Self {
+                    port,
+                    child: Some(child),
+                };
+            }
+        }
+        panic!("redis-server did not start on any of 5 free ports");
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its URL, `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// A client for checks and fault injection from the test itself.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("a valid Redis URL")
+    }
+
+    /// Kills the server with SIGKILL (no shutdown, no goodbye to clients).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().ok();
+            child.wait().ok();
+        }
+    }
+
+    /// Kills the server if it runs, then starts a fresh one (empty, no data kept) on the same
+    /// port, and waits until it answers PING.
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + START_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Some(child) = spawn_and_wait(self.port) {
+                self.child = Some(child);
+                return;
+            }
+            sleep(Duration::from_millis(50));
+        }
+        panic!("redis-server did not restart on port {}", self.port);
+    }
+
+    /// Freezes the server with SIGSTOP: connections stay open, nothing is answered.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Thaws a paused server with SIGCONT.
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        send_signal(self.child.as_ref().expect("the server is running"), signal);
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Spawns `redis-server` on `port`; returns it once it answers PING, or `None` when it exited
+/// (the port was taken meanwhile).
+fn spawn_and_wait(port: u16) -> Option<Child> {
+    let mut child = Command::new("redis-server")
+        .args(["--port", &port.to_string()])
+        .args(["--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .args(["--dir", &std::env::temp_dir().to_string_lossy()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|error| match error.kind() {
+            std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
+            _ => panic!("could not start redis-server: {error}"),
+        });
+    let deadline = Instant::now() + START_TIMEOUT;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return None;
+        }
+        if answers_ping(port) {
+            return Some(child);
+        }
+        sleep(Duration::from_millis(10));
+    }
+    child.kill().ok();
+    child.wait().ok();
+    None
+}
+
+fn answers_ping(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, port)) else {
+        return false;
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .ok();
+    let mut reply = [0; 7];
+    stream.write_all(b"PING\r\n").is_ok()
+        && stream.read_exact(&mut reply).is_ok()
+        && &reply == b"+PONG\r\n"
+}

@@ -1,0 +1,124 @@
+//! The demo coupon service never oversells with the lock — across three replicas sharing
+//! Redis, and in embedded mode — and does oversell without it.
+
+use std::collections::HashMap;
+
+use http::StatusCode;
+use integration_tests::{DemoReplica, Http, RedisServer};
+use serde_json::{Value, json};
+
+const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
+const STOCK: u64 = 50;
+const USERS: usize = 300;
+/// The first `REPEATERS` users claim twice.
+const REPEATERS: usize = 100;
+
+/// Seeds coupon `c1` on the first replica, fires every claim at once spread over the
+/// replicas, and returns the count of answers by status and the coupon afterwards.
+async fn claim_storm(replicas: &[DemoReplica]) -> (HashMap<StatusCode, usize>, Value) {
+    let http = Http::default();
+    let seeded = http
+        .put(
+            &format!("{}/coupons/c1", replicas[0].url()),
+            json!({ "stock": STOCK }),
+        )
+        .await;
+    assert_eq!(seeded.status, StatusCode::OK, "{}", seeded.body);
+
+    let users = (0..USERS)
+        .chain(0..REPEATERS)
+        .map(|user| format!("user-{user}"));
+    let claims: Vec<_> = users
+        .enumerate()
+        .map(|(i, user)| {
+            let (http, url) = (
+                http.clone(),
+                format!("{}/coupons/c1/claim", replicas[i % replicas.len()].url()),
+            );
+            tokio::spawn(async move { http.post(&url, json!({ "user_id": user })).await.status })
+        })
+        .collect();
+    let mut statuses = HashMap::new();
+    for claim in claims {
+        *statuses.entry(claim.await.unwrap()).or_default() += 1;
+    }
+    let coupon = http
+        .get(&format!("{}/coupons/c1", replicas[0].url()))
+        .await
+        .json();
+    (statuses, coupon)
+}
+
+fn assert_sold_exactly_once(statuses: &HashMap<StatusCode, usize>, coupon: &Value) {
+    assert_eq!(
+        statuses.get(&StatusCode::CREATED),
+        Some(&(STOCK as usize)),
+        "{statuses:?}"
+    );
+    assert_eq!(coupon["remaining"], 0, "{coupon}");
+    assert_eq!(coupon["claimed"], STOCK, "{coupon}");
+    assert_eq!(coupon["oversold"], 0, "{coupon}");
+    assert_eq!(
+        coupon["duplicate_claims"], 0,
+        "no user holds the coupon twice: {coupon}"
+    );
+    assert_eq!(
+        statuses.values().sum::<usize>(),
+        USERS + REPEATERS,
+        "every claim was answered"
+    );
+}
+
+fn replicas(count: usize, args: &[&str]) -> Vec<DemoReplica> {
+    (0..count).map(|_| DemoReplica::start(DEMO, args)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_sharing_redis_never_oversell() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let replicas = replicas(3, &["--redis-url", &url, "--lock-wait-ms", "30000"]);
+
+    let (statuses, coupon) = claim_storm(&replicas).await;
+
+    assert_sold_exactly_once(&statuses, &coupon);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_lock_three_replicas_oversell() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let replicas = replicas(3, &["--redis-url", &url, "--no-lock", "--work-ms", "50"]);
+
+    let (statuses, coupon) = claim_storm(&replicas).await;
+
+    assert!(
+        coupon["oversold"].as_u64().unwrap() > 0,
+        "{coupon} {statuses:?}"
+    );
+    assert!(
+        statuses[&StatusCode::CREATED] > STOCK as usize,
+        "{statuses:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_mode_never_oversells() {
+    let replicas = replicas(1, &["--lock-wait-ms", "30000"]);
+
+    let (statuses, coupon) = claim_storm(&replicas).await;
+
+    assert_sold_exactly_once(&statuses, &coupon);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_lock_the_embedded_mode_oversells() {
+    let replicas = replicas(1, &["--no-lock", "--work-ms", "50"]);
+
+    let (statuses, coupon) = claim_storm(&replicas).await;
+
+    assert!(
+        coupon["oversold"].as_u64().unwrap() > 0,
+        "{coupon} {statuses:?}"
+    );
+}
