@@ -46,7 +46,10 @@ impl CouponStore {
     /// Creates the coupon, or resets it to `stock` with no claims.
     pub async fn reset(&self, id: &str, stock: i64) -> Result<(), StoreError> {
         match self {
-            Self::Memory(store) => Ok(store.reset(id, stock)),
+            Self::Memory(store) => {
+                store.reset(id, stock);
+                Ok(())
+            }
             Self::Redis(store) => store.reset(id, stock).await,
         }
     }
@@ -70,7 +73,10 @@ impl CouponStore {
     /// Writes the remaining stock.
     pub async fn set_remaining(&self, id: &str, remaining: i64) -> Result<(), StoreError> {
         match self {
-            Self::Memory(store) => Ok(store.set_remaining(id, remaining)),
+            Self::Memory(store) => {
+                store.set_remaining(id, remaining);
+                Ok(())
+            }
             Self::Redis(store) => store.set_remaining(id, remaining).await,
         }
     }
@@ -78,7 +84,10 @@ impl CouponStore {
     /// Records that `user` claimed the coupon.
     pub async fn record_claim(&self, id: &str, user: &str) -> Result<(), StoreError> {
         match self {
-            Self::Memory(store) => Ok(store.record_claim(id, user)),
+            Self::Memory(store) => {
+                store.record_claim(id, user);
+                Ok(())
+            }
             Self::Redis(store) => store.record_claim(id, user).await,
         }
     }
