@@ -26,22 +26,24 @@ pub(crate) struct AcquirePlan {
 }
 
 /// Tries to take lock `name` for `token`, retrying while busy as the policy allows.
-/// Returns the fencing token.
+/// Returns the fencing token, and when the successful attempt was sent (the lease counts from
+/// there).
 pub(crate) async fn acquire<B: LockBackend>(
     backend: &Arc<B>,
     name: &str,
     token: OwnerToken,
     plan: AcquirePlan,
-) -> Result<u64, NotObtained> {
+) -> Result<(u64, Instant), NotObtained> {
     let deadline = match plan.policy {
         BusyPolicy::Reject => None,
         BusyPolicy::Wait { timeout } => Some(Instant::now() + timeout),
     };
     let mut attempt = 0;
     loop {
+        let sent = Instant::now();
         let holder_ttl =
             match timeout(plan.store_timeout, backend.acquire(name, token, plan.ttl)).await {
-                Ok(Ok(Acquire::Acquired { fence })) => return Ok(fence),
+                Ok(Ok(Acquire::Acquired { fence })) => return Ok((fence, sent)),
                 Ok(Ok(Acquire::Busy { holder_ttl })) => holder_ttl,
                 Ok(Err(error)) => {
                     tracing::warn!(lock = name, %error, "acquire failed");

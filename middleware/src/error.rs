@@ -40,19 +40,25 @@ pub enum LockError {
     /// The lock store did not answer.
     #[error("the lock store is unavailable")]
     StoreUnavailable,
+    /// The lease was lost while the handler ran, and the layer aborted it (`OnLost::Abort`).
+    #[error("the lock on `{key}` was lost while the request ran; it was stopped")]
+    LeaseLost {
+        /// The key whose lock was lost.
+        key: String,
+    },
 }
 
-/// `Retry-After` for an unavailable store, in seconds.
+/// `Retry-After` for an unavailable store or a lost lock, in seconds.
 const STORE_RETRY_AFTER_SECS: u64 = 1;
 
 impl LockError {
-    /// The answer's status: 409 when busy, 400 for a bad key, 503 when the store is down.
-    /// The layer's `busy_status` replaces 409.
+    /// The answer's status: 409 when busy, 400 for a bad key, 503 when the store is down or the
+    /// lock was lost. The layer's `busy_status` replaces 409.
     pub fn status(&self) -> StatusCode {
         match self {
             Self::Busy { .. } => StatusCode::CONFLICT,
             Self::InvalidKey(_) => StatusCode::BAD_REQUEST,
-            Self::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::StoreUnavailable | Self::LeaseLost { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -62,6 +68,7 @@ impl LockError {
             Self::Busy { .. } => "urn:tower-lock:resource-locked",
             Self::InvalidKey(_) => "urn:tower-lock:invalid-lock-key",
             Self::StoreUnavailable => "urn:tower-lock:lock-store-unavailable",
+            Self::LeaseLost { .. } => "urn:tower-lock:lock-lost",
         }
     }
 
@@ -71,11 +78,12 @@ impl LockError {
             Self::Busy { .. } => "resource is locked",
             Self::InvalidKey(_) => "invalid lock key",
             Self::StoreUnavailable => "lock store unavailable",
+            Self::LeaseLost { .. } => "lock lost",
         }
     }
 
     /// Seconds a client should wait before retrying, when retrying can help: the holder's
-    /// remaining lease rounded up (at least 1), or 1 for an unavailable store.
+    /// remaining lease rounded up (at least 1), or 1 for an unavailable store or a lost lock.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
             Self::Busy { holder_ttl, .. } => Some(
@@ -85,7 +93,7 @@ impl LockError {
                     .max(1),
             ),
             Self::InvalidKey(_) => None,
-            Self::StoreUnavailable => Some(STORE_RETRY_AFTER_SECS),
+            Self::StoreUnavailable | Self::LeaseLost { .. } => Some(STORE_RETRY_AFTER_SECS),
         }
     }
 
@@ -176,6 +184,13 @@ mod tests {
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(response.headers()[header::RETRY_AFTER], "1");
         assert_eq!(body(response)["detail"], "the lock store is unavailable");
+    }
+
+    #[test]
+    fn a_lost_lock_is_a_503_with_its_own_type() {
+        let response: Response<String> = LockError::LeaseLost { key: "k".into() }.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body(response)["type"], "urn:tower-lock:lock-lost");
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! The held lock: what handlers see of it, and the obligation to release it.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::lease::Lease;
 use crate::{LockBackend, OwnerToken};
 
 /// The lock a request holds, put in its extensions for the handler.
@@ -11,6 +14,12 @@ use crate::{LockBackend, OwnerToken};
 /// Read it with axum's `Extension<LockGuard>` extractor (or `request.extensions()`). Clones are
 /// cheap and only describe the lock: it is released by the middleware when the inner service
 /// finishes or its future is dropped, never by dropping a `LockGuard`.
+///
+/// While the handler runs, the layer renews the lease every TTL/3. If a renewal finds the lock
+/// taken, or no renewal is confirmed before the local lease deadline (the store is down, the
+/// process was paused), the lease is *lost*: [`is_held`](Self::is_held) turns false and
+/// [`lost`](Self::lost) resolves. With the default `OnLost::Abort` the handler is dropped at
+/// its next await point; with `OnLost::Continue` it can check these itself.
 ///
 /// # Example
 ///
@@ -37,18 +46,30 @@ struct GuardInfo {
     key_start: usize,
     token: OwnerToken,
     fence: u64,
+    lease: Lease,
 }
 
 impl LockGuard {
-    pub(crate) fn new(name: String, prefix_len: usize, token: OwnerToken, fence: u64) -> Self {
+    pub(crate) fn new(
+        name: String,
+        prefix_len: usize,
+        token: OwnerToken,
+        fence: u64,
+        lease: Lease,
+    ) -> Self {
         Self {
             inner: Arc::new(GuardInfo {
                 name: name.into_boxed_str(),
                 key_start: prefix_len,
                 token,
                 fence,
+                lease,
             }),
         }
+    }
+
+    pub(crate) fn lease(&self) -> &Lease {
+        &self.inner.lease
     }
 
     /// The key the extractor produced, e.g. `coupon:42`.
@@ -74,6 +95,36 @@ impl LockGuard {
     pub fn fence(&self) -> u64 {
         self.inner.fence
     }
+
+    /// Whether the lease is still certainly ours: not lost, not released, and its local
+    /// deadline (last confirmed acquire or renewal + TTL, minus a drift margin) not passed.
+    ///
+    /// A `true` is no permission to write without a fence: the process can pause right after
+    /// asking. Stores that matter should check [`fence`](Self::fence).
+    pub fn is_held(&self) -> bool {
+        self.inner.lease.is_held()
+    }
+
+    /// Resolves once the lock is no longer held: lost (taken by another holder, or its deadline
+    /// passed without a confirmed renewal), or released after the request finished.
+    ///
+    /// # Example
+    ///
+    /// Stop long work when the lock is lost (useful with `OnLost::Continue`):
+    ///
+    /// ```
+    /// use tower_lock::LockGuard;
+    ///
+    /// async fn export(lock: LockGuard) -> Result<(), &'static str> {
+    ///     tokio::select! {
+    ///         () = lock.lost() => Err("lost the lock; stopped"),
+    ///         () = tokio::time::sleep(std::time::Duration::from_millis(10)) => Ok(()),
+    ///     }
+    /// }
+    /// ```
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.inner.lease.ended()
+    }
 }
 
 impl fmt::Debug for LockGuard {
@@ -81,6 +132,7 @@ impl fmt::Debug for LockGuard {
         f.debug_struct("LockGuard")
             .field("name", &self.name())
             .field("fence", &self.fence())
+            .field("held", &self.is_held())
             .finish_non_exhaustive()
     }
 }
@@ -108,20 +160,34 @@ pub(crate) struct HeldLock<B: LockBackend> {
     backend: Arc<B>,
     guard: LockGuard,
     store_timeout: Duration,
+    active: Arc<AtomicUsize>,
     released: bool,
 }
 
 impl<B: LockBackend> HeldLock<B> {
-    pub(crate) fn new(backend: Arc<B>, guard: LockGuard, store_timeout: Duration) -> Self {
+    /// Takes on the release of `guard`'s lock, counted in `active` until it is done.
+    pub(crate) fn new(
+        backend: Arc<B>,
+        guard: LockGuard,
+        store_timeout: Duration,
+        active: Arc<AtomicUsize>,
+    ) -> Self {
+        active.fetch_add(1, Ordering::Relaxed);
         Self {
             backend,
             guard,
             store_timeout,
+            active,
             released: false,
         }
     }
 
+    pub(crate) fn guard(&self) -> &LockGuard {
+        &self.guard
+    }
+
     pub(crate) async fn release(mut self) {
+        self.guard.lease().end(false);
         release(&*self.backend, &self.guard, self.store_timeout).await;
         self.released = true;
     }
@@ -129,9 +195,11 @@ impl<B: LockBackend> HeldLock<B> {
 
 impl<B: LockBackend> Drop for HeldLock<B> {
     fn drop(&mut self) {
+        self.active.fetch_sub(1, Ordering::Relaxed);
         if self.released {
             return;
         }
+        self.guard.lease().end(false);
         let (backend, guard, timeout) = (
             Arc::clone(&self.backend),
             self.guard.clone(),
@@ -174,18 +242,35 @@ pub(crate) async fn release<B: LockBackend>(backend: &B, guard: &LockGuard, time
 
 #[cfg(test)]
 mod tests {
+    use tokio::time::Instant;
+
     use super::*;
     use crate::{Acquire, MemoryBackend};
 
     const TTL: Duration = Duration::from_secs(30);
+
+    fn guard(name: &str, token: OwnerToken, fence: u64) -> LockGuard {
+        LockGuard::new(
+            name.to_owned(),
+            "lock:".len(),
+            token,
+            fence,
+            Lease::new(Instant::now(), TTL),
+        )
+    }
 
     async fn held(store: &MemoryBackend, name: &str) -> HeldLock<MemoryBackend> {
         let token = OwnerToken::new();
         let Acquire::Acquired { fence } = store.acquire(name, token, TTL).await.unwrap() else {
             panic!("{name} should be free");
         };
-        let guard = LockGuard::new(name.to_owned(), "lock:".len(), token, fence);
-        HeldLock::new(Arc::new(store.clone()), guard, Duration::from_secs(1))
+        let active = Arc::default();
+        HeldLock::new(
+            Arc::new(store.clone()),
+            guard(name, token, fence),
+            Duration::from_secs(1),
+            active,
+        )
     }
 
     async fn is_free(store: &MemoryBackend, name: &str) -> bool {
@@ -206,6 +291,27 @@ mod tests {
         assert_eq!(lock.guard.key(), "coupon:42");
         assert_eq!(lock.guard.name(), "lock:coupon:42");
         assert_eq!(lock.guard.fence(), 1);
+    }
+
+    #[tokio::test]
+    async fn held_locks_are_counted_until_released_or_dropped() {
+        let store = MemoryBackend::new();
+        let active = Arc::new(AtomicUsize::new(0));
+        let token = OwnerToken::new();
+        let backend = Arc::new(store.clone());
+        let first = HeldLock::new(
+            backend.clone(),
+            guard("lock:a", token, 1),
+            TTL,
+            active.clone(),
+        );
+        let second = HeldLock::new(backend, guard("lock:b", token, 1), TTL, active.clone());
+        assert_eq!(active.load(Ordering::Relaxed), 2);
+
+        first.release().await;
+        drop(second);
+
+        assert_eq!(active.load(Ordering::Relaxed), 0);
     }
 
     #[tokio::test]
@@ -231,6 +337,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_released_lock_is_no_longer_held_and_reports_it() {
+        let store = MemoryBackend::new();
+        let lock = held(&store, "lock:a").await;
+        let guard = lock.guard.clone();
+        assert!(guard.is_held());
+
+        lock.release().await;
+
+        assert!(!guard.is_held());
+        tokio::time::timeout(Duration::from_secs(1), guard.lost())
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_whose_deadline_passes_is_no_longer_held() {
+        let guard = guard("lock:a", OwnerToken::new(), 1);
+        let lost = tokio::spawn(guard.lost());
+        tokio::time::advance(TTL - crate::lease::drift_margin(TTL) - Duration::from_millis(1))
+            .await;
+        assert!(guard.is_held());
+        assert!(!lost.is_finished());
+
+        tokio::time::advance(Duration::from_millis(1)).await;
+
+        assert!(!guard.is_held());
+        lost.await.unwrap();
+    }
+
+    #[tokio::test]
     async fn dropping_a_guard_clone_does_not_release() {
         let store = MemoryBackend::new();
         let lock = held(&store, "lock:a").await;
@@ -244,8 +380,7 @@ mod tests {
 
     #[test]
     fn held_locks_are_matched_by_full_name() {
-        let guard = LockGuard::new("lock:a".into(), 5, OwnerToken::new(), 1);
-        let held = HeldLocks::default().with(guard);
+        let held = HeldLocks::default().with(guard("lock:a", OwnerToken::new(), 1));
         assert!(held.holds("lock:a"));
         assert!(!held.holds("other:a"));
     }

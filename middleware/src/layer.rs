@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::StatusCode;
@@ -9,11 +10,13 @@ use tower_layer::Layer;
 
 use crate::acquire::AcquirePlan;
 use crate::key::{DEFAULT_MAX_KEY_LEN, KeyExtractor};
-use crate::{Backoff, BusyPolicy, LockBackend, LockService};
+use crate::lease::LeasePlan;
+use crate::{Backoff, BusyPolicy, LockBackend, LockService, OnLost};
 
 /// Runs each request under a distributed lock on the key its [`KeyExtractor`] finds.
 ///
-/// Defaults: prefix `lock:`, lease TTL 30 s, wait up to 3 s for a busy lock with
+/// Defaults: prefix `lock:`, lease TTL 10 s renewed every TTL/3 while the handler runs, abort
+/// the handler with 503 if the lease is lost, wait up to 3 s for a busy lock with
 /// [`Backoff::default`], answer 409 when still busy, answer 503 when the store does not
 /// answer within 1 s (fail closed), keys up to 256 bytes.
 ///
@@ -46,8 +49,22 @@ pub(crate) struct Config<B, K> {
     pub(crate) prefix: String,
     pub(crate) max_key_len: usize,
     pub(crate) plan: AcquirePlan,
+    pub(crate) renew: bool,
+    pub(crate) on_lost: OnLost,
     pub(crate) fail_open: bool,
     pub(crate) busy_status: StatusCode,
+    /// Locks held right now by this layer's services.
+    pub(crate) active: Arc<AtomicUsize>,
+}
+
+impl<B, K> Config<B, K> {
+    pub(crate) fn lease_plan(&self) -> LeasePlan {
+        LeasePlan {
+            ttl: self.plan.ttl,
+            renew: self.renew,
+            store_timeout: self.plan.store_timeout,
+        }
+    }
 }
 
 impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
@@ -60,13 +77,16 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
                 prefix: "lock:".to_owned(),
                 max_key_len: DEFAULT_MAX_KEY_LEN,
                 plan: AcquirePlan {
-                    ttl: Duration::from_secs(30),
+                    ttl: Duration::from_secs(10),
                     policy: BusyPolicy::default(),
                     backoff: Backoff::default(),
                     store_timeout: Duration::from_secs(1),
                 },
+                renew: true,
+                on_lost: OnLost::default(),
                 fail_open: false,
                 busy_status: StatusCode::CONFLICT,
+                active: Arc::default(),
             }),
         }
     }
@@ -90,20 +110,35 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
         self.with(|config| config.prefix = prefix)
     }
 
-    /// How long a lease lasts if its holder neither releases it nor is heard from (default 30 s).
+    /// How long a lease lasts unless renewed (default 10 s).
     ///
-    /// A lock is released as soon as its request finishes; the TTL only bounds how long a
-    /// crashed or partitioned holder blocks the key. Choose it longer than your slowest handler.
+    /// A lock is released as soon as its request finishes, and renewed every TTL/3 while it
+    /// runs; the TTL bounds how long a crashed, paused or partitioned holder blocks the key.
+    /// Without renewal, choose it longer than your slowest handler.
     ///
     /// # Panics
     ///
-    /// When `ttl` is shorter than a millisecond.
+    /// When `ttl` is shorter than 10 ms.
     pub fn ttl(self, ttl: Duration) -> Self {
         assert!(
-            ttl >= Duration::from_millis(1),
-            "a lease TTL needs at least 1 ms"
+            ttl >= Duration::from_millis(10),
+            "a lease TTL needs at least 10 ms"
         );
         self.with(|config| config.plan.ttl = ttl)
+    }
+
+    /// Whether the lease is renewed every TTL/3 while the handler runs (default `true`).
+    ///
+    /// Each renewal is one owner-checked extend command; none is sent once the lock is
+    /// released or the request dropped. Without renewal the lease simply ends after the TTL,
+    /// and a slower handler loses its lock (see [`on_lost`](Self::on_lost)).
+    pub fn renew(self, renew: bool) -> Self {
+        self.with(|config| config.renew = renew)
+    }
+
+    /// What happens to a handler whose lease is lost (default [`OnLost::Abort`]).
+    pub fn on_lost(self, on_lost: OnLost) -> Self {
+        self.with(|config| config.on_lost = on_lost)
     }
 
     /// Answer busy at once when the lock is held.
@@ -153,6 +188,14 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
     }
 }
 
+impl<B, K> LockLayer<B, K> {
+    /// How many locks this layer's services hold right now (each with its renewal timer).
+    /// For metrics, and for tests that show nothing is left behind once requests finish.
+    pub fn active_leases(&self) -> usize {
+        self.config.active.load(Ordering::Relaxed)
+    }
+}
+
 impl<B, K> Clone for LockLayer<B, K> {
     fn clone(&self) -> Self {
         Self {
@@ -169,8 +212,11 @@ impl<B, K> Clone for Config<B, K> {
             prefix: self.prefix.clone(),
             max_key_len: self.max_key_len,
             plan: self.plan,
+            renew: self.renew,
+            on_lost: self.on_lost,
             fail_open: self.fail_open,
             busy_status: self.busy_status,
+            active: Arc::clone(&self.active),
         }
     }
 }
@@ -188,6 +234,8 @@ impl<B: fmt::Debug, K> fmt::Debug for Config<B, K> {
             .field("prefix", &self.prefix)
             .field("max_key_len", &self.max_key_len)
             .field("plan", &self.plan)
+            .field("renew", &self.renew)
+            .field("on_lost", &self.on_lost)
             .field("fail_open", &self.fail_open)
             .field("busy_status", &self.busy_status)
             .finish_non_exhaustive()

@@ -37,6 +37,28 @@ impl Default for BusyPolicy {
     }
 }
 
+/// What happens to a request whose lease is lost while its handler runs (a renewal found the
+/// lock taken, or no renewal was confirmed before the lease's local deadline).
+///
+/// # Example
+///
+/// ```
+/// use tower_lock::{LockLayer, MemoryBackend, OnLost, key::header};
+///
+/// // Let handlers that check `LockGuard::is_held` (or write with fences) finish.
+/// let layer = LockLayer::new(MemoryBackend::new(), header("x-account")).on_lost(OnLost::Continue);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnLost {
+    /// Drop the handler's future at its next await point and answer 503 (problem type
+    /// `urn:tower-lock:lock-lost`): no step after the loss runs.
+    #[default]
+    Abort,
+    /// Let the handler finish; it sees the loss on its [`LockGuard`](crate::LockGuard). The
+    /// loss is logged.
+    Continue,
+}
+
 /// Exponential backoff with full jitter between acquire attempts.
 ///
 /// Before retry `n` (counting from 0) a waiter sleeps a uniformly random time in

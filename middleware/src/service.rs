@@ -1,6 +1,8 @@
 //! [`LockService`]: acquire, run the inner service, release.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -12,7 +14,8 @@ use crate::acquire::{NotObtained, acquire};
 use crate::guard::{HeldLock, HeldLocks};
 use crate::key::{KeyError, KeyExtractor, validate_key};
 use crate::layer::Config;
-use crate::{LockBackend, LockError, LockGuard, OwnerToken, ResponseFuture};
+use crate::lease::{self, Lease};
+use crate::{LockBackend, LockError, LockGuard, OnLost, OwnerToken, ResponseFuture};
 
 /// Runs the inner service under the request's lock. Built by [`LockLayer`](crate::LockLayer).
 ///
@@ -86,8 +89,8 @@ where
     }
 
     let token = OwnerToken::new();
-    let fence = match acquire(&config.backend, &name, token, config.plan).await {
-        Ok(fence) => fence,
+    let (fence, sent) = match acquire(&config.backend, &name, token, config.plan).await {
+        Ok(acquired) => acquired,
         Err(NotObtained::Busy { holder_ttl }) => {
             let key = name[config.prefix.len()..].to_owned();
             tracing::debug!(lock = name, ?holder_ttl, "busy");
@@ -107,18 +110,69 @@ where
         }
     };
 
-    let guard = LockGuard::new(name, config.prefix.len(), token, fence);
+    let lease = Lease::new(sent, config.plan.ttl);
+    let guard = LockGuard::new(name, config.prefix.len(), token, fence, lease);
     tracing::trace!(lock = guard.name(), fence, "acquired");
     let lock = HeldLock::new(
         Arc::clone(&config.backend),
         guard.clone(),
         config.plan.store_timeout,
+        Arc::clone(&config.active),
     );
     parts.extensions.insert(held.with(guard.clone()));
     parts.extensions.insert(guard);
-    let result = inner.call(Request::from_parts(parts, body)).await;
+    let call = inner.call(Request::from_parts(parts, body));
+    let ran = run_while_held(call, &*config.backend, lock.guard(), &config).await;
     lock.release().await;
-    result
+    match ran {
+        Ran::Finished(result) => result,
+        Ran::Aborted { key } => Ok(LockError::LeaseLost { key }.into_response()),
+    }
+}
+
+enum Ran<T> {
+    Finished(T),
+    Aborted { key: String },
+}
+
+/// Runs the handler while keeping its lease; when the lease is lost, aborts the handler (its
+/// future is dropped on return) or lets it finish, as configured.
+async fn run_while_held<F, B, K>(
+    call: F,
+    backend: &B,
+    guard: &LockGuard,
+    config: &Config<B, K>,
+) -> Ran<F::Output>
+where
+    F: Future,
+    B: LockBackend,
+{
+    let mut call = pin!(call);
+    let because = tokio::select! {
+        biased;
+        output = &mut call => return Ran::Finished(output),
+        because = lease::keep(backend, guard, config.lease_plan()) => because,
+    };
+    match config.on_lost {
+        OnLost::Abort => {
+            tracing::warn!(
+                lock = guard.name(),
+                ?because,
+                "lock lost; aborting the request"
+            );
+            Ran::Aborted {
+                key: guard.key().to_owned(),
+            }
+        }
+        OnLost::Continue => {
+            tracing::warn!(
+                lock = guard.name(),
+                ?because,
+                "lock lost; the request goes on"
+            );
+            Ran::Finished(call.await)
+        }
+    }
 }
 
 /// The request's full lock name (prefix and key), `None` when it is not locked.
@@ -522,6 +576,10 @@ mod tests {
             Err(BackendError::new("connection refused"))
         }
 
+        async fn extend(&self, _: &str, _: OwnerToken, _: Duration) -> Result<bool, BackendError> {
+            Err(BackendError::new("connection refused"))
+        }
+
         async fn release(&self, _: &str, _: OwnerToken) -> Result<bool, BackendError> {
             Err(BackendError::new("connection refused"))
         }
@@ -578,6 +636,10 @@ mod tests {
             std::future::pending().await
         }
 
+        async fn extend(&self, _: &str, _: OwnerToken, _: Duration) -> Result<bool, BackendError> {
+            std::future::pending().await
+        }
+
         async fn release(&self, _: &str, _: OwnerToken) -> Result<bool, BackendError> {
             std::future::pending().await
         }
@@ -597,5 +659,206 @@ mod tests {
             StatusCode::SERVICE_UNAVAILABLE
         );
         assert_eq!(started.elapsed(), Duration::from_millis(300));
+    }
+}
+
+#[cfg(test)]
+mod lease_tests {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::post;
+    use http::{Request, StatusCode};
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::key::header;
+    use crate::{Acquire, BackendError, LockLayer, MemoryBackend};
+
+    const TTL: Duration = Duration::from_millis(300);
+
+    /// The memory backend, counting extend calls.
+    #[derive(Clone, Debug, Default)]
+    struct CountingBackend {
+        store: MemoryBackend,
+        extends: Arc<AtomicUsize>,
+    }
+
+    impl LockBackend for CountingBackend {
+        async fn acquire(
+            &self,
+            key: &str,
+            token: OwnerToken,
+            ttl: Duration,
+        ) -> Result<Acquire, BackendError> {
+            self.store.acquire(key, token, ttl).await
+        }
+
+        async fn extend(
+            &self,
+            key: &str,
+            token: OwnerToken,
+            ttl: Duration,
+        ) -> Result<bool, BackendError> {
+            self.extends.fetch_add(1, Ordering::SeqCst);
+            self.store.extend(key, token, ttl).await
+        }
+
+        async fn release(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
+            self.store.release(key, token).await
+        }
+    }
+
+    fn request() -> Request<Body> {
+        Request::post("/")
+            .header("x-key", "a")
+            .body(Body::empty())
+            .unwrap()
+    }
+
+    async fn send(app: &Router) -> (StatusCode, String) {
+        let response = app.clone().oneshot(request()).await.unwrap();
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    /// A route whose handler works for `work`, then answers whether it still held its lock.
+    fn slow_app(
+        layer: LockLayer<CountingBackend, crate::key::Header>,
+        work: Duration,
+        finished: Arc<AtomicBool>,
+    ) -> Router {
+        Router::new()
+            .route(
+                "/",
+                post(
+                    move |axum::Extension(lock): axum::Extension<LockGuard>| async move {
+                        tokio::time::sleep(work).await;
+                        finished.store(true, Ordering::SeqCst);
+                        lock.is_held().to_string()
+                    },
+                ),
+            )
+            .route_layer(layer)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handler_running_three_ttls_keeps_its_lock_by_renewal() {
+        let backend = CountingBackend::default();
+        let layer = LockLayer::new(backend.clone(), header("x-key"))
+            .ttl(TTL)
+            .reject();
+        let app = slow_app(layer, TTL * 3, Arc::default());
+        let holder = tokio::spawn({
+            let app = app.clone();
+            async move { send(&app).await }
+        });
+
+        for _ in 0..8 {
+            tokio::time::sleep(TTL / 3).await;
+            assert_eq!(
+                send(&app).await.0,
+                StatusCode::CONFLICT,
+                "the key stays locked"
+            );
+        }
+
+        assert_eq!(holder.await.unwrap(), (StatusCode::OK, "true".to_owned()));
+        assert!(
+            backend.extends.load(Ordering::SeqCst) >= 8,
+            "renewed every TTL/3"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_renewal_a_slow_handler_loses_its_lock_and_is_aborted() {
+        let backend = CountingBackend::default();
+        let finished = Arc::new(AtomicBool::new(false));
+        let layer = LockLayer::new(backend.clone(), header("x-key"))
+            .ttl(TTL)
+            .renew(false);
+        let app = slow_app(layer.clone(), TTL * 2, finished.clone());
+
+        let (status, body) = send(&app).await;
+        tokio::time::sleep(TTL * 2).await;
+
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("urn:tower-lock:lock-lost"), "{body}");
+        assert!(
+            !finished.load(Ordering::SeqCst),
+            "no step after the loss ran"
+        );
+        assert_eq!(backend.extends.load(Ordering::SeqCst), 0);
+        assert_eq!(layer.active_leases(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_on_lost_continue_the_handler_finishes_and_sees_the_loss() {
+        let finished = Arc::new(AtomicBool::new(false));
+        let layer = LockLayer::new(CountingBackend::default(), header("x-key"))
+            .ttl(TTL)
+            .renew(false)
+            .on_lost(OnLost::Continue);
+        let app = slow_app(layer, TTL * 2, finished.clone());
+
+        assert_eq!(send(&app).await, (StatusCode::OK, "false".to_owned()));
+        assert!(finished.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_taken_by_someone_else_is_lost_at_the_next_renewal() {
+        let backend = CountingBackend::default();
+        let store = backend.store.clone();
+        let finished = Arc::new(AtomicBool::new(false));
+        let app = Router::new()
+            .route(
+                "/",
+                post({
+                    let finished = finished.clone();
+                    move |axum::Extension(lock): axum::Extension<LockGuard>| async move {
+                        // Somebody deletes the lock and takes it: an operator, or a store failover.
+                        store.release(lock.name(), lock.token()).await.unwrap();
+                        store
+                            .acquire(lock.name(), OwnerToken::new(), TTL * 10)
+                            .await
+                            .unwrap();
+                        tokio::time::sleep(TTL).await;
+                        finished.store(true, Ordering::SeqCst);
+                    }
+                }),
+            )
+            .route_layer(LockLayer::new(backend, header("x-key")).ttl(TTL));
+        let started = tokio::time::Instant::now();
+
+        let (status, _) = send(&app).await;
+
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(started.elapsed(), TTL / 3, "found at the first renewal");
+        assert!(!finished.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_renewal_is_sent_after_release_or_cancellation() {
+        let backend = CountingBackend::default();
+        let layer = LockLayer::new(backend.clone(), header("x-key")).ttl(TTL);
+        let app = slow_app(layer.clone(), TTL, Arc::default());
+        send(&app).await;
+        let cancelled = tokio::spawn({
+            let app = app.clone();
+            async move { send(&app).await }
+        });
+        tokio::time::sleep(TTL / 2).await;
+        cancelled.abort();
+        let _ = cancelled.await;
+        let extends = backend.extends.load(Ordering::SeqCst);
+
+        tokio::time::sleep(TTL * 10).await;
+
+        assert_eq!(backend.extends.load(Ordering::SeqCst), extends);
+        assert_eq!(layer.active_leases(), 0);
     }
 }

@@ -144,6 +144,22 @@ impl LockBackend for MemoryBackend {
         Ok(Acquire::Acquired { fence: entry.fence })
     }
 
+    async fn extend(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        let now = Instant::now();
+        let mut state = self.lock_state();
+        let holder = state
+            .keys
+            .get_mut(key)
+            .and_then(|entry| entry.holder.as_mut())
+            .filter(|holder| holder.expires_at > now && holder.token == token);
+        Ok(holder.map(|holder| holder.expires_at = now + ttl).is_some())
+    }
+
     async fn release(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
         let now = Instant::now();
         let mut state = self.lock_state();
@@ -227,6 +243,28 @@ mod tests {
             Acquire::Busy { .. }
         ));
         assert!(store.release("k", current).await.unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn extend_renews_only_the_owners_live_lease() {
+        let store = MemoryBackend::new();
+        let (owner, other) = (OwnerToken::new(), OwnerToken::new());
+        store.acquire("k", owner, TTL).await.unwrap();
+        tokio::time::advance(TTL - Duration::from_secs(1)).await;
+
+        assert!(!store.extend("k", other, TTL).await.unwrap());
+        assert!(store.extend("k", owner, TTL).await.unwrap());
+        tokio::time::advance(TTL - Duration::from_secs(1)).await;
+        assert!(matches!(
+            store.acquire("k", other, TTL).await.unwrap(),
+            Acquire::Busy { .. }
+        ));
+
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(
+            !store.extend("k", owner, TTL).await.unwrap(),
+            "an expired lease stays lost"
+        );
     }
 
     #[tokio::test(start_paused = true)]

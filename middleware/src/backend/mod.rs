@@ -49,7 +49,7 @@ impl BackendError {
 /// A store of leases: owner-checked, expiring, fenced locks.
 ///
 /// Implementations must make each call atomic: two concurrent `acquire` calls for the same
-/// key never both succeed, and `release` removes the lock only when `token` still owns it.
+/// key never both succeed, and `extend` and `release` act only while `token` still owns it.
 /// `key` is the full lock name (prefix included); a backend may wrap it (the Redis backend
 /// adds a hash tag) but must not share state between different names.
 pub trait LockBackend: Send + Sync + 'static {
@@ -60,6 +60,15 @@ pub trait LockBackend: Send + Sync + 'static {
         token: OwnerToken,
         ttl: Duration,
     ) -> impl Future<Output = Result<Acquire, BackendError>> + Send;
+
+    /// Resets the lease of lock `key` to `ttl` from now, if `token` still owns it. Returns
+    /// whether it did; `false` means the lease is lost (expired, or taken by someone else).
+    fn extend(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send;
 
     /// Deletes the lock if `token` still owns it. Returns whether it did.
     fn release(

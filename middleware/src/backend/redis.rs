@@ -39,6 +39,7 @@ pub struct RedisBackend {
 
 struct Scripts {
     acquire: Script,
+    extend: Script,
     release: Script,
 }
 
@@ -66,6 +67,7 @@ impl RedisBackend {
             connection,
             scripts: Arc::new(Scripts {
                 acquire: Script::new(include_str!("lua/acquire.lua")),
+                extend: Script::new(include_str!("lua/extend.lua")),
                 release: Script::new(include_str!("lua/release.lua")),
             }),
         }
@@ -126,6 +128,25 @@ impl LockBackend for RedisBackend {
             }),
             _ => Err(unexpected_reply(&reply)),
         }
+    }
+
+    async fn extend(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        let mut buf = [0; 32];
+        let extended: i64 = self
+            .scripts
+            .extend
+            .key(lock_key(key))
+            .arg(token.encode(&mut buf))
+            .arg(millis(ttl))
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(BackendError::new)?;
+        Ok(extended == 1)
     }
 
     async fn release(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
