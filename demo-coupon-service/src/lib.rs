@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::{get, post, put};
 use tower_lock::key::KeyTemplate;
-use tower_lock::{LockBackend, LockLayer, MemoryBackend, RedisBackend};
+use tower_lock::{LockBackend, LockLayer, MemoryBackend, OnLost, RedisBackend};
 
 pub mod problem;
 pub mod routes;
@@ -39,6 +39,76 @@ pub struct Options {
     /// How long a claim waits for a busy lock (ms); 0 rejects at once with 409.
     #[arg(long, env = "LOCK_WAIT_MS", default_value_t = 3000)]
     pub lock_wait_ms: u64,
+    /// Lease TTL of a claim's lock (ms); renewed every TTL/3 while the claim runs.
+    #[arg(long, env = "LOCK_TTL_MS", default_value_t = 10_000)]
+    pub lock_ttl_ms: u64,
+    /// Do not renew leases: a claim slower than the TTL loses its lock (for fault tests).
+    #[arg(long, env = "NO_RENEW")]
+    pub no_renew: bool,
+    /// What a claim does when its lock is lost: abort (503) or continue to its fenced write.
+    #[arg(long, env = "ON_LOST", value_enum, default_value_t = OnLostArg::Abort)]
+    pub on_lost: OnLostArg,
+    /// Write claims without their fencing token: a claim that lost its lock can then write
+    /// over the next holder's (the control for the fencing proof).
+    #[arg(long, env = "NO_FENCE")]
+    pub no_fence: bool,
+}
+
+/// `--on-lost` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnLostArg {
+    /// Stop the claim at its next await point and answer 503.
+    Abort,
+    /// Let the claim run on to its write, which the fence refuses.
+    Continue,
+}
+
+impl From<OnLostArg> for OnLost {
+    fn from(arg: OnLostArg) -> Self {
+        match arg {
+            OnLostArg::Abort => Self::Abort,
+            OnLostArg::Continue => Self::Continue,
+        }
+    }
+}
+
+/// How claims are locked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockSettings {
+    /// How long a claim waits for a busy lock (zero: reject at once).
+    pub wait: Duration,
+    /// The lease TTL.
+    pub ttl: Duration,
+    /// Whether leases are renewed while a claim runs.
+    pub renew: bool,
+    /// What happens to a claim whose lock is lost.
+    pub on_lost: OnLost,
+    /// Whether claim writes carry the lock's fencing token.
+    pub fence_writes: bool,
+}
+
+impl Default for LockSettings {
+    fn default() -> Self {
+        Self {
+            wait: Duration::from_secs(3),
+            ttl: Duration::from_secs(10),
+            renew: true,
+            on_lost: OnLost::Abort,
+            fence_writes: true,
+        }
+    }
+}
+
+impl From<&Options> for LockSettings {
+    fn from(options: &Options) -> Self {
+        Self {
+            wait: Duration::from_millis(options.lock_wait_ms),
+            ttl: Duration::from_millis(options.lock_ttl_ms),
+            renew: !options.no_renew,
+            on_lost: options.on_lost.into(),
+            fence_writes: !options.no_fence,
+        }
+    }
 }
 
 /// How claims are locked.
@@ -61,31 +131,32 @@ pub struct AppState {
     pub locking: Locking,
     /// The simulated work inside a claim.
     pub work: Duration,
-    /// How long a claim waits for a busy lock.
-    pub lock_wait: Duration,
+    /// How claims are locked.
+    pub lock: LockSettings,
 }
 
 impl AppState {
-    /// The embedded mode: coupons and locks in this process.
-    pub fn embedded(work: Duration, lock_wait: Duration, lock: bool) -> Self {
+    /// The embedded mode: coupons and locks in this process (`lock: false` for the control).
+    pub fn embedded(work: Duration, settings: LockSettings, lock: bool) -> Self {
+        let locks = MemoryBackend::new();
         Self {
-            store: CouponStore::Memory(MemoryStore::default()),
+            store: CouponStore::Memory(MemoryStore::fenced_by(locks.clone())),
             locking: if lock {
-                Locking::Memory(MemoryBackend::new())
+                Locking::Memory(locks)
             } else {
                 Locking::Off
             },
             work,
-            lock_wait,
+            lock: settings,
         }
     }
 
     /// The state `options` ask for, connecting to Redis when a URL is given.
     pub async fn from_options(options: &Options) -> Result<Self, redis::RedisError> {
         let work = Duration::from_millis(options.work_ms);
-        let lock_wait = Duration::from_millis(options.lock_wait_ms);
+        let settings = LockSettings::from(options);
         let Some(url) = &options.redis_url else {
-            return Ok(Self::embedded(work, lock_wait, !options.no_lock));
+            return Ok(Self::embedded(work, settings, !options.no_lock));
         };
         let connection =
             redis::aio::ConnectionManager::new(redis::Client::open(url.as_str())?).await?;
@@ -98,15 +169,19 @@ impl AppState {
             store: CouponStore::Redis(RedisStore::new(connection)),
             locking,
             work,
-            lock_wait,
+            lock: settings,
         })
     }
 }
 
-/// The claim route's lock: key `coupon:{id}`, waiting `wait` for a busy coupon.
-fn claim_lock<B: LockBackend>(backend: B, wait: Duration) -> LockLayer<B, KeyTemplate> {
+/// The claim route's lock: key `coupon:{id}`, as `settings` say.
+fn claim_lock<B: LockBackend>(backend: B, settings: LockSettings) -> LockLayer<B, KeyTemplate> {
     let key = KeyTemplate::parse("coupon:{path id}").expect("a valid key template");
-    LockLayer::new(backend, key).wait(wait)
+    LockLayer::new(backend, key)
+        .wait(settings.wait)
+        .ttl(settings.ttl)
+        .renew(settings.renew)
+        .on_lost(settings.on_lost)
 }
 
 /// The service's routes.
@@ -117,14 +192,16 @@ fn claim_lock<B: LockBackend>(backend: B, wait: Duration) -> LockLayer<B, KeyTem
 /// use std::time::Duration;
 /// use demo_coupon_service::{AppState, app};
 ///
-/// let router = app(AppState::embedded(Duration::from_millis(2), Duration::from_secs(3), true));
+/// use demo_coupon_service::LockSettings;
+///
+/// let router = app(AppState::embedded(Duration::from_millis(2), LockSettings::default(), true));
 /// ```
 pub fn app(state: AppState) -> Router {
     let claim = post(routes::claim);
     let claim = match &state.locking {
         Locking::Off => claim,
-        Locking::Memory(backend) => claim.route_layer(claim_lock(backend.clone(), state.lock_wait)),
-        Locking::Redis(backend) => claim.route_layer(claim_lock(backend.clone(), state.lock_wait)),
+        Locking::Memory(backend) => claim.route_layer(claim_lock(backend.clone(), state.lock)),
+        Locking::Redis(backend) => claim.route_layer(claim_lock(backend.clone(), state.lock)),
     };
     Router::new()
         .route("/coupons/{id}", put(routes::reset).get(routes::show))
@@ -163,6 +240,10 @@ pub async fn serve(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         locking,
         work_ms = options.work_ms,
         lock_wait_ms = options.lock_wait_ms,
+        lock_ttl_ms = options.lock_ttl_ms,
+        renew = !options.no_renew,
+        on_lost = ?options.on_lost,
+        fenced_writes = !options.no_fence,
         "coupon service listening"
     );
     axum::serve(listener, app(state))

@@ -4,6 +4,7 @@ use axum::Json;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use tower_lock::LockError;
 
 /// Why a coupon request was refused. Each has its own problem `type`, distinct from the lock
 /// layer's (`urn:tower-lock:*`), so a client can tell "sold out" from "busy, retry".
@@ -19,11 +20,14 @@ pub enum Problem {
     AlreadyClaimed,
     /// The coupon store failed.
     StoreUnavailable,
+    /// The claim's fenced write was refused: its lock on this coupon was lost and taken by a
+    /// newer holder. Answered like the lock layer's own lost-lock abort (503 `lock-lost`).
+    LockLost(String),
 }
 
-impl Problem {
-    fn parts(&self) -> (StatusCode, &'static str, &'static str) {
-        match self {
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let (status, kind, title) = match &self {
             Self::InvalidRequest(_) => (
                 StatusCode::BAD_REQUEST,
                 "invalid-request",
@@ -41,13 +45,11 @@ impl Problem {
                 "store-unavailable",
                 "coupon store unavailable",
             ),
-        }
-    }
-}
-
-impl IntoResponse for Problem {
-    fn into_response(self) -> Response {
-        let (status, kind, title) = self.parts();
+            Self::LockLost(coupon) => {
+                let key = format!("coupon:{coupon}");
+                return LockError::LeaseLost { key }.into_response();
+            }
+        };
         let mut body = json!({
             "type": format!("urn:coupon-demo:{kind}"),
             "title": title,

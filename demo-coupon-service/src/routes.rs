@@ -1,14 +1,16 @@
 //! The HTTP handlers. The claim handler is written the ordinary, non-atomic way.
 
-use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tower_lock::LockGuard;
 
 use crate::AppState;
 use crate::problem::Problem;
+use crate::store::Fence;
 
 /// `PUT /coupons/{id}` body.
 #[derive(Debug, Deserialize)]
@@ -54,10 +56,13 @@ pub async fn reset(
 }
 
 /// Claims one unit for a user: read the stock, check the user, work, write. Correct only
-/// while no other claim on the same coupon runs at the same time.
+/// while no other claim on the same coupon runs at the same time — and the write carries the
+/// lock's fencing token, so a holder that lost its lock meanwhile (paused past its lease)
+/// cannot write over the next holder's claim.
 pub async fn claim(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    lock: Option<Extension<LockGuard>>,
     body: Result<Json<ClaimRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), Problem> {
     let id = checked_id(&id)?;
@@ -81,8 +86,25 @@ pub async fn claim(
     }
     tokio::time::sleep(state.work).await;
     let remaining = stock.remaining - 1;
-    state.store.set_remaining(id, remaining).await?;
-    state.store.record_claim(id, &user).await?;
+    let fence = lock
+        .as_ref()
+        .filter(|_| state.lock.fence_writes)
+        .map(|Extension(lock)| Fence {
+            lock_name: lock.name(),
+            token: lock.fence(),
+        });
+    if !state
+        .store
+        .commit_claim(id, &user, remaining, fence)
+        .await?
+    {
+        tracing::warn!(
+            coupon = id,
+            user,
+            "claim refused: a newer lock holder exists"
+        );
+        return Err(Problem::LockLost(id.to_owned()));
+    }
     tracing::debug!(coupon = id, user, remaining, "claimed");
     Ok((
         StatusCode::CREATED,

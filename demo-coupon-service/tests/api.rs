@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use demo_coupon_service::{AppState, app};
+use demo_coupon_service::{AppState, LockSettings, app};
 use http::{Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -13,7 +13,7 @@ use tower::ServiceExt;
 fn demo() -> Router {
     app(AppState::embedded(
         Duration::ZERO,
-        Duration::from_secs(3),
+        LockSettings::default(),
         true,
     ))
 }

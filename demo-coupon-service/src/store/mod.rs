@@ -29,6 +29,15 @@ pub struct Summary {
     pub duplicate_claims: i64,
 }
 
+/// The lock a write is made under: its full name in the lock store and its fencing token.
+#[derive(Clone, Copy, Debug)]
+pub struct Fence<'a> {
+    /// The lock's name, prefix included (`LockGuard::name`).
+    pub lock_name: &'a str,
+    /// The writer's fencing token (`LockGuard::fence`).
+    pub token: u64,
+}
+
 /// The store failed (Redis unreachable or answering nonsense).
 #[derive(Debug)]
 pub struct StoreError(pub String);
@@ -70,25 +79,19 @@ impl CouponStore {
         }
     }
 
-    /// Writes the remaining stock.
-    pub async fn set_remaining(&self, id: &str, remaining: i64) -> Result<(), StoreError> {
+    /// Writes the new remaining stock and records `user`'s claim — unless `fence` is given
+    /// and a newer holder has taken the coupon's lock since (checked atomically with the
+    /// write). Returns whether the claim was written.
+    pub async fn commit_claim(
+        &self,
+        id: &str,
+        user: &str,
+        remaining: i64,
+        fence: Option<Fence<'_>>,
+    ) -> Result<bool, StoreError> {
         match self {
-            Self::Memory(store) => {
-                store.set_remaining(id, remaining);
-                Ok(())
-            }
-            Self::Redis(store) => store.set_remaining(id, remaining).await,
-        }
-    }
-
-    /// Records that `user` claimed the coupon.
-    pub async fn record_claim(&self, id: &str, user: &str) -> Result<(), StoreError> {
-        match self {
-            Self::Memory(store) => {
-                store.record_claim(id, user);
-                Ok(())
-            }
-            Self::Redis(store) => store.record_claim(id, user).await,
+            Self::Memory(store) => Ok(store.commit_claim(id, user, remaining, fence)),
+            Self::Redis(store) => store.commit_claim(id, user, remaining, fence).await,
         }
     }
 

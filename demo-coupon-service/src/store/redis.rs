@@ -1,7 +1,13 @@
-use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
+use std::sync::LazyLock;
 
-use super::{Stock, StoreError, Summary, duplicates};
+use redis::aio::ConnectionManager;
+use redis::{AsyncCommands, Script};
+use tower_lock::RedisBackend;
+
+use super::{Fence, Stock, StoreError, Summary, duplicates};
+
+static COMMIT_CLAIM: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("commit_claim.lua")));
 
 /// Coupons in Redis: `coupon:<id>` is a hash of `initial_stock` and `remaining`,
 /// `coupon:<id>:claims` a list with one user id per claim record.
@@ -70,18 +76,27 @@ impl RedisStore {
         Ok(position.is_some())
     }
 
-    pub(super) async fn set_remaining(&self, id: &str, remaining: i64) -> Result<(), StoreError> {
-        let _: () = self
-            .connection
-            .clone()
-            .hset(coupon_key(id), "remaining", remaining)
-            .await?;
-        Ok(())
-    }
-
-    pub(super) async fn record_claim(&self, id: &str, user: &str) -> Result<(), StoreError> {
-        let _: () = self.connection.clone().rpush(claims_key(id), user).await?;
-        Ok(())
+    pub(super) async fn commit_claim(
+        &self,
+        id: &str,
+        user: &str,
+        remaining: i64,
+        fence: Option<Fence<'_>>,
+    ) -> Result<bool, StoreError> {
+        let mut commit = COMMIT_CLAIM.prepare_invoke();
+        commit
+            .key(coupon_key(id))
+            .key(claims_key(id))
+            .arg(remaining)
+            .arg(user);
+        match fence {
+            Some(fence) => commit
+                .key(RedisBackend::fence_counter_key(fence.lock_name))
+                .arg(fence.token),
+            None => commit.arg(""),
+        };
+        let written: i64 = commit.invoke_async(&mut self.connection.clone()).await?;
+        Ok(written == 1)
     }
 
     pub(super) async fn summary(&self, id: &str) -> Result<Option<Summary>, StoreError> {

@@ -76,6 +76,51 @@ impl MemoryBackend {
         self.lock_state().keys.len()
     }
 
+    /// How many locks are held right now (leases not yet released or expired).
+    pub fn held_locks(&self) -> usize {
+        let now = Instant::now();
+        let state = self.lock_state();
+        state
+            .keys
+            .values()
+            .filter(|key| key.live_holder(now).is_some())
+            .count()
+    }
+
+    /// Runs `write` only if no fencing token newer than `fence` has been issued for lock
+    /// `name`, atomically with respect to every acquire: the in-process counterpart of a Lua
+    /// script that compares with the Redis fencing counter. Returns `None` when the write was
+    /// refused because a newer holder exists.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_lock::{Acquire, LockBackend, MemoryBackend, OwnerToken};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let locks = MemoryBackend::new();
+    /// let ttl = Duration::from_millis(10);
+    /// let Acquire::Acquired { fence: stale } = locks.acquire("lock:a", OwnerToken::new(), ttl).await? else { panic!() };
+    /// tokio::time::sleep(ttl).await; // the holder stalls; its lease expires
+    /// let Acquire::Acquired { fence: fresh } = locks.acquire("lock:a", OwnerToken::new(), ttl).await? else { panic!() };
+    ///
+    /// assert_eq!(locks.fenced("lock:a", stale, || "stale write"), None);
+    /// assert_eq!(locks.fenced("lock:a", fresh, || "fresh write"), Some("fresh write"));
+    /// # Ok::<_, tower_lock::BackendError>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn fenced<T>(&self, name: &str, fence: u64, write: impl FnOnce() -> T) -> Option<T> {
+        let now = Instant::now();
+        let state = self.lock_state();
+        let newest = state
+            .keys
+            .get(name)
+            .filter(|key| key.fence_expires_at > now)
+            .map_or(0, |key| key.fence);
+        (newest <= fence).then(write)
+    }
+
     fn lock_state(&self) -> MutexGuard<'_, State> {
         // A panic while holding this lock cannot leave a half-written entry (every update is a
         // single assignment), so a poisoned lock is still consistent.

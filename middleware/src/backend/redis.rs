@@ -74,6 +74,21 @@ impl RedisBackend {
     }
 }
 
+impl RedisBackend {
+    /// The Redis key of lock `name` (the layer's prefix and the key, e.g. `lock:coupon:42`):
+    /// `{lock:coupon:42}`. Its value is the holder's owner token.
+    pub fn lock_key(name: &str) -> String {
+        lock_key(name)
+    }
+
+    /// The Redis key of lock `name`'s fencing counter: `{lock:coupon:42}:fence`. It holds the
+    /// last fencing token issued for the lock, so a Lua script that writes on the lock's behalf
+    /// can refuse a stale holder atomically: `GET` it and compare with the writer's token.
+    pub fn fence_counter_key(name: &str) -> String {
+        fence_key(name)
+    }
+}
+
 impl fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBackend").finish_non_exhaustive()
