@@ -12,14 +12,17 @@
 //!   them, or any closure.
 //! * [`RedisBackend`] shares locks between processes; [`MemoryBackend`] keeps them in one
 //!   process (the embedded default, for single instances and tests).
-//! * Handlers see the held lock as a [`LockGuard`] in the request extensions, with its
-//!   fencing token.
+//! * Handlers see the held lock as a [`LockGuard`] in the request extensions: its key, whether
+//!   the lease is still held, and its fencing token ([`fencing`] shows how stores use it).
+//! * While the handler runs, the lease is renewed every TTL/3; a lost lease aborts the handler
+//!   with 503, or lets it finish with [`OnLost::Continue`].
 //!
 //! | situation | answer |
 //! |---|---|
 //! | lock busy (`reject()`, or the wait timed out) | 409, `Retry-After`, problem+json |
 //! | no valid key in the request | 400, problem+json naming what is missing |
 //! | store unreachable | 503, `Retry-After` (or the handler runs unlocked with `fail_open()`) |
+//! | lease lost while the handler ran (`OnLost::Abort`) | 503, `Retry-After`, problem type `lock-lost` |
 //!
 //! # Example
 //!
@@ -50,6 +53,8 @@
 
 mod acquire;
 pub mod backend;
+#[doc = include_str!("../../docs/fencing.md")]
+pub mod fencing {}
 mod error;
 mod future;
 mod guard;

@@ -96,7 +96,11 @@ mod tests {
     use super::*;
 
     async fn fence(locks: &MemoryBackend, ttl: Duration) -> u64 {
-        match locks.acquire("lock:coupon:c1", OwnerToken::new(), ttl).await.unwrap() {
+        match locks
+            .acquire("lock:coupon:c1", OwnerToken::new(), ttl)
+            .await
+            .unwrap()
+        {
             Acquire::Acquired { fence } => fence,
             Acquire::Busy { .. } => panic!("the lock should be free"),
         }
@@ -122,7 +126,10 @@ mod tests {
         let fresh_write = store.commit_claim("c1", "new", 0, fenced(fresh));
         let stale_after = store.commit_claim("c1", "old", 0, fenced(stale));
 
-        assert_eq!((stale_first, fresh_write, stale_after), (false, true, false));
+        assert_eq!(
+            (stale_first, fresh_write, stale_after),
+            (false, true, false)
+        );
         let summary = store.summary("c1").unwrap();
         assert_eq!((summary.claimed, summary.stock.remaining), (1, 0));
     }
