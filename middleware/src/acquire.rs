@@ -1,11 +1,13 @@
-//! Taking a lock under the layer's policy: attempts, backoff, and store timeouts.
+//! Taking a lock under the layer's policy: attempts, waiting, and store timeouts.
 
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::{Instant, sleep, timeout, timeout_at};
 
-use crate::{Acquire, Backoff, BusyPolicy, LockBackend, OwnerToken};
+use crate::waiting::Place;
+use crate::{Acquire, Backoff, BusyPolicy, LockBackend, OwnerToken, WaitMode};
 
 /// How a request's lock was not taken.
 #[derive(Debug)]
@@ -25,45 +27,163 @@ pub(crate) struct AcquirePlan {
     pub(crate) store_timeout: Duration,
 }
 
-/// Tries to take lock `name` for `token`, retrying while busy as the policy allows.
-/// Returns the fencing token, and when the successful attempt was sent (the lease counts from
-/// there).
+impl AcquirePlan {
+    pub(crate) fn is_fair(&self) -> bool {
+        matches!(
+            self.policy,
+            BusyPolicy::Wait {
+                mode: WaitMode::Fair { .. },
+                ..
+            }
+        )
+    }
+}
+
+/// The lock is ours: its fencing token, and when the successful attempt was sent (the lease
+/// counts from there).
+pub(crate) type Acquired = (u64, Instant);
+
+/// Tries to take lock `name` for `token`, waiting while busy as the policy allows.
 pub(crate) async fn acquire<B: LockBackend>(
     backend: &Arc<B>,
     name: &str,
     token: OwnerToken,
     plan: AcquirePlan,
-) -> Result<(u64, Instant), NotObtained> {
-    let deadline = match plan.policy {
-        BusyPolicy::Reject => None,
-        BusyPolicy::Wait { timeout } => Some(Instant::now() + timeout),
+) -> Result<Acquired, NotObtained> {
+    let attempts = Attempts {
+        backend,
+        name,
+        token,
+        plan,
     };
-    let mut attempt = 0;
-    loop {
+    let BusyPolicy::Wait { timeout, mode } = plan.policy else {
+        return attempts
+            .once()
+            .await?
+            .map_err(|holder_ttl| NotObtained::Busy { holder_ttl });
+    };
+    let deadline = Instant::now() + timeout;
+    match (mode, backend.waiting_room()) {
+        (WaitMode::Fair { ticket_ttl }, room) => {
+            let place = room.map(|room| room.take_ticket(name, token));
+            let ticket = Ticket::new(backend, name, token, plan.store_timeout);
+            let acquired = attempts
+                .wait(place.as_ref(), deadline, Some(ticket_ttl / 3))
+                .await;
+            if acquired.is_ok() {
+                ticket.used();
+            }
+            acquired
+        }
+        (WaitMode::Notified, Some(room)) => {
+            if !room.has_line(name) {
+                match attempts.once().await? {
+                    Ok(acquired) => return Ok(acquired),
+                    Err(holder_ttl) if timeout.is_zero() => {
+                        return Err(NotObtained::Busy { holder_ttl });
+                    }
+                    Err(_) => {}
+                }
+            }
+            let place = room.join_line(name);
+            if timeout_at(deadline, place.turn()).await.is_err() {
+                return attempts.once_more_busy().await;
+            }
+            attempts.wait(Some(&place), deadline, None).await
+        }
+        (WaitMode::Polling | WaitMode::Notified, _) => attempts.wait(None, deadline, None).await,
+    }
+}
+
+/// Acquire attempts for one request.
+struct Attempts<'a, B> {
+    backend: &'a Arc<B>,
+    name: &'a str,
+    token: OwnerToken,
+    plan: AcquirePlan,
+}
+
+impl<B: LockBackend> Attempts<'_, B> {
+    /// One attempt: `Ok(Ok(acquired))`, `Ok(Err(holder_ttl))` when busy, or the store failed.
+    async fn once(&self) -> Result<Result<Acquired, Option<Duration>>, NotObtained> {
+        let (backend, name, token, plan) = (self.backend, self.name, self.token, self.plan);
         let sent = Instant::now();
-        let holder_ttl =
-            match timeout(plan.store_timeout, backend.acquire(name, token, plan.ttl)).await {
-                Ok(Ok(Acquire::Acquired { fence })) => return Ok((fence, sent)),
-                Ok(Ok(Acquire::Busy { holder_ttl })) => holder_ttl,
-                Ok(Err(error)) => {
-                    tracing::warn!(lock = name, %error, "acquire failed");
-                    return Err(give_back(backend, name, token, plan.store_timeout));
-                }
-                Err(_) => {
-                    tracing::warn!(lock = name, timeout = ?plan.store_timeout, "acquire timed out");
-                    return Err(give_back(backend, name, token, plan.store_timeout));
-                }
-            };
-        let delay = deadline.and_then(|deadline| {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            plan.backoff
-                .next_delay(attempt, fastrand::f64(), holder_ttl, remaining)
-        });
-        let Some(delay) = delay else {
-            return Err(NotObtained::Busy { holder_ttl });
+        let answer = match plan.policy {
+            BusyPolicy::Wait {
+                mode: WaitMode::Fair { ticket_ttl },
+                ..
+            } => {
+                timeout(
+                    plan.store_timeout,
+                    backend.acquire_fair(name, token, plan.ttl, ticket_ttl),
+                )
+                .await
+            }
+            _ => timeout(plan.store_timeout, backend.acquire(name, token, plan.ttl)).await,
         };
-        sleep(delay).await;
-        attempt = attempt.saturating_add(1);
+        match answer {
+            Ok(Ok(Acquire::Acquired { fence })) => Ok(Ok((fence, sent))),
+            Ok(Ok(Acquire::Busy { holder_ttl })) => Ok(Err(holder_ttl)),
+            Ok(Err(error)) => {
+                tracing::warn!(lock = name, %error, "acquire failed");
+                Err(give_back(backend, name, token, plan))
+            }
+            Err(_) => {
+                tracing::warn!(lock = name, timeout = ?plan.store_timeout, "acquire timed out");
+                Err(give_back(backend, name, token, plan))
+            }
+        }
+    }
+
+    /// The wait is over: one last look, for an accurate `Retry-After`.
+    async fn once_more_busy(&self) -> Result<Acquired, NotObtained> {
+        match self.once().await? {
+            Ok(acquired) => Ok(acquired),
+            Err(holder_ttl) => Err(NotObtained::Busy { holder_ttl }),
+        }
+    }
+
+    /// Attempts until acquired or `deadline`. Between attempts it sleeps until `place` hears a
+    /// release announced (armed before each attempt, so none is missed) or the holder's lease
+    /// runs out — or, without live announcements, for a backoff delay. `refresh` caps each
+    /// sleep (fair tickets must be renewed).
+    async fn wait(
+        &self,
+        place: Option<&Place>,
+        deadline: Instant,
+        refresh: Option<Duration>,
+    ) -> Result<Acquired, NotObtained> {
+        let mut attempt: u32 = 0;
+        loop {
+            let mut announced = pin!(place.map(|place| place.released().notified()));
+            if let Some(announced) = announced.as_mut().as_pin_mut() {
+                announced.enable();
+            }
+            let holder_ttl = match self.once().await? {
+                Ok(acquired) => return Ok(acquired),
+                Err(holder_ttl) => holder_ttl,
+            };
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let live = place.is_some_and(Place::announcements_live);
+            let delay = if live {
+                (!remaining.is_zero()).then(|| holder_ttl.unwrap_or(remaining).min(remaining))
+            } else {
+                self.plan
+                    .backoff
+                    .next_delay(attempt, fastrand::f64(), holder_ttl, remaining)
+            };
+            let Some(delay) = delay else {
+                return Err(NotObtained::Busy { holder_ttl });
+            };
+            let delay = refresh.map_or(delay, |refresh| delay.min(refresh));
+            match announced.as_pin_mut() {
+                Some(announced) if live => {
+                    let _ = timeout(delay, announced).await;
+                }
+                _ => sleep(delay).await,
+            }
+            attempt = attempt.saturating_add(1);
+        }
     }
 }
 
@@ -74,12 +194,68 @@ fn give_back<B: LockBackend>(
     backend: &Arc<B>,
     name: &str,
     token: OwnerToken,
-    store_timeout: Duration,
+    plan: AcquirePlan,
 ) -> NotObtained {
     let (backend, name) = (Arc::clone(backend), name.to_owned());
+    let fair = plan.is_fair();
     tokio::spawn(async move {
-        let outcome = timeout(store_timeout, backend.release(&name, token)).await;
+        let outcome = timeout(plan.store_timeout, async {
+            if fair {
+                backend.leave_fair_queue(&name, token).await?;
+                backend.release_fair(&name, token).await
+            } else {
+                backend.release(&name, token).await
+            }
+        })
+        .await;
         tracing::debug!(lock = name, ?outcome, "gave back a possibly taken lock");
     });
     NotObtained::StoreUnavailable
+}
+
+/// A fair-mode ticket in the store's queue: withdrawn in the background when the waiter gives
+/// up or is dropped, so it does not hold up the line until it expires.
+struct Ticket<B: LockBackend> {
+    backend: Arc<B>,
+    name: String,
+    token: OwnerToken,
+    store_timeout: Duration,
+    used: bool,
+}
+
+impl<B: LockBackend> Ticket<B> {
+    fn new(backend: &Arc<B>, name: &str, token: OwnerToken, store_timeout: Duration) -> Self {
+        Self {
+            backend: Arc::clone(backend),
+            name: name.to_owned(),
+            token,
+            store_timeout,
+            used: false,
+        }
+    }
+
+    /// The ticket was turned into the lock; nothing to withdraw.
+    fn used(mut self) {
+        self.used = true;
+    }
+}
+
+impl<B: LockBackend> Drop for Ticket<B> {
+    fn drop(&mut self) {
+        if self.used {
+            return;
+        }
+        let (backend, name, token, store_timeout) = (
+            Arc::clone(&self.backend),
+            std::mem::take(&mut self.name),
+            self.token,
+            self.store_timeout,
+        );
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let outcome = timeout(store_timeout, backend.leave_fair_queue(&name, token)).await;
+                tracing::debug!(lock = name, ?outcome, "withdrew a fair-mode ticket");
+            });
+        }
+    }
 }

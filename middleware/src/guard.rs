@@ -159,9 +159,17 @@ impl HeldLocks {
 pub(crate) struct HeldLock<B: LockBackend> {
     backend: Arc<B>,
     guard: LockGuard,
-    store_timeout: Duration,
+    release: Release,
     active: Arc<AtomicUsize>,
     released: bool,
+}
+
+/// How a lock is released.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Release {
+    pub(crate) store_timeout: Duration,
+    /// Announce the release to the next fair-mode ticket only.
+    pub(crate) fair: bool,
 }
 
 impl<B: LockBackend> HeldLock<B> {
@@ -169,14 +177,14 @@ impl<B: LockBackend> HeldLock<B> {
     pub(crate) fn new(
         backend: Arc<B>,
         guard: LockGuard,
-        store_timeout: Duration,
+        release: Release,
         active: Arc<AtomicUsize>,
     ) -> Self {
         active.fetch_add(1, Ordering::Relaxed);
         Self {
             backend,
             guard,
-            store_timeout,
+            release,
             active,
             released: false,
         }
@@ -188,7 +196,7 @@ impl<B: LockBackend> HeldLock<B> {
 
     pub(crate) async fn release(mut self) {
         self.guard.lease().end(false);
-        release(&*self.backend, &self.guard, self.store_timeout).await;
+        release(&*self.backend, &self.guard, self.release).await;
         self.released = true;
     }
 }
@@ -200,14 +208,10 @@ impl<B: LockBackend> Drop for HeldLock<B> {
             return;
         }
         self.guard.lease().end(false);
-        let (backend, guard, timeout) = (
-            Arc::clone(&self.backend),
-            self.guard.clone(),
-            self.store_timeout,
-        );
+        let (backend, guard, how) = (Arc::clone(&self.backend), self.guard.clone(), self.release);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(async move { release(&*backend, &guard, timeout).await });
+                runtime.spawn(async move { release(&*backend, &guard, how).await });
             }
             Err(_) => tracing::warn!(
                 lock = guard.name(),
@@ -219,8 +223,13 @@ impl<B: LockBackend> Drop for HeldLock<B> {
 
 /// Releases `guard`'s lock. A failure is logged, never returned: the lease expires anyway, and
 /// the handler's answer must not turn into an error because of it.
-pub(crate) async fn release<B: LockBackend>(backend: &B, guard: &LockGuard, timeout: Duration) {
-    let outcome = tokio::time::timeout(timeout, backend.release(guard.name(), guard.token())).await;
+pub(crate) async fn release<B: LockBackend>(backend: &B, guard: &LockGuard, how: Release) {
+    let (name, token, timeout) = (guard.name(), guard.token(), how.store_timeout);
+    let outcome = if how.fair {
+        tokio::time::timeout(timeout, backend.release_fair(name, token)).await
+    } else {
+        tokio::time::timeout(timeout, backend.release(name, token)).await
+    };
     match outcome {
         Ok(Ok(true)) => tracing::trace!(lock = guard.name(), "released"),
         Ok(Ok(false)) => tracing::warn!(
@@ -248,6 +257,10 @@ mod tests {
     use crate::{Acquire, MemoryBackend};
 
     const TTL: Duration = Duration::from_secs(30);
+    const PLAIN: Release = Release {
+        store_timeout: Duration::from_secs(1),
+        fair: false,
+    };
 
     fn guard(name: &str, token: OwnerToken, fence: u64) -> LockGuard {
         LockGuard::new(
@@ -268,7 +281,7 @@ mod tests {
         HeldLock::new(
             Arc::new(store.clone()),
             guard(name, token, fence),
-            Duration::from_secs(1),
+            PLAIN,
             active,
         )
     }
@@ -302,10 +315,10 @@ mod tests {
         let first = HeldLock::new(
             backend.clone(),
             guard("lock:a", token, 1),
-            TTL,
+            PLAIN,
             active.clone(),
         );
-        let second = HeldLock::new(backend, guard("lock:b", token, 1), TTL, active.clone());
+        let second = HeldLock::new(backend, guard("lock:b", token, 1), PLAIN, active.clone());
         assert_eq!(active.load(Ordering::Relaxed), 2);
 
         first.release().await;

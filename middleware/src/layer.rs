@@ -11,7 +11,7 @@ use tower_layer::Layer;
 use crate::acquire::AcquirePlan;
 use crate::key::{DEFAULT_MAX_KEY_LEN, KeyExtractor};
 use crate::lease::LeasePlan;
-use crate::{Backoff, BusyPolicy, LockBackend, LockService, OnLost};
+use crate::{Backoff, BusyPolicy, LockBackend, LockService, OnLost, WaitMode};
 
 /// Runs each request under a distributed lock on the key its [`KeyExtractor`] finds.
 ///
@@ -146,10 +146,34 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
         self.with(|config| config.plan.policy = BusyPolicy::Reject)
     }
 
-    /// Wait up to `timeout` for a held lock, retrying with the [`backoff`](Self::backoff)
-    /// (default: 3 s). A zero timeout rejects at once.
+    /// Wait up to `timeout` for a held lock (default: 3 s), woken when its release is
+    /// announced ([`WaitMode::Notified`]). A zero timeout rejects at once.
     pub fn wait(self, timeout: Duration) -> Self {
-        self.with(|config| config.plan.policy = BusyPolicy::Wait { timeout })
+        self.waiting(timeout, WaitMode::Notified)
+    }
+
+    /// Wait up to `timeout` for a held lock by retrying on a timer with the
+    /// [`backoff`](Self::backoff) ([`WaitMode::Polling`]): no announcements needed.
+    pub fn wait_polling(self, timeout: Duration) -> Self {
+        self.waiting(timeout, WaitMode::Polling)
+    }
+
+    /// Serve waiters first come, first served across all processes ([`WaitMode::Fair`]),
+    /// keeping the wait timeout. A waiter's ticket expires after `ticket_ttl` (3 s is a good
+    /// start) unless refreshed, so a crashed waiter holds up the line at most that long.
+    ///
+    /// Every layer locking the same keys must be fair, or none: a fair release wakes only the
+    /// next ticket.
+    pub fn fair(self, ticket_ttl: Duration) -> Self {
+        let timeout = match self.config.plan.policy {
+            BusyPolicy::Wait { timeout, .. } => timeout,
+            BusyPolicy::Reject => Duration::ZERO,
+        };
+        self.waiting(timeout, WaitMode::Fair { ticket_ttl })
+    }
+
+    fn waiting(self, timeout: Duration, mode: WaitMode) -> Self {
+        self.with(|config| config.plan.policy = BusyPolicy::Wait { timeout, mode })
     }
 
     /// The bounds of the exponential backoff with full jitter between attempts while waiting

@@ -64,6 +64,9 @@ mod lease;
 mod policy;
 mod service;
 mod token;
+#[cfg(test)]
+mod wait_tests;
+mod waiting;
 
 #[cfg(feature = "redis")]
 pub use backend::redis::RedisBackend;
@@ -72,6 +75,6 @@ pub use error::LockError;
 pub use future::ResponseFuture;
 pub use guard::LockGuard;
 pub use layer::LockLayer;
-pub use policy::{Backoff, BusyPolicy, OnLost};
+pub use policy::{Backoff, BusyPolicy, OnLost, WaitMode};
 pub use service::LockService;
 pub use token::OwnerToken;

@@ -21,20 +21,43 @@ use std::time::Duration;
 pub enum BusyPolicy {
     /// Answer "busy" (409 by default) at once.
     Reject,
-    /// Retry with [`Backoff`] until the lock is ours or `timeout` has passed, then answer busy.
+    /// Wait until the lock is ours or `timeout` has passed, then answer busy.
     Wait {
         /// The longest a request waits for its lock.
         timeout: Duration,
+        /// How it waits.
+        mode: WaitMode,
     },
 }
 
 impl Default for BusyPolicy {
-    /// Waits up to 3 seconds.
+    /// Waits up to 3 seconds, woken by release notifications.
     fn default() -> Self {
         Self::Wait {
             timeout: Duration::from_secs(3),
+            mode: WaitMode::Notified,
         }
     }
+}
+
+/// How a waiting request learns that its lock may be free.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WaitMode {
+    /// Sleep until the release is announced (or the holder's lease runs out). Waiters for one
+    /// key in one process line up, and only the first contends in the store. Backends without
+    /// announcements poll instead.
+    #[default]
+    Notified,
+    /// Retry on a timer, with [`Backoff`]: the baseline, and the fallback while announcements
+    /// cannot arrive.
+    Polling,
+    /// First come, first served across processes: each waiter holds an expiring ticket in the
+    /// store's queue for the key, and a release wakes only the next ticket's holder.
+    Fair {
+        /// How long a ticket lives without being refreshed: how long a crashed waiter can hold
+        /// up the queue.
+        ticket_ttl: Duration,
+    },
 }
 
 /// What happens to a request whose lease is lost while its handler runs (a renewal found the
@@ -191,7 +214,8 @@ mod tests {
         assert_eq!(
             BusyPolicy::default(),
             BusyPolicy::Wait {
-                timeout: Duration::from_secs(3)
+                timeout: Duration::from_secs(3),
+                mode: WaitMode::Notified,
             }
         );
     }

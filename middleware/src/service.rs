@@ -11,7 +11,7 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use crate::acquire::{NotObtained, acquire};
-use crate::guard::{HeldLock, HeldLocks};
+use crate::guard::{HeldLock, HeldLocks, Release};
 use crate::key::{KeyError, KeyExtractor, validate_key};
 use crate::layer::Config;
 use crate::lease::{self, Lease};
@@ -113,10 +113,14 @@ where
     let lease = Lease::new(sent, config.plan.ttl);
     let guard = LockGuard::new(name, config.prefix.len(), token, fence, lease);
     tracing::trace!(lock = guard.name(), fence, "acquired");
+    let release = Release {
+        store_timeout: config.plan.store_timeout,
+        fair: config.plan.is_fair(),
+    };
     let lock = HeldLock::new(
         Arc::clone(&config.backend),
         guard.clone(),
-        config.plan.store_timeout,
+        release,
         Arc::clone(&config.active),
     );
     parts.extensions.insert(held.with(guard.clone()));

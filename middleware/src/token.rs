@@ -18,6 +18,7 @@ use uuid::Uuid;
 /// let a = OwnerToken::new();
 /// assert_ne!(a, OwnerToken::new());
 /// assert_eq!(a.to_string().len(), 32);
+/// assert_eq!(OwnerToken::parse(&a.to_string()), Some(a));
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct OwnerToken(Uuid);
@@ -26,6 +27,12 @@ impl OwnerToken {
     /// Draws a new random token.
     pub fn new() -> Self {
         Self(Uuid::new_v4())
+    }
+
+    /// Reads a token written by [`encode`](Self::encode) (or any UUID form); `None` if `text`
+    /// is not one.
+    pub fn parse(text: &str) -> Option<Self> {
+        Uuid::try_parse(text).ok().map(Self)
     }
 
     /// The token as 32 lowercase hex digits, without allocating.

@@ -1,6 +1,7 @@
 //! The in-process backend: the embedded default, with the same semantics as Redis.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use tokio::time::Instant;
 
 use super::{Acquire, BackendError, FENCE_COUNTER_TTL, LockBackend};
 use crate::OwnerToken;
+use crate::waiting::WaitingRoom;
 
 /// Locks held in this process's memory: expiring leases, owner-checked release and fencing
 /// counters, exactly as the Redis backend keeps them, but visible to one process only.
@@ -37,9 +39,25 @@ use crate::OwnerToken;
 /// #     tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(f)
 /// # }
 /// ```
-#[derive(Clone, Debug, Default)]
+#[derive(Clone)]
 pub struct MemoryBackend {
     state: Arc<Mutex<State>>,
+    room: Arc<WaitingRoom>,
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self {
+            state: Arc::default(),
+            room: WaitingRoom::local(),
+        }
+    }
+}
+
+impl fmt::Debug for MemoryBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryBackend").finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -53,6 +71,8 @@ struct KeyState {
     holder: Option<Holder>,
     fence: u64,
     fence_expires_at: Instant,
+    /// Fair-mode tickets in arrival order, with their expiry.
+    tickets: VecDeque<(OwnerToken, Instant)>,
 }
 
 #[derive(Debug)]
@@ -138,7 +158,43 @@ impl KeyState {
     }
 
     fn is_dead(&self, now: Instant) -> bool {
-        self.live_holder(now).is_none() && self.fence_expires_at <= now
+        self.live_holder(now).is_none() && self.fence_expires_at <= now && self.tickets.is_empty()
+    }
+
+    /// Drops expired tickets from the front of the line and returns the first live one.
+    fn next_ticket(&mut self, now: Instant) -> Option<OwnerToken> {
+        while self
+            .tickets
+            .front()
+            .is_some_and(|(_, expires_at)| *expires_at <= now)
+        {
+            self.tickets.pop_front();
+        }
+        self.tickets.front().map(|(ticket, _)| *ticket)
+    }
+
+    /// Hands the lock to `token` with a new fence.
+    fn take(&mut self, token: OwnerToken, ttl: Duration, now: Instant) -> Acquire {
+        if self.fence_expires_at <= now {
+            self.fence = 0;
+        }
+        self.fence += 1;
+        self.fence_expires_at = now + FENCE_COUNTER_TTL;
+        self.holder = Some(Holder {
+            token,
+            expires_at: now + ttl,
+        });
+        Acquire::Acquired { fence: self.fence }
+    }
+
+    fn release(&mut self, token: OwnerToken, now: Instant) -> bool {
+        let owned = self
+            .live_holder(now)
+            .is_some_and(|holder| holder.token == token);
+        if owned {
+            self.holder = None;
+        }
+        owned
     }
 }
 
@@ -154,13 +210,22 @@ impl State {
     }
 }
 
-impl LockBackend for MemoryBackend {
-    async fn acquire(
+impl MemoryBackend {
+    /// Runs `change` on `key`'s state, if the store has any.
+    fn with_existing_key<T>(
         &self,
         key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-    ) -> Result<Acquire, BackendError> {
+        change: impl FnOnce(&mut KeyState, Instant) -> T,
+    ) -> Option<T> {
+        let now = Instant::now();
+        self.lock_state()
+            .keys
+            .get_mut(key)
+            .map(|entry| change(entry, now))
+    }
+
+    /// Runs `change` on `key`'s state (created if missing) with the map swept as needed.
+    fn with_key<T>(&self, key: &str, change: impl FnOnce(&mut KeyState, Instant) -> T) -> T {
         let now = Instant::now();
         let mut state = self.lock_state();
         state.sweep_if_grown(now);
@@ -171,22 +236,27 @@ impl LockBackend for MemoryBackend {
                 holder: None,
                 fence: 0,
                 fence_expires_at: now,
+                tickets: VecDeque::new(),
             });
-        if let Some(holder) = entry.live_holder(now) {
-            return Ok(Acquire::Busy {
-                holder_ttl: Some(holder.expires_at - now),
-            });
-        }
-        if entry.fence_expires_at <= now {
-            entry.fence = 0;
-        }
-        entry.fence += 1;
-        entry.fence_expires_at = now + FENCE_COUNTER_TTL;
-        entry.holder = Some(Holder {
-            token,
-            expires_at: now + ttl,
-        });
-        Ok(Acquire::Acquired { fence: entry.fence })
+        change(entry, now)
+    }
+}
+
+impl LockBackend for MemoryBackend {
+    async fn acquire(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+    ) -> Result<Acquire, BackendError> {
+        Ok(
+            self.with_key(key, |entry, now| match entry.live_holder(now) {
+                Some(holder) => Acquire::Busy {
+                    holder_ttl: Some(holder.expires_at - now),
+                },
+                None => entry.take(token, ttl, now),
+            }),
+        )
     }
 
     async fn extend(
@@ -195,30 +265,94 @@ impl LockBackend for MemoryBackend {
         token: OwnerToken,
         ttl: Duration,
     ) -> Result<bool, BackendError> {
-        let now = Instant::now();
-        let mut state = self.lock_state();
-        let holder = state
-            .keys
-            .get_mut(key)
-            .and_then(|entry| entry.holder.as_mut())
-            .filter(|holder| holder.expires_at > now && holder.token == token);
-        Ok(holder.map(|holder| holder.expires_at = now + ttl).is_some())
+        let extended = self.with_existing_key(key, |entry, now| {
+            let holder = entry
+                .holder
+                .as_mut()
+                .filter(|holder| holder.expires_at > now && holder.token == token);
+            holder.map(|holder| holder.expires_at = now + ttl).is_some()
+        });
+        Ok(extended.unwrap_or(false))
     }
 
     async fn release(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
-        let now = Instant::now();
-        let mut state = self.lock_state();
-        let Some(entry) = state.keys.get_mut(key) else {
-            return Ok(false);
-        };
-        if entry
-            .live_holder(now)
-            .is_none_or(|holder| holder.token != token)
-        {
-            return Ok(false);
+        let released = self
+            .with_existing_key(key, |entry, now| entry.release(token, now))
+            .unwrap_or(false);
+        if released {
+            self.room.announce(key, None);
         }
-        entry.holder = None;
-        Ok(true)
+        Ok(released)
+    }
+
+    fn waiting_room(&self) -> Option<&Arc<WaitingRoom>> {
+        Some(&self.room)
+    }
+
+    async fn acquire_fair(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+        ticket_ttl: Duration,
+    ) -> Result<Acquire, BackendError> {
+        Ok(self.with_key(key, |entry, now| {
+            let first = entry.next_ticket(now);
+            if entry.live_holder(now).is_none() && first.is_none_or(|first| first == token) {
+                if first.is_some() {
+                    entry.tickets.pop_front();
+                }
+                return entry.take(token, ttl, now);
+            }
+            match entry
+                .tickets
+                .iter_mut()
+                .find(|(ticket, _)| *ticket == token)
+            {
+                Some((_, expires_at)) => *expires_at = now + ticket_ttl,
+                None => entry.tickets.push_back((token, now + ticket_ttl)),
+            }
+            let wait = match entry.live_holder(now) {
+                Some(holder) => holder.expires_at - now,
+                // Free, but promised to the first ticket: at most until that ticket expires.
+                None => entry
+                    .tickets
+                    .front()
+                    .map_or(ticket_ttl, |(_, expires_at)| *expires_at - now),
+            };
+            Acquire::Busy {
+                holder_ttl: Some(wait),
+            }
+        }))
+    }
+
+    async fn release_fair(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
+        let (released, next) = self
+            .with_existing_key(key, |entry, now| {
+                (entry.release(token, now), entry.next_ticket(now))
+            })
+            .unwrap_or((false, None));
+        if let (true, Some(next)) = (released, next) {
+            self.room.announce(key, Some(next));
+        }
+        Ok(released)
+    }
+
+    async fn leave_fair_queue(&self, key: &str, token: OwnerToken) -> Result<(), BackendError> {
+        let next = self
+            .with_existing_key(key, |entry, now| {
+                entry.tickets.retain(|(ticket, _)| *ticket != token);
+                entry
+                    .live_holder(now)
+                    .is_none()
+                    .then(|| entry.next_ticket(now))
+                    .flatten()
+            })
+            .flatten();
+        if let Some(next) = next {
+            self.room.announce(key, Some(next));
+        }
+        Ok(())
     }
 }
 

@@ -1,9 +1,11 @@
 //! Lock stores. A backend knows nothing about HTTP: it takes, reports and releases leases.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::OwnerToken;
+pub use crate::waiting::WaitingRoom;
 
 pub mod memory;
 #[cfg(feature = "redis")]
@@ -70,10 +72,53 @@ pub trait LockBackend: Send + Sync + 'static {
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, BackendError>> + Send;
 
-    /// Deletes the lock if `token` still owns it. Returns whether it did.
+    /// Deletes the lock if `token` still owns it, and announces the release to waiters.
+    /// Returns whether it did.
     fn release(
         &self,
         key: &str,
         token: OwnerToken,
     ) -> impl Future<Output = Result<bool, BackendError>> + Send;
+
+    /// Where this backend's waiters wait for release announcements. Backends without one
+    /// (the default) make waiters poll with backoff.
+    fn waiting_room(&self) -> Option<&Arc<WaitingRoom>> {
+        None
+    }
+
+    /// Fair mode: takes the lock only if it is free and `token` is first in the key's queue of
+    /// tickets; otherwise puts `token` in the queue (or refreshes its ticket for `ticket_ttl`)
+    /// and reports busy, with how long to wait at most before asking again. Tickets that are
+    /// not refreshed expire, so a crashed waiter blocks the queue for at most `ticket_ttl`.
+    fn acquire_fair(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+        ticket_ttl: Duration,
+    ) -> impl Future<Output = Result<Acquire, BackendError>> + Send {
+        let _ = (key, token, ttl, ticket_ttl);
+        async { Err(BackendError::new("this lock backend has no fair mode")) }
+    }
+
+    /// Fair mode: releases like [`release`](Self::release), and announces the release to the
+    /// holder of the next ticket only.
+    fn release_fair(
+        &self,
+        key: &str,
+        token: OwnerToken,
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send {
+        self.release(key, token)
+    }
+
+    /// Fair mode: withdraws `token`'s ticket (the waiter gave up), waking the next ticket if
+    /// the lock is free.
+    fn leave_fair_queue(
+        &self,
+        key: &str,
+        token: OwnerToken,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let _ = (key, token);
+        async { Ok(()) }
+    }
 }

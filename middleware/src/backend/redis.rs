@@ -1,14 +1,17 @@
 //! The Redis backend: one script call per operation, over a self-healing connection.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, IntoConnectionInfo, RedisError, Script};
+use redis::{
+    Client, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisError, Script, Value,
+};
 
 use super::{Acquire, BackendError, FENCE_COUNTER_TTL, LockBackend};
 use crate::OwnerToken;
+use crate::waiting::{BoxFuture, Subscriptions, WaitingRoom};
 
 /// Locks in Redis, shared by every process that talks to the same server.
 ///
@@ -21,6 +24,11 @@ use crate::OwnerToken;
 /// The connection is a redis-rs [`ConnectionManager`]: one multiplexed connection that
 /// reconnects on its own after Redis restarts. While Redis is unreachable, calls fail (the
 /// layer answers 503, or lets requests through with `fail_open()`).
+///
+/// Releases are announced with `PUBLISH` on the channel `{<prefix><key>}:free`. A backend made
+/// by [`connect`](Self::connect) keeps one more connection (RESP3) that subscribes to the
+/// channels of the locks its waiters wait for, so waiters sleep until a release instead of
+/// polling; it resubscribes by itself after a reconnect, and waiters retry on timers meanwhile.
 ///
 /// # Example
 ///
@@ -35,12 +43,14 @@ use crate::OwnerToken;
 pub struct RedisBackend {
     connection: ConnectionManager,
     scripts: Arc<Scripts>,
+    room: Option<Arc<WaitingRoom>>,
 }
 
 struct Scripts {
     acquire: Script,
     extend: Script,
     release: Script,
+    fair: Script,
 }
 
 /// How long to wait for a TCP connection to Redis before counting it as down.
@@ -54,14 +64,17 @@ impl RedisBackend {
     /// Fails when the server cannot be reached now; once connected, the backend reconnects by
     /// itself whenever the connection drops.
     pub async fn connect(url: impl IntoConnectionInfo) -> Result<Self, RedisError> {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECTION_TIMEOUT))
-            .set_max_delay(MAX_RECONNECT_DELAY);
-        let manager = ConnectionManager::new_with_config(Client::open(url)?, config).await?;
-        Ok(Self::from_connection(manager))
+        let client = Client::open(url)?;
+        let manager = ConnectionManager::new_with_config(client.clone(), manager_config()).await?;
+        let room = announcements(&client).await?;
+        Ok(Self {
+            room: Some(room),
+            ..Self::from_connection(manager)
+        })
     }
 
     /// Uses a connection manager you configured yourself (TLS, credentials, timeouts).
+    /// Waiters of a backend made this way do not hear release announcements: they poll.
     pub fn from_connection(connection: ConnectionManager) -> Self {
         Self {
             connection,
@@ -69,7 +82,9 @@ impl RedisBackend {
                 acquire: Script::new(include_str!("lua/acquire.lua")),
                 extend: Script::new(include_str!("lua/extend.lua")),
                 release: Script::new(include_str!("lua/release.lua")),
+                fair: Script::new(include_str!("lua/fair.lua")),
             }),
+            room: None,
         }
     }
 }
@@ -103,6 +118,144 @@ fn fence_key(name: &str) -> String {
     format!("{{{name}}}:fence")
 }
 
+fn line_key(name: &str) -> String {
+    format!("{{{name}}}:line")
+}
+
+fn tickets_key(name: &str) -> String {
+    format!("{{{name}}}:tickets")
+}
+
+fn channel(name: &str) -> String {
+    format!("{{{name}}}:free")
+}
+
+fn name_of_channel(channel: &str) -> Option<&str> {
+    channel.strip_prefix('{')?.strip_suffix("}:free")
+}
+
+fn manager_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECTION_TIMEOUT))
+        .set_max_delay(MAX_RECONNECT_DELAY)
+}
+
+/// Opens the subscriber connection (RESP3, so pushes arrive with the channel they belong to)
+/// and the waiting room it feeds.
+async fn announcements(client: &Client) -> Result<Arc<WaitingRoom>, RedisError> {
+    let info = client.get_connection_info().clone();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    let resp3 = Client::open(info.set_redis_settings(settings))?;
+    let room_slot: Arc<OnceLock<Weak<WaitingRoom>>> = Arc::default();
+    let deliver = {
+        let room_slot = Arc::clone(&room_slot);
+        move |push: PushInfo| {
+            if let Some(room) = room_slot.get().and_then(Weak::upgrade) {
+                route(&room, push);
+            }
+            Ok::<(), ()>(())
+        }
+    };
+    let config = manager_config()
+        .set_push_sender(deliver)
+        .set_automatic_resubscription();
+    let subscriber = ConnectionManager::new_with_config(resp3, config).await?;
+    let room = WaitingRoom::remote(Subscriber(subscriber));
+    room_slot.set(Arc::downgrade(&room)).ok();
+    Ok(room)
+}
+
+/// Routes one push from the subscriber connection to the waiters of its lock.
+fn route(room: &WaitingRoom, push: PushInfo) {
+    let text = |value: &Value| match value {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok().map(str::to_owned),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    };
+    let name = push.data.first().and_then(text);
+    let name = name.as_deref().and_then(name_of_channel);
+    match (push.kind, name) {
+        (PushKind::Message, Some(name)) => {
+            let next = push.data.get(1).and_then(text);
+            room.announce(name, next.as_deref().and_then(OwnerToken::parse));
+        }
+        (PushKind::Subscribe, Some(name)) => room.subscription_confirmed(name),
+        (PushKind::Disconnection, _) => room.disconnected(),
+        _ => {}
+    }
+}
+
+/// How long a subscription command may take before the waiters poll instead.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+struct Subscriber(ConnectionManager);
+
+impl Subscriptions for Subscriber {
+    fn subscribe(&mut self, name: &str) -> BoxFuture<bool> {
+        let (mut connection, channel) = (self.0.clone(), channel(name));
+        Box::pin(async move {
+            let subscribed =
+                tokio::time::timeout(SUBSCRIBE_TIMEOUT, connection.subscribe(&channel));
+            matches!(subscribed.await, Ok(Ok(())))
+        })
+    }
+
+    fn unsubscribe(&mut self, name: &str) -> BoxFuture<()> {
+        let (mut connection, channel) = (self.0.clone(), channel(name));
+        Box::pin(async move {
+            let unsubscribed =
+                tokio::time::timeout(SUBSCRIBE_TIMEOUT, connection.unsubscribe(&channel));
+            if !matches!(unsubscribed.await, Ok(Ok(()))) {
+                tracing::debug!(channel, "unsubscribe failed; the next reconnect drops it");
+            }
+        })
+    }
+}
+
+impl RedisBackend {
+    async fn run_fair(
+        &self,
+        key: &str,
+        op: &str,
+        token: OwnerToken,
+        args: &[u64],
+    ) -> Result<Value, BackendError> {
+        let mut buf = [0; 32];
+        let mut invocation = self.scripts.fair.prepare_invoke();
+        invocation
+            .key(lock_key(key))
+            .key(fence_key(key))
+            .key(line_key(key))
+            .key(tickets_key(key))
+            .arg(op)
+            .arg(token.encode(&mut buf))
+            .arg(channel(key));
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        invocation
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(BackendError::new)
+    }
+}
+
+/// Reads an acquire script's `{1, fence}` or `{0, wait ms}`.
+fn acquire_reply(reply: Vec<i64>) -> Result<Acquire, BackendError> {
+    match reply[..] {
+        [1, fence] => u64::try_from(fence)
+            .map(|fence| Acquire::Acquired { fence })
+            .map_err(|_| unexpected_reply(&reply)),
+        [0, pttl] => Ok(Acquire::Busy {
+            holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+        }),
+        _ => Err(unexpected_reply(&reply)),
+    }
+}
+
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis())
         .unwrap_or(u64::MAX)
@@ -134,15 +287,7 @@ impl LockBackend for RedisBackend {
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(BackendError::new)?;
-        match reply[..] {
-            [1, fence] => u64::try_from(fence)
-                .map(|fence| Acquire::Acquired { fence })
-                .map_err(|_| unexpected_reply(&reply)),
-            [0, pttl] => Ok(Acquire::Busy {
-                holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-            }),
-            _ => Err(unexpected_reply(&reply)),
-        }
+        acquire_reply(reply)
     }
 
     async fn extend(
@@ -171,9 +316,35 @@ impl LockBackend for RedisBackend {
             .release
             .key(lock_key(key))
             .arg(token.encode(&mut buf))
+            .arg(channel(key))
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(BackendError::new)?;
         Ok(deleted == 1)
+    }
+
+    fn waiting_room(&self) -> Option<&Arc<WaitingRoom>> {
+        self.room.as_ref()
+    }
+
+    async fn acquire_fair(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+        ticket_ttl: Duration,
+    ) -> Result<Acquire, BackendError> {
+        let args = [millis(ttl), millis(FENCE_COUNTER_TTL), millis(ticket_ttl)];
+        let reply = self.run_fair(key, "acquire", token, &args).await?;
+        acquire_reply(redis::from_redis_value(reply).map_err(BackendError::new)?)
+    }
+
+    async fn release_fair(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
+        let reply = self.run_fair(key, "release", token, &[]).await?;
+        Ok(redis::from_redis_value::<i64>(reply).map_err(BackendError::new)? == 1)
+    }
+
+    async fn leave_fair_queue(&self, key: &str, token: OwnerToken) -> Result<(), BackendError> {
+        self.run_fair(key, "leave", token, &[]).await.map(drop)
     }
 }

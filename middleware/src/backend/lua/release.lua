@@ -1,8 +1,11 @@
--- Release a lock, but only for its owner (compare-and-delete).
+-- Release a lock, but only for its owner (compare-and-delete), and announce it to waiters.
 -- KEYS[1]  lock key
 -- ARGV[1]  owner token
+-- ARGV[2]  the lock's announcement channel
 -- returns  1 when the owner's lock was deleted, 0 when the key is gone or held by another token
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], '')
+  return 1
 end
 return 0

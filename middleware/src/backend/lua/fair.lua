@@ -1,0 +1,87 @@
+-- Fair mode: a first-come-first-served line of expiring tickets in front of a lock.
+-- KEYS[1]  lock key (value: owner token)
+-- KEYS[2]  fencing counter
+-- KEYS[3]  line: a list of tickets (owner tokens) in arrival order
+-- KEYS[4]  ticket expiries: a hash of ticket -> expiry (ms, Redis server time)
+-- ARGV[1]  operation: 'acquire', 'release' or 'leave'
+-- ARGV[2]  owner token (the caller's ticket)
+-- ARGV[3]  the lock's announcement channel
+-- ARGV[4]  lease TTL in ms                     (acquire)
+-- ARGV[5]  fencing counter TTL in ms           (acquire)
+-- ARGV[6]  ticket TTL in ms                    (acquire)
+-- returns  acquire: {1, fence} when taken; {0, ms} when not: wait at most ms before asking again
+--          release: 1 when the caller's lock was deleted, else 0
+--          leave:   1
+-- A release (or a first ticket leaving a free lock) announces the next live ticket on the
+-- channel, so only its holder wakes. The line expires when no ticket has been refreshed for
+-- two ticket TTLs, so abandoned lines do not pile up.
+local function now_ms()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- the first live ticket, dropping expired ones from the front
+local function first_ticket(now)
+  while true do
+    local first = redis.call('LINDEX', KEYS[3], 0)
+    if not first then
+      return nil
+    end
+    if tonumber(redis.call('HGET', KEYS[4], first) or '0') > now then
+      return first
+    end
+    redis.call('LPOP', KEYS[3])
+    redis.call('HDEL', KEYS[4], first)
+  end
+end
+
+local function announce_next(now)
+  local first = first_ticket(now)
+  if first then
+    redis.call('PUBLISH', ARGV[3], first)
+  end
+end
+
+local op, token = ARGV[1], ARGV[2]
+local now = now_ms()
+
+if op == 'acquire' then
+  local first = first_ticket(now)
+  if (not first or first == token) and redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[4]) then
+    if first then
+      redis.call('LPOP', KEYS[3])
+      redis.call('HDEL', KEYS[4], token)
+    end
+    local fence = redis.call('INCR', KEYS[2])
+    redis.call('PEXPIRE', KEYS[2], ARGV[5])
+    return {1, fence}
+  end
+  local ticket_ttl = tonumber(ARGV[6])
+  if redis.call('HSET', KEYS[4], token, now + ticket_ttl) == 1 then
+    redis.call('RPUSH', KEYS[3], token)
+  end
+  redis.call('PEXPIRE', KEYS[3], 2 * ticket_ttl)
+  redis.call('PEXPIRE', KEYS[4], 2 * ticket_ttl)
+  local wait = redis.call('PTTL', KEYS[1])
+  if wait < 0 then
+    -- free, but promised to the first ticket: until it is used or expires
+    first = first_ticket(now)
+    wait = first and (tonumber(redis.call('HGET', KEYS[4], first)) - now) or 0
+  end
+  return {0, wait}
+elseif op == 'release' then
+  if redis.call('GET', KEYS[1]) ~= token then
+    return 0
+  end
+  redis.call('DEL', KEYS[1])
+  announce_next(now)
+  return 1
+elseif op == 'leave' then
+  redis.call('LREM', KEYS[3], 1, token)
+  redis.call('HDEL', KEYS[4], token)
+  if redis.call('EXISTS', KEYS[1]) == 0 then
+    announce_next(now)
+  end
+  return 1
+end
+return redis.error_reply('unknown operation ' .. tostring(op))
