@@ -56,13 +56,17 @@ pub(crate) async fn acquire<B: LockBackend>(
         token,
         plan,
     };
-    let BusyPolicy::Wait { timeout, mode } = plan.policy else {
+    let BusyPolicy::Wait {
+        timeout: patience,
+        mode,
+    } = plan.policy
+    else {
         return attempts
             .once()
             .await?
             .map_err(|holder_ttl| NotObtained::Busy { holder_ttl });
     };
-    let deadline = Instant::now() + timeout;
+    let deadline = Instant::now() + patience;
     match (mode, backend.waiting_room()) {
         (WaitMode::Fair { ticket_ttl }, room) => {
             let place = room.map(|room| room.take_ticket(name, token));
@@ -79,17 +83,27 @@ pub(crate) async fn acquire<B: LockBackend>(
             if !room.has_line(name) {
                 match attempts.once().await? {
                     Ok(acquired) => return Ok(acquired),
-                    Err(holder_ttl) if timeout.is_zero() => {
+                    Err(holder_ttl) if patience.is_zero() => {
                         return Err(NotObtained::Busy { holder_ttl });
                     }
                     Err(_) => {}
                 }
             }
             let place = room.join_line(name);
-            if timeout_at(deadline, place.turn()).await.is_err() {
+            let Ok(taken) = timeout_at(deadline, place.turn()).await else {
                 return attempts.once_more_busy().await;
+            };
+            // The previous head just took the lock: wait for its release (at most one lease)
+            // before asking, instead of asking to hear "busy".
+            if taken && place.announcements_live() {
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                let _ = timeout(plan.ttl.min(remaining), place.released().notified()).await;
             }
-            attempts.wait(Some(&place), deadline, None).await
+            let acquired = attempts.wait(Some(&place), deadline, None).await;
+            if acquired.is_ok() {
+                place.leave_holding();
+            }
+            acquired
         }
         (WaitMode::Polling | WaitMode::Notified, _) => attempts.wait(None, deadline, None).await,
     }

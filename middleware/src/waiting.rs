@@ -73,6 +73,8 @@ struct Waiters {
     subscription: Subscription,
     /// Bumped whenever the last member leaves, so a lingering cleanup knows it is stale.
     generation: u64,
+    /// The previous head left holding the lock: the new head knows it is busy without asking.
+    taken_by_previous_head: bool,
 }
 
 impl Waiters {
@@ -184,6 +186,7 @@ impl WaitingRoom {
             name: name.to_owned(),
             member: Member::InLine { id, turn },
             released,
+            left: false,
         }
     }
 
@@ -198,6 +201,7 @@ impl WaitingRoom {
             name: name.to_owned(),
             member: Member::Ticket(ticket),
             released: notify,
+            left: false,
         }
     }
 
@@ -218,13 +222,14 @@ impl WaitingRoom {
                 tickets: HashMap::new(),
                 subscription,
                 generation: 0,
+                taken_by_previous_head: false,
             }
         });
         add(waiters);
         waiters.released.clone()
     }
 
-    fn leave(self: &Arc<Self>, name: &str, member: &Member) {
+    fn leave(self: &Arc<Self>, name: &str, member: &Member, holding: bool) {
         let mut names = self.names();
         let Some(waiters) = names.get_mut(name) else {
             return;
@@ -234,6 +239,7 @@ impl WaitingRoom {
                 let was_head = waiters.line.front().is_some_and(|(head, _)| head == id);
                 waiters.line.retain(|(other, _)| other != id);
                 if was_head && let Some((_, next)) = waiters.line.front() {
+                    waiters.taken_by_previous_head = holding;
                     next.notify_one();
                 }
             }
@@ -264,11 +270,13 @@ impl WaitingRoom {
             .is_some_and(|waiters| !waiters.line.is_empty())
     }
 
-    fn is_head(&self, name: &str, id: u64) -> bool {
-        self.names()
-            .get(name)
-            .and_then(|waiters| waiters.line.front())
-            .is_some_and(|(head, _)| *head == id)
+    /// `Some(taken)` once `id` heads its line, where `taken` says the previous head left
+    /// holding the lock (and clears that news); `None` while others are ahead.
+    fn head_news(&self, name: &str, id: u64) -> Option<bool> {
+        let mut names = self.names();
+        let waiters = names.get_mut(name)?;
+        let is_head = waiters.line.front().is_some_and(|(head, _)| *head == id);
+        is_head.then(|| std::mem::take(&mut waiters.taken_by_previous_head))
     }
 
     fn is_live(&self, name: &str) -> bool {
@@ -308,17 +316,28 @@ pub(crate) struct Place {
     name: String,
     member: Member,
     released: Arc<Notify>,
+    left: bool,
 }
 
 impl Place {
-    /// Resolves when this waiter is at the head of its local line (at once in fair mode).
-    pub(crate) async fn turn(&self) {
+    /// Resolves when this waiter is at the head of its local line (at once in fair mode), to
+    /// whether the previous head just took the lock: then it is busy, no need to ask.
+    pub(crate) async fn turn(&self) -> bool {
         let Member::InLine { id, turn } = &self.member else {
-            return;
+            return false;
         };
-        while !self.room.is_head(&self.name, *id) {
+        loop {
+            if let Some(taken) = self.room.head_news(&self.name, *id) {
+                return taken;
+            }
             turn.notified().await;
         }
+    }
+
+    /// Leaves the line holding the lock; the next waiter skips asking the store.
+    pub(crate) fn leave_holding(mut self) {
+        self.room.leave(&self.name, &self.member, true);
+        self.left = true;
     }
 
     /// The announcements this waiter listens to. Arm the `notified()` future (with `enable`)
@@ -335,7 +354,9 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        self.room.leave(&self.name, &self.member);
+        if !self.left {
+            self.room.leave(&self.name, &self.member, false);
+        }
     }
 }
 
@@ -363,11 +384,29 @@ mod tests {
             .unwrap()
             .unwrap();
 
-        assert!(!room.is_head("k", 2));
+        assert_eq!(room.head_news("k", 2), None);
         drop(second);
         tokio::time::timeout(Duration::from_secs(1), third.turn())
             .await
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_head_that_leaves_holding_the_lock_tells_the_next_one() {
+        let room = WaitingRoom::local();
+        let first = room.join_line("k");
+        let second = room.join_line("k");
+        let third = room.join_line("k");
+        assert!(!first.turn().await, "nobody held it before the first head");
+
+        first.leave_holding();
+        assert!(second.turn().await, "the lock is known to be busy");
+        drop(second);
+
+        assert!(
+            !third.turn().await,
+            "the second head gave up without the lock"
+        );
     }
 
     #[tokio::test]

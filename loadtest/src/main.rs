@@ -1,0 +1,235 @@
+//! Run with
+//!
+//! ```sh
+//! cargo run --release -p loadtest --bin lockbench -- --scenario hot-key            # whole grid
+//! cargo run --release -p loadtest --bin lockbench -- --scenario hot-key --handoff --concurrency 8 --hold-ms 1
+//! cargo run --release -p loadtest --bin lockbench -- --help
+//! ```
+//!
+//! Lock-level benchmarks on a real Redis: lockbench starts its own `redis-server` on a free
+//! port (or uses `--redis-url`) and compares tower-lock with peer implementations in the same
+//! run. See `docs/BENCHMARKS.md` for results and what limits them.
+
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::process::Stdio;
+use std::time::Duration;
+
+use clap::Parser;
+use integration_tests::RedisServer;
+
+mod hot_key;
+mod lockers;
+mod redis_stats;
+mod report;
+
+use hot_key::{Measured, Plan, now_us};
+use lockers::Impl;
+use report::{HotKeySummary, hot_key_figures, percentile, print_hot_key_table};
+
+/// Lock benchmarks against a real Redis.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// What to measure.
+    #[arg(long, value_enum, default_value = "hot-key")]
+    scenario: Scenario,
+    /// Hot key: a contender that released waits until another has acquired before it wants
+    /// the lock again, so every acquisition is a handoff.
+    #[arg(long)]
+    handoff: bool,
+    /// Concurrent contenders (repeatable); default: the grid (8 and 64).
+    #[arg(long)]
+    concurrency: Vec<usize>,
+    /// How long each acquisition holds the lock, in ms (repeatable); default: 0 and 1.
+    #[arg(long)]
+    hold_ms: Vec<u64>,
+    /// Length of each run.
+    #[arg(long, default_value_t = 3)]
+    duration_s: u64,
+    /// Split the contenders over this many processes (1 or 2).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    processes: u8,
+    /// Implementations to compare (repeatable); default: all of the scenario's.
+    #[arg(long = "impl", value_enum)]
+    impls: Vec<Impl>,
+    /// One JSON object per line instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Use this Redis instead of starting one.
+    #[arg(long)]
+    redis_url: Option<String>,
+    /// Internal: run one process's share of a run (a JSON plan) and print what it measured.
+    #[arg(long, hide = true)]
+    worker: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Scenario {
+    /// Many contenders, one key.
+    HotKey,
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    if let Some(plan) = &args.worker {
+        let plan: Plan = serde_json::from_str(plan).expect("a plan from the coordinator");
+        println!(
+            "{}",
+            serde_json::to_string(&hot_key::run(plan).await).expect("serializable")
+        );
+        return;
+    }
+    let own_redis = args.redis_url.is_none().then(RedisServer::start);
+    let url = args
+        .redis_url
+        .clone()
+        .unwrap_or_else(|| own_redis.as_ref().expect("started").url());
+
+    match args.scenario {
+        Scenario::HotKey => hot_key_grid(&args, &url).await,
+    }
+}
+
+async fn hot_key_grid(args: &Args, url: &str) {
+    let impls = if args.impls.is_empty() {
+        Impl::HOT_KEY.to_vec()
+    } else {
+        args.impls.clone()
+    };
+    let concurrencies = if args.concurrency.is_empty() {
+        vec![8, 64]
+    } else {
+        args.concurrency.clone()
+    };
+    let holds = if args.hold_ms.is_empty() {
+        vec![0, 1]
+    } else {
+        args.hold_ms.clone()
+    };
+    let duration = Duration::from_secs(args.duration_s);
+    let mut rows = Vec::new();
+    for &concurrency in &concurrencies {
+        for &hold_ms in &holds {
+            for &which in &impls {
+                let row = hot_key_once(args, url, which, concurrency, hold_ms, duration).await;
+                if args.json {
+                    println!("{}", serde_json::to_string(&row).expect("serializable"));
+                } else {
+                    eprintln!(
+                        "  {} C={concurrency} H={hold_ms}ms: {:.1} acq/s",
+                        row.which, row.acquisitions_per_s
+                    );
+                }
+                rows.push(row);
+            }
+        }
+    }
+    if !args.json {
+        println!(
+            "\nscenario hot-key, {} variant, {} process(es), {} s per run",
+            if args.handoff { "handoff" } else { "default" },
+            args.processes,
+            args.duration_s
+        );
+        print_hot_key_table(&rows);
+    }
+}
+
+async fn hot_key_once(
+    args: &Args,
+    url: &str,
+    which: Impl,
+    concurrency: usize,
+    hold_ms: u64,
+    duration: Duration,
+) -> HotKeySummary {
+    let processes = usize::from(args.processes);
+    let before = redis_stats::command_calls(url).await;
+    let start_us = now_us() + if processes == 1 { 300_000 } else { 2_000_000 };
+    let key = format!("hot:{}:{concurrency}:{hold_ms}:{start_us}", which.name());
+    let plan = |index: usize, listen: Option<SocketAddr>, peer: Option<SocketAddr>| Plan {
+        which,
+        redis_url: url.to_owned(),
+        key: key.clone(),
+        handoff: args.handoff,
+        contenders: concurrency / processes + usize::from(index < concurrency % processes),
+        first_contender: index * (concurrency / processes) + index.min(concurrency % processes),
+        hold: Duration::from_millis(hold_ms),
+        duration,
+        start_us,
+        listen,
+        peer,
+    };
+    let measured = if processes == 1 {
+        hot_key::run(plan(0, None, None)).await
+    } else {
+        let ports = [free_udp_port(), free_udp_port()];
+        let plans = [
+            plan(0, Some(ports[0]), Some(ports[1])),
+            plan(1, Some(ports[1]), Some(ports[0])),
+        ];
+        let workers: Vec<_> = plans.iter().map(spawn_worker).collect();
+        let mut merged = Measured::default();
+        for worker in workers {
+            let output = worker.await.expect("a worker ran");
+            let part: Measured = serde_json::from_slice(&output).expect("a worker's measurements");
+            merged.acquisitions.extend(part.acquisitions);
+            merged.round_trips += part.round_trips;
+        }
+        merged
+    };
+    let after = redis_stats::command_calls(url).await;
+    let acquired = measured.acquisitions.len().max(1) as f64;
+    let round_trips = if which.counts_round_trips() {
+        measured.round_trips
+    } else {
+        redis_stats::client_issued_by_rslock(&before, &after)
+    };
+    let figures = hot_key_figures(measured.acquisitions, concurrency, duration);
+    let (wait_p50_ms, wait_p99_ms, wait_max_ms) = HotKeySummary::wait_ms(&figures);
+    HotKeySummary {
+        which: which.name(),
+        scenario: "hot-key",
+        handoff: args.handoff,
+        concurrency,
+        hold_ms,
+        acquisitions_per_s: figures.acquisitions_per_s,
+        utilization: figures.utilization,
+        jain: figures.jain,
+        wait_p50_ms,
+        wait_p99_ms,
+        wait_max_ms,
+        handoff_p50_us: percentile(&figures.handoff_us, 0.50) as f64,
+        handoff_p99_us: percentile(&figures.handoff_us, 0.99) as f64,
+        round_trips_per_acquire: Some(round_trips as f64 / acquired),
+        redis_cmds_per_acquire: redis_stats::lock_commands(&before, &after) as f64 / acquired,
+    }
+}
+
+fn free_udp_port() -> SocketAddr {
+    UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|socket| socket.local_addr())
+        .expect("a free UDP port")
+}
+
+/// Runs one process's share of a run in a child lockbench; resolves to its stdout.
+fn spawn_worker(plan: &Plan) -> tokio::task::JoinHandle<Vec<u8>> {
+    let exe = std::env::current_exe().expect("lockbench's own path");
+    let plan = serde_json::to_string(plan).expect("serializable");
+    tokio::spawn(async move {
+        let output = tokio::process::Command::new(exe)
+            .args(["--worker", &plan])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .output()
+            .await
+            .expect("a worker process");
+        assert!(
+            output.status.success(),
+            "a worker failed: {}",
+            output.status
+        );
+        output.stdout
+    })
+}

@@ -1,0 +1,191 @@
+//! Turning measurements into the figures lockbench reports.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::hot_key::Acquisition;
+
+/// One line of the hot-key report (and of its JSON output).
+#[derive(Debug, serde::Serialize)]
+pub struct HotKeySummary {
+    #[serde(rename = "impl")]
+    pub which: &'static str,
+    pub scenario: &'static str,
+    pub handoff: bool,
+    pub concurrency: usize,
+    pub hold_ms: u64,
+    pub acquisitions_per_s: f64,
+    pub utilization: f64,
+    pub jain: f64,
+    pub wait_p50_ms: f64,
+    pub wait_p99_ms: f64,
+    pub wait_max_ms: f64,
+    pub handoff_p50_us: f64,
+    pub handoff_p99_us: f64,
+    pub round_trips_per_acquire: Option<f64>,
+    pub redis_cmds_per_acquire: f64,
+}
+
+/// The `p`-quantile (0..=1) of sorted `values`, or 0 when empty.
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// Jain's fairness index over per-contender counts: 1.0 when even, 1/n when one got all.
+pub fn jain(counts: &[u64]) -> f64 {
+    let sum: f64 = counts.iter().map(|&c| c as f64).sum();
+    let squares: f64 = counts.iter().map(|&c| (c as f64).powi(2)).sum();
+    if squares == 0.0 {
+        return 0.0;
+    }
+    sum * sum / (counts.len() as f64 * squares)
+}
+
+/// Everything derived from one hot-key run's acquisitions.
+pub struct HotKeyFigures {
+    pub acquisitions_per_s: f64,
+    pub utilization: f64,
+    pub jain: f64,
+    pub wait_us: Vec<u64>,
+    pub handoff_us: Vec<u64>,
+}
+
+pub fn hot_key_figures(
+    mut acquisitions: Vec<Acquisition>,
+    contenders: usize,
+    duration: Duration,
+) -> HotKeyFigures {
+    let seconds = duration.as_secs_f64();
+    let mut per_contender: HashMap<usize, u64> = (0..contenders).map(|c| (c, 0)).collect();
+    for acquisition in &acquisitions {
+        *per_contender.entry(acquisition.contender).or_default() += 1;
+    }
+    let counts: Vec<u64> = per_contender.into_values().collect();
+    let held_us: u64 = acquisitions
+        .iter()
+        .map(|a| a.hold_end_us.saturating_sub(a.acquired_us))
+        .sum();
+    let mut wait_us: Vec<u64> = acquisitions
+        .iter()
+        .map(|a| a.acquired_us.saturating_sub(a.want_us))
+        .collect();
+    wait_us.sort_unstable();
+    acquisitions.sort_unstable_by_key(|a| a.acquired_us);
+    let mut handoff_us: Vec<u64> = acquisitions
+        .windows(2)
+        .map(|pair| pair[1].acquired_us.saturating_sub(pair[0].hold_end_us))
+        .collect();
+    handoff_us.sort_unstable();
+    HotKeyFigures {
+        acquisitions_per_s: acquisitions.len() as f64 / seconds,
+        utilization: held_us as f64 / 1e6 / seconds,
+        jain: jain(&counts),
+        wait_us,
+        handoff_us,
+    }
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+impl HotKeySummary {
+    pub fn wait_ms(figures: &HotKeyFigures) -> (f64, f64, f64) {
+        (
+            ms(percentile(&figures.wait_us, 0.50)),
+            ms(percentile(&figures.wait_us, 0.99)),
+            ms(figures.wait_us.last().copied().unwrap_or(0)),
+        )
+    }
+}
+
+/// Prints the hot-key table.
+pub fn print_hot_key_table(rows: &[HotKeySummary]) {
+    println!(
+        "{:<20} {:>7} {:>4} {:>4} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
+        "impl",
+        "variant",
+        "C",
+        "H",
+        "acq/s",
+        "util",
+        "jain",
+        "wait p50",
+        "wait p99",
+        "wait max",
+        "gap p50",
+        "gap p99",
+        "rt/acq",
+        "cmd/acq"
+    );
+    println!(
+        "{:<20} {:>7} {:>4} {:>4} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
+        "", "", "", "ms", "", "", "", "ms", "ms", "ms", "µs", "µs", "", ""
+    );
+    for row in rows {
+        println!(
+            "{:<20} {:>7} {:>4} {:>4} {:>9.1} {:>6.3} {:>6.3} {:>9.2} {:>9.2} {:>9.2} {:>9.0} {:>9.0} {:>7} {:>7.2}",
+            row.which,
+            if row.handoff { "handoff" } else { "default" },
+            row.concurrency,
+            row.hold_ms,
+            row.acquisitions_per_s,
+            row.utilization,
+            row.jain,
+            row.wait_p50_ms,
+            row.wait_p99_ms,
+            row.wait_max_ms,
+            row.handoff_p50_us,
+            row.handoff_p99_us,
+            row.round_trips_per_acquire
+                .map_or_else(|| "-".to_owned(), |rt| format!("{rt:.2}")),
+            row.redis_cmds_per_acquire,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jain_is_one_when_even_and_one_over_n_when_one_gets_all() {
+        assert!((jain(&[5, 5, 5, 5]) - 1.0).abs() < 1e-9);
+        assert!((jain(&[20, 0, 0, 0]) - 0.25).abs() < 1e-9);
+    }
+
+    #[test]
+    fn percentiles_pick_ranks_of_sorted_values() {
+        let values: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&values, 0.5), 51);
+        assert_eq!(percentile(&values, 0.99), 99);
+        assert_eq!(percentile(&[], 0.5), 0);
+    }
+
+    #[test]
+    fn utilization_and_handoff_gaps_come_from_measured_holds() {
+        let acquisitions = vec![
+            Acquisition {
+                contender: 0,
+                want_us: 0,
+                acquired_us: 0,
+                hold_end_us: 400_000,
+            },
+            Acquisition {
+                contender: 1,
+                want_us: 0,
+                acquired_us: 500_000,
+                hold_end_us: 900_000,
+            },
+        ];
+        let figures = hot_key_figures(acquisitions, 2, Duration::from_secs(1));
+        assert!((figures.utilization - 0.8).abs() < 1e-9);
+        assert_eq!(figures.handoff_us, [100_000]);
+        assert_eq!(figures.wait_us, [0, 500_000]);
+        assert!((figures.jain - 1.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,227 @@
+//! Waiting for a busy lock against real Redis: release announcements, their loss, fair order
+//! across processes, and mutual exclusion under many contenders.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::post;
+use http::{Request, StatusCode};
+use integration_tests::{Occupancy, RedisServer, send};
+use redis::AsyncCommands;
+use tokio::sync::mpsc;
+use tower_lock::key::header;
+use tower_lock::{Acquire, LockBackend, LockLayer, OwnerToken, RedisBackend};
+
+const HOLD_TTL: Duration = Duration::from_secs(3);
+
+/// A "process": its own backend (own connections, own subscriber) and its own app, reporting
+/// which request (`x-id`) got the lock.
+async fn process(redis: &RedisServer, fair: bool, order: mpsc::UnboundedSender<String>) -> Router {
+    let backend = RedisBackend::connect(redis.url()).await.unwrap();
+    let mut layer = LockLayer::new(backend, header("x-key")).wait(Duration::from_secs(20));
+    if fair {
+        layer = layer.fair(Duration::from_secs(3));
+    }
+    Router::new()
+        .route(
+            "/",
+            post(move |request: Request<Body>| async move {
+                order
+                    .send(request.headers()["x-id"].to_str().unwrap().to_owned())
+                    .unwrap();
+            }),
+        )
+        .route_layer(layer)
+}
+
+fn request(app: &Router, id: usize) -> tokio::task::JoinHandle<StatusCode> {
+    let request = Request::post("/")
+        .header("x-key", "k")
+        .header("x-id", id.to_string())
+        .body(Body::empty())
+        .unwrap();
+    let app = app.clone();
+    tokio::spawn(async move { send(&app, request).await.status })
+}
+
+/// Takes lock `k` directly, as another holder would.
+async fn hold(backend: &RedisBackend) -> OwnerToken {
+    let token = OwnerToken::new();
+    let answer = backend.acquire("lock:k", token, HOLD_TTL).await.unwrap();
+    assert!(matches!(answer, Acquire::Acquired { .. }), "{answer:?}");
+    token
+}
+
+async fn subscribers(redis: &RedisServer) -> i64 {
+    let mut connection = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg("{lock:k}:free")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    counts[0].1
+}
+
+/// Waits until `count` processes subscribe to lock `k`'s announcements.
+async fn until_subscribed(redis: &RedisServer, count: i64) {
+    let started = Instant::now();
+    while subscribers(redis).await < count {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "nobody subscribed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_waiter_is_woken_by_the_announced_release() {
+    let redis = RedisServer::start();
+    let (order, mut served) = mpsc::unbounded_channel();
+    let app = process(&redis, false, order).await;
+    let holder_backend = RedisBackend::connect(redis.url()).await.unwrap();
+    let holder = hold(&holder_backend).await;
+    let waiter = request(&app, 1);
+    until_subscribed(&redis, 1).await;
+
+    let released = Instant::now();
+    holder_backend.release("lock:k", holder).await.unwrap();
+
+    assert_eq!(waiter.await.unwrap(), StatusCode::OK);
+    assert!(
+        released.elapsed() < HOLD_TTL / 2,
+        "woken by the announcement, not by the holder's lease running out: {:?}",
+        released.elapsed()
+    );
+    assert_eq!(served.recv().await.unwrap(), "1");
+}
+
+#[tokio::test]
+async fn a_waiter_still_gets_the_lock_when_the_release_is_never_announced() {
+    let redis = RedisServer::start();
+    let (order, _served) = mpsc::unbounded_channel();
+    let app = process(&redis, false, order).await;
+    let holder_backend = RedisBackend::connect(redis.url()).await.unwrap();
+    hold(&holder_backend).await;
+    let waiter = request(&app, 1);
+    until_subscribed(&redis, 1).await;
+    let mut connection = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+
+    // The lock vanishes without a PUBLISH: an operator's DEL, or a lost message.
+    let _: () = connection.del("{lock:k}").await.unwrap();
+
+    let status = tokio::time::timeout(HOLD_TTL * 2, waiter)
+        .await
+        .expect("woken by the lease bound");
+    assert_eq!(status.unwrap(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_killed_subscriber_connection_does_not_strand_its_waiters() {
+    let redis = RedisServer::start();
+    let (order, _served) = mpsc::unbounded_channel();
+    let app = process(&redis, false, order).await;
+    let holder_backend = RedisBackend::connect(redis.url()).await.unwrap();
+    let holder = hold(&holder_backend).await;
+    let waiter = request(&app, 1);
+    until_subscribed(&redis, 1).await;
+    let mut connection = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "pubsub"])
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    holder_backend.release("lock:k", holder).await.unwrap();
+
+    assert_eq!(killed, 1, "the waiter's subscriber connection");
+    let status = tokio::time::timeout(HOLD_TTL * 2, waiter)
+        .await
+        .expect("the waiter got the lock");
+    assert_eq!(status.unwrap(), StatusCode::OK);
+
+    // The subscriber reconnects by itself, and announcements reach the next waiter again.
+    let holder = hold(&holder_backend).await;
+    let next = request(&app, 2);
+    until_subscribed(&redis, 1).await;
+    let released = Instant::now();
+    holder_backend.release("lock:k", holder).await.unwrap();
+    assert_eq!(next.await.unwrap(), StatusCode::OK);
+    assert!(
+        released.elapsed() < HOLD_TTL / 2,
+        "announced again: {:?}",
+        released.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn fair_mode_serves_two_processes_in_arrival_order() {
+    let redis = RedisServer::start();
+    let (order, mut served) = mpsc::unbounded_channel();
+    let processes = [
+        process(&redis, true, order.clone()).await,
+        process(&redis, true, order).await,
+    ];
+    let holder_backend = RedisBackend::connect(redis.url()).await.unwrap();
+    let holder = OwnerToken::new();
+    holder_backend
+        .acquire_fair("lock:k", holder, HOLD_TTL, Duration::from_secs(3))
+        .await
+        .unwrap();
+    let mut waiters = Vec::new();
+    for id in 0..12 {
+        waiters.push(request(&processes[id % 2], id));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+
+    holder_backend.release_fair("lock:k", holder).await.unwrap();
+    for waiter in waiters {
+        assert_eq!(waiter.await.unwrap(), StatusCode::OK);
+    }
+
+    let order: Vec<String> = (0..12).map(|_| served.try_recv().unwrap()).collect();
+    assert_eq!(order, (0..12).map(|id| id.to_string()).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_notified_contenders_across_two_processes_never_overlap() {
+    let redis = RedisServer::start();
+    let occupancy = Arc::new(Occupancy::default());
+    let mut processes = Vec::new();
+    for _ in 0..2 {
+        let backend = RedisBackend::connect(redis.url()).await.unwrap();
+        let occupancy = occupancy.clone();
+        processes.push(
+            Router::new()
+                .route(
+                    "/",
+                    post(move || async move { occupancy.visit(Duration::from_millis(1)).await }),
+                )
+                .route_layer(
+                    LockLayer::new(backend, header("x-key")).wait(Duration::from_secs(30)),
+                ),
+        );
+    }
+
+    let requests: Vec<_> = (0..64).map(|id| request(&processes[id % 2], id)).collect();
+    for request in requests {
+        assert_eq!(request.await.unwrap(), StatusCode::OK);
+    }
+
+    assert_eq!(occupancy.most(), 1);
+}
