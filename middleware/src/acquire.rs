@@ -62,7 +62,7 @@ pub(crate) async fn acquire<B: LockBackend>(
     } = plan.policy
     else {
         return attempts
-            .once()
+            .once(false)
             .await?
             .map_err(|holder_ttl| NotObtained::Busy { holder_ttl });
     };
@@ -77,11 +77,11 @@ pub(crate) async fn acquire<B: LockBackend>(
             if acquired.is_ok() {
                 ticket.used();
             }
-            acquired
+            acquired.map(|(acquired, _)| acquired)
         }
         (WaitMode::Notified, Some(room)) => {
             if !room.has_line(name) {
-                match attempts.once().await? {
+                match attempts.once(false).await? {
                     Ok(acquired) => return Ok(acquired),
                     Err(holder_ttl) if patience.is_zero() => {
                         return Err(NotObtained::Busy { holder_ttl });
@@ -99,13 +99,14 @@ pub(crate) async fn acquire<B: LockBackend>(
                 let remaining = deadline.saturating_duration_since(Instant::now());
                 let _ = timeout(plan.ttl.min(remaining), place.released().notified()).await;
             }
-            let acquired = attempts.wait(Some(&place), deadline, None).await;
-            if acquired.is_ok() {
-                place.leave_holding();
-            }
-            acquired
+            let (acquired, announced) = attempts.wait(Some(&place), deadline, None).await?;
+            place.leave_holding(announced);
+            Ok(acquired)
         }
-        (WaitMode::Polling | WaitMode::Notified, _) => attempts.wait(None, deadline, None).await,
+        (WaitMode::Polling | WaitMode::Notified, _) => {
+            let (acquired, _) = attempts.wait(None, deadline, None).await?;
+            Ok(acquired)
+        }
     }
 }
 
@@ -119,8 +120,13 @@ struct Attempts<'a, B> {
 
 impl<B: LockBackend> Attempts<'_, B> {
     /// One attempt: `Ok(Ok(acquired))`, `Ok(Err(holder_ttl))` when busy, or the store failed.
-    async fn once(&self) -> Result<Result<Acquired, Option<Duration>>, NotObtained> {
+    /// `followers`: local waiters line up behind this one (see `Place::has_followers`).
+    async fn once(
+        &self,
+        followers: bool,
+    ) -> Result<Result<Acquired, Option<Duration>>, NotObtained> {
         let (backend, name, token, plan) = (self.backend, self.name, self.token, self.plan);
+        let (ttl, store_timeout) = (plan.ttl, plan.store_timeout);
         let sent = Instant::now();
         let answer = match plan.policy {
             BusyPolicy::Wait {
@@ -128,12 +134,19 @@ impl<B: LockBackend> Attempts<'_, B> {
                 ..
             } => {
                 timeout(
-                    plan.store_timeout,
-                    backend.acquire_fair(name, token, plan.ttl, ticket_ttl),
+                    store_timeout,
+                    backend.acquire_fair(name, token, ttl, ticket_ttl),
                 )
                 .await
             }
-            _ => timeout(plan.store_timeout, backend.acquire(name, token, plan.ttl)).await,
+            _ if followers => {
+                timeout(
+                    store_timeout,
+                    backend.acquire_with_followers(name, token, ttl),
+                )
+                .await
+            }
+            _ => timeout(store_timeout, backend.acquire(name, token, ttl)).await,
         };
         match answer {
             Ok(Ok(Acquire::Acquired { fence })) => Ok(Ok((fence, sent))),
@@ -151,7 +164,7 @@ impl<B: LockBackend> Attempts<'_, B> {
 
     /// The wait is over: one last look, for an accurate `Retry-After`.
     async fn once_more_busy(&self) -> Result<Acquired, NotObtained> {
-        match self.once().await? {
+        match self.once(false).await? {
             Ok(acquired) => Ok(acquired),
             Err(holder_ttl) => Err(NotObtained::Busy { holder_ttl }),
         }
@@ -160,21 +173,23 @@ impl<B: LockBackend> Attempts<'_, B> {
     /// Attempts until acquired or `deadline`. Between attempts it sleeps until `place` hears a
     /// release announced (armed before each attempt, so none is missed) or the holder's lease
     /// runs out — or, without live announcements, for a backoff delay. `refresh` caps each
-    /// sleep (fair tickets must be renewed).
+    /// sleep (fair tickets must be renewed). Returns whether the successful attempt asked for
+    /// its release to be announced (there were followers).
     async fn wait(
         &self,
         place: Option<&Place>,
         deadline: Instant,
         refresh: Option<Duration>,
-    ) -> Result<Acquired, NotObtained> {
+    ) -> Result<(Acquired, bool), NotObtained> {
         let mut attempt: u32 = 0;
         loop {
             let mut announced = pin!(place.map(|place| place.released().notified()));
             if let Some(announced) = announced.as_mut().as_pin_mut() {
                 announced.enable();
             }
-            let holder_ttl = match self.once().await? {
-                Ok(acquired) => return Ok(acquired),
+            let followers = place.is_some_and(Place::has_followers);
+            let holder_ttl = match self.once(followers).await? {
+                Ok(acquired) => return Ok((acquired, followers)),
                 Err(holder_ttl) => holder_ttl,
             };
             let remaining = deadline.saturating_duration_since(Instant::now());

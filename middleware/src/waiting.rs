@@ -270,6 +270,13 @@ impl WaitingRoom {
             .is_some_and(|waiters| !waiters.line.is_empty())
     }
 
+    /// Whether `id` heads its line with others behind it.
+    fn has_followers(&self, name: &str, id: u64) -> bool {
+        self.names().get(name).is_some_and(|waiters| {
+            waiters.line.len() > 1 && waiters.line.front().is_some_and(|(head, _)| *head == id)
+        })
+    }
+
     /// `Some(taken)` once `id` heads its line, where `taken` says the previous head left
     /// holding the lock (and clears that news); `None` while others are ahead.
     fn head_news(&self, name: &str, id: u64) -> Option<bool> {
@@ -334,9 +341,21 @@ impl Place {
         }
     }
 
-    /// Leaves the line holding the lock; the next waiter skips asking the store.
-    pub(crate) fn leave_holding(mut self) {
-        self.room.leave(&self.name, &self.member, true);
+    /// Whether this waiter heads its line with others behind it: then its acquire must make
+    /// the store announce the release ([`LockBackend::acquire_with_followers`]).
+    ///
+    /// [`LockBackend::acquire_with_followers`]: crate::LockBackend::acquire_with_followers
+    pub(crate) fn has_followers(&self) -> bool {
+        match &self.member {
+            Member::InLine { id, .. } => self.room.has_followers(&self.name, *id),
+            Member::Ticket(_) => false,
+        }
+    }
+
+    /// Leaves the line holding the lock. `announced`: the release will be announced, so the
+    /// next waiter may wait for it without asking the store.
+    pub(crate) fn leave_holding(mut self, announced: bool) {
+        self.room.leave(&self.name, &self.member, announced);
         self.left = true;
     }
 
@@ -399,7 +418,7 @@ mod tests {
         let third = room.join_line("k");
         assert!(!first.turn().await, "nobody held it before the first head");
 
-        first.leave_holding();
+        first.leave_holding(true);
         assert!(second.turn().await, "the lock is known to be busy");
         drop(second);
 

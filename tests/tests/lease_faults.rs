@@ -12,7 +12,7 @@ use http::StatusCode;
 use integration_tests::{Gate, RedisServer, post as post_request, send};
 use tokio::time::Instant;
 use tower_lock::key::{KeyTemplate, header};
-use tower_lock::{LockGuard, LockLayer, OnLost, RedisBackend};
+use tower_lock::{LockBackend, LockGuard, LockLayer, OnLost, RedisBackend};
 
 const TTL: Duration = Duration::from_millis(300);
 
@@ -201,8 +201,8 @@ async fn a_hundred_thousand_requests_over_ten_thousand_keys_leave_nothing_behind
     const KEYS: usize = 10_000;
     const WORKERS: usize = 64;
     let redis = RedisServer::start();
-    let layer =
-        LockLayer::new(backend(&redis).await, header("x-key")).ttl(Duration::from_millis(30));
+    let backend = backend(&redis).await;
+    let layer = LockLayer::new(backend.clone(), header("x-key")).ttl(TTL);
     let slow = Arc::new(AtomicUsize::new(0));
     let app = Router::new()
         .route(
@@ -210,9 +210,9 @@ async fn a_hundred_thousand_requests_over_ten_thousand_keys_leave_nothing_behind
             post({
                 let slow = slow.clone();
                 move || async move {
-                    // One request in a hundred outlives a renewal interval.
-                    if slow.fetch_add(1, Ordering::Relaxed).is_multiple_of(100) {
-                        tokio::time::sleep(Duration::from_millis(25)).await;
+                    // One request in two hundred outlives a renewal interval (TTL/3).
+                    if slow.fetch_add(1, Ordering::Relaxed).is_multiple_of(200) {
+                        tokio::time::sleep(TTL / 2).await;
                     }
                 }
             }),
@@ -238,9 +238,15 @@ async fn a_hundred_thousand_requests_over_ten_thousand_keys_leave_nothing_behind
     for worker in workers {
         worker.await.unwrap();
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Waiters' lines for a lock linger 2 s after their last member left.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
 
     assert_eq!(layer.active_leases(), 0);
+    assert_eq!(
+        backend.waiting_room().unwrap().waiting_names(),
+        0,
+        "no waiting line left"
+    );
     assert_eq!(
         runtime.num_alive_tasks(),
         tasks_before,

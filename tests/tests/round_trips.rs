@@ -4,7 +4,7 @@
 use futures_util::StreamExt;
 use integration_tests::{RedisServer, post, send};
 use tower_lock::key::KeyTemplate;
-use tower_lock::{LockLayer, RedisBackend};
+use tower_lock::{LockGuard, LockLayer, RedisBackend};
 
 const REQUESTS: usize = 10;
 const SENTINEL: &str = "end-of-test";
@@ -51,19 +51,85 @@ async fn an_uncontended_request_sends_two_commands() {
         .unwrap();
 
     let mut sent_by_clients = Vec::new();
+    let mut announcements = 0;
     while let Some(line) = monitor.next().await {
         if line.contains(SENTINEL) {
             break;
         }
+        announcements += usize::from(line.to_lowercase().contains("\"publish\""));
         if !line.contains(" lua]") {
             sent_by_clients.push(line);
         }
     }
+    assert_eq!(
+        announcements, 0,
+        "nobody waited, so no release was announced"
+    );
     assert_eq!(sent_by_clients.len(), 2 * REQUESTS, "{sent_by_clients:#?}");
     assert!(
         sent_by_clients
             .iter()
             .all(|line| line.contains("\"EVALSHA\"")),
         "{sent_by_clients:#?}"
+    );
+}
+
+#[tokio::test]
+async fn without_fencing_an_uncontended_request_sends_a_plain_set_and_one_script() {
+    let redis = RedisServer::start();
+    let backend = RedisBackend::connect(redis.url())
+        .await
+        .unwrap()
+        .fencing(false);
+    let app = axum::Router::new()
+        .route(
+            "/coupons/{id}/claim",
+            axum::routing::post(
+                |axum::Extension(lock): axum::Extension<LockGuard>| async move {
+                    lock.fence().to_string()
+                },
+            ),
+        )
+        .route_layer(LockLayer::new(
+            backend,
+            KeyTemplate::parse("coupon:{path id}").unwrap(),
+        ));
+    send(&app, post("/coupons/0/claim")).await;
+    let mut monitor = redis
+        .client()
+        .get_async_monitor()
+        .await
+        .unwrap()
+        .into_on_message::<String>();
+
+    let reply = send(&app, post("/coupons/1/claim")).await;
+    let mut connection = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: String = redis::cmd("ECHO")
+        .arg(SENTINEL)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+
+    assert_eq!(reply.body, "0", "no fencing token");
+    let mut sent = Vec::new();
+    while let Some(line) = monitor.next().await {
+        if line.contains(SENTINEL) {
+            break;
+        }
+        sent.push(line);
+    }
+    assert_eq!(
+        sent.len(),
+        2 + 2,
+        "SET, then EVALSHA of release.lua running GET and DEL: {sent:#?}"
+    );
+    assert!(sent[0].contains("\"SET\" \"{lock:coupon:1}\""), "{sent:#?}");
+    assert!(
+        sent.iter().all(|line| !line.contains(":fence")),
+        "no counter key: {sent:#?}"
     );
 }

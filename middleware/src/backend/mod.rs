@@ -24,7 +24,7 @@ pub enum Acquire {
     /// The lock is ours. `fence` is strictly larger than every token issued earlier for the
     /// same key (within [`FENCE_COUNTER_TTL`] of the last acquire).
     Acquired {
-        /// The fencing token of this lease.
+        /// The fencing token of this lease (0 when the backend's fencing is switched off).
         fence: u64,
     },
     /// Somebody else holds the lock.
@@ -62,6 +62,19 @@ pub trait LockBackend: Send + Sync + 'static {
         token: OwnerToken,
         ttl: Duration,
     ) -> impl Future<Output = Result<Acquire, BackendError>> + Send;
+
+    /// Like [`acquire`](Self::acquire), for a caller at the head of a line of local waiters:
+    /// the backend must announce this lock's release even if nobody asks it again before then
+    /// (the next waiter in line waits for the announcement without asking). Backends that
+    /// always announce releases need not override it.
+    fn acquire_with_followers(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Acquire, BackendError>> + Send {
+        self.acquire(key, token, ttl)
+    }
 
     /// Resets the lease of lock `key` to `ttl` from now, if `token` still owns it. Returns
     /// whether it did; `false` means the lease is lost (expired, or taken by someone else).

@@ -44,10 +44,12 @@ pub struct RedisBackend {
     connection: ConnectionManager,
     scripts: Arc<Scripts>,
     room: Option<Arc<WaitingRoom>>,
+    fencing: bool,
 }
 
 struct Scripts {
     acquire: Script,
+    busy: Script,
     extend: Script,
     release: Script,
     fair: Script,
@@ -80,12 +82,32 @@ impl RedisBackend {
             connection,
             scripts: Arc::new(Scripts {
                 acquire: Script::new(include_str!("lua/acquire.lua")),
+                busy: Script::new(include_str!("lua/busy.lua")),
                 extend: Script::new(include_str!("lua/extend.lua")),
                 release: Script::new(include_str!("lua/release.lua")),
                 fair: Script::new(include_str!("lua/fair.lua")),
             }),
             room: None,
+            fencing: true,
         }
+    }
+
+    /// Whether acquires issue fencing tokens (default `true`).
+    ///
+    /// Without fencing, an acquire is one plain `SET NX PX` (no script, no counter key) and
+    /// [`LockGuard::fence`](crate::LockGuard::fence) is 0: for users who do not write to
+    /// stores that check tokens and want the cheapest lock.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis::RedisError> {
+    /// let backend = tower_lock::RedisBackend::connect("redis://127.0.0.1:6379").await?.fencing(false);
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
     }
 }
 
@@ -216,6 +238,61 @@ impl Subscriptions for Subscriber {
 }
 
 impl RedisBackend {
+    /// Acquires; `waited_for` marks the lock so that its release is announced.
+    async fn take(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+        waited_for: bool,
+    ) -> Result<Acquire, BackendError> {
+        let mut buf = [0; 32];
+        let token = token.encode(&mut buf);
+        let mark = if waited_for { "*" } else { "" };
+        let mut connection = self.connection.clone();
+        if self.fencing {
+            let reply: Vec<i64> = self
+                .scripts
+                .acquire
+                .key(lock_key(key))
+                .key(fence_key(key))
+                .arg(token)
+                .arg(millis(ttl))
+                .arg(millis(FENCE_COUNTER_TTL))
+                .arg(mark)
+                .invoke_async(&mut connection)
+                .await
+                .map_err(BackendError::new)?;
+            return acquire_reply(reply);
+        }
+        let lock = lock_key(key);
+        let taken: Option<String> = redis::cmd("SET")
+            .arg(&lock)
+            .arg([token, mark].concat())
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(ttl))
+            .query_async(&mut connection)
+            .await
+            .map_err(BackendError::new)?;
+        if taken.is_some() {
+            return Ok(Acquire::Acquired { fence: 0 });
+        }
+        let pttl: i64 = self
+            .scripts
+            .busy
+            .key(&lock)
+            .invoke_async(&mut connection)
+            .await
+            .map_err(BackendError::new)?;
+        let holder_ttl = match pttl {
+            // Released between the two commands: ask again at once.
+            -2 => Some(Duration::ZERO),
+            ms => u64::try_from(ms).ok().map(Duration::from_millis),
+        };
+        Ok(Acquire::Busy { holder_ttl })
+    }
+
     async fn run_fair(
         &self,
         key: &str,
@@ -275,19 +352,16 @@ impl LockBackend for RedisBackend {
         token: OwnerToken,
         ttl: Duration,
     ) -> Result<Acquire, BackendError> {
-        let mut buf = [0; 32];
-        let reply: Vec<i64> = self
-            .scripts
-            .acquire
-            .key(lock_key(key))
-            .key(fence_key(key))
-            .arg(token.encode(&mut buf))
-            .arg(millis(ttl))
-            .arg(millis(FENCE_COUNTER_TTL))
-            .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(BackendError::new)?;
-        acquire_reply(reply)
+        self.take(key, token, ttl, false).await
+    }
+
+    async fn acquire_with_followers(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+    ) -> Result<Acquire, BackendError> {
+        self.take(key, token, ttl, true).await
     }
 
     async fn extend(

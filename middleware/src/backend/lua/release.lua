@@ -1,9 +1,14 @@
--- Release a lock, but only for its owner (compare-and-delete), and announce it to waiters.
+-- Release a lock, but only for its owner (compare-and-delete); announce it if anybody waits.
 -- KEYS[1]  lock key
 -- ARGV[1]  owner token
 -- ARGV[2]  the lock's announcement channel
 -- returns  1 when the owner's lock was deleted, 0 when the key is gone or held by another token
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+if holder == ARGV[1] .. '*' then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], '')
   return 1
