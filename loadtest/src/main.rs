@@ -3,6 +3,7 @@
 //! ```sh
 //! cargo run --release -p loadtest --bin lockbench -- --scenario hot-key            # whole grid
 //! cargo run --release -p loadtest --bin lockbench -- --scenario hot-key --handoff --concurrency 8 --hold-ms 1
+//! cargo run --release -p loadtest --bin lockbench -- --scenario distinct-keys --chart docs/distinct-keys.svg
 //! cargo run --release -p loadtest --bin lockbench -- --help
 //! ```
 //!
@@ -17,11 +18,14 @@ use std::time::Duration;
 use clap::Parser;
 use integration_tests::RedisServer;
 
+mod chart;
+mod distinct_keys;
 mod hot_key;
 mod lockers;
 mod redis_stats;
 mod report;
 
+use distinct_keys::PairImpl;
 use hot_key::{Measured, Plan, now_us};
 use lockers::Impl;
 use report::{HotKeySummary, hot_key_figures, percentile, print_hot_key_table};
@@ -37,7 +41,8 @@ struct Args {
     /// the lock again, so every acquisition is a handoff.
     #[arg(long)]
     handoff: bool,
-    /// Concurrent contenders (repeatable); default: the grid (8 and 64).
+    /// Concurrent contenders or tasks (repeatable); default: the scenario's grid (hot key: 8
+    /// and 64; distinct keys: 1, 16 and 64).
     #[arg(long)]
     concurrency: Vec<usize>,
     /// How long each acquisition holds the lock, in ms (repeatable); default: 0 and 1.
@@ -46,12 +51,22 @@ struct Args {
     /// Length of each run.
     #[arg(long, default_value_t = 3)]
     duration_s: u64,
+    /// Distinct keys: run the grid this many times, interleaved, and report each figure's
+    /// median (the host's noise spreads single runs by ±10 % and more).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Split the contenders over this many processes (1 or 2).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
     processes: u8,
-    /// Implementations to compare (repeatable); default: all of the scenario's.
-    #[arg(long = "impl", value_enum)]
-    impls: Vec<Impl>,
+    /// Implementations to compare (repeatable); default: all of the scenario's. Hot key:
+    /// tower-lock-notified, tower-lock-polling, tower-lock-fair, seed-naive, rslock. Distinct
+    /// keys: raw-scripts, seed-minimal, tower-lock, tower-lock-nofence, tower-lock-service,
+    /// rslock.
+    #[arg(long = "impl")]
+    impls: Vec<String>,
+    /// Distinct keys: draw throughput against concurrency per implementation into this SVG.
+    #[arg(long)]
+    chart: Option<std::path::PathBuf>,
     /// One JSON object per line instead of the table.
     #[arg(long)]
     json: bool,
@@ -67,6 +82,31 @@ struct Args {
 enum Scenario {
     /// Many contenders, one key.
     HotKey,
+    /// Tasks locking keys nobody else uses: the cost of the lock itself.
+    DistinctKeys,
+}
+
+/// The implementations named on the command line, among the scenario's `all`.
+fn chosen<T: Copy>(names: &[String], all: &[T], name: impl Fn(T) -> &'static str) -> Vec<T> {
+    if names.is_empty() {
+        return all.to_vec();
+    }
+    names
+        .iter()
+        .map(|wanted| {
+            all.iter()
+                .copied()
+                .find(|candidate| name(*candidate) == wanted)
+                .unwrap_or_else(|| {
+                    let known: Vec<_> = all.iter().map(|candidate| name(*candidate)).collect();
+                    eprintln!(
+                        "unknown --impl {wanted}; this scenario has {}",
+                        known.join(", ")
+                    );
+                    std::process::exit(2)
+                })
+        })
+        .collect()
 }
 
 #[tokio::main]
@@ -88,15 +128,68 @@ async fn main() {
 
     match args.scenario {
         Scenario::HotKey => hot_key_grid(&args, &url).await,
+        Scenario::DistinctKeys => distinct_keys_grid(&args, &url).await,
+    }
+}
+
+async fn distinct_keys_grid(args: &Args, url: &str) {
+    let impls = chosen(&args.impls, &PairImpl::ALL, PairImpl::name);
+    let concurrencies = if args.concurrency.is_empty() {
+        vec![1, 16, 64]
+    } else {
+        args.concurrency.clone()
+    };
+    let duration = Duration::from_secs(args.duration_s);
+    let mut rows = Vec::new();
+    for &concurrency in &concurrencies {
+        let mut rounds: Vec<Vec<distinct_keys::PairSummary>> =
+            impls.iter().map(|_| Vec::new()).collect();
+        for round in 0..args.rounds.max(1) {
+            for (index, &which) in impls.iter().enumerate() {
+                // Every run starts from an empty Redis, so no run pays for another's keys.
+                redis_stats::flush(url).await;
+                let row = distinct_keys::run(which, url, concurrency, duration).await;
+                eprintln!(
+                    "  round {} {} C={concurrency}: {:.0} pairs/s",
+                    round + 1,
+                    row.which,
+                    row.pairs_per_s
+                );
+                rounds[index].push(row);
+            }
+        }
+        for runs in rounds {
+            let row = distinct_keys::median(runs);
+            if args.json {
+                println!("{}", serde_json::to_string(&row).expect("serializable"));
+            }
+            rows.push(row);
+        }
+    }
+    if !args.json {
+        println!(
+            "\nscenario distinct-keys, {} s per run, median of {} interleaved rounds",
+            args.duration_s, args.rounds
+        );
+        distinct_keys::print_table(&rows);
+        println!("\nredis-benchmark on the same server, each command alone (requests/s):");
+        for &concurrency in &concurrencies {
+            let figures = distinct_keys::redis_benchmark(url, concurrency).await;
+            let line: Vec<String> = figures
+                .iter()
+                .map(|(what, rate)| format!("{what} {rate:.0}"))
+                .collect();
+            println!("  C={concurrency}: {}", line.join(", "));
+        }
+    }
+    if let Some(path) = &args.chart {
+        chart::throughput_by_concurrency(path, &rows).expect("the chart is written");
+        eprintln!("chart written to {}", path.display());
     }
 }
 
 async fn hot_key_grid(args: &Args, url: &str) {
-    let impls = if args.impls.is_empty() {
-        Impl::HOT_KEY.to_vec()
-    } else {
-        args.impls.clone()
-    };
+    let impls = chosen(&args.impls, &Impl::HOT_KEY, Impl::name);
     let concurrencies = if args.concurrency.is_empty() {
         vec![8, 64]
     } else {

@@ -56,3 +56,16 @@ pub fn client_issued_by_rslock(before: &HashMap<String, u64>, after: &HashMap<St
         .map(|name| delta(before, after, name))
         .sum()
 }
+
+/// Empties the server: a run starts without the keys earlier runs left (fencing counters).
+pub async fn flush(url: &str) {
+    let client = redis::Client::open(url).expect("a valid Redis URL");
+    let mut connection = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("Redis reachable");
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut connection)
+        .await
+        .expect("FLUSHALL answers");
+}

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# What the lock adds to an HTTP request: the demo with --work-ms 0, claims on distinct coupons
+# (no contention), with the lock vs --no-lock, same oha settings, alternating, in one run.
+#
+#   loadtest/bench-http.sh                       # 64 and 1 connections, 10 s each, 3 rounds
+#   loadtest/bench-http.sh --duration 5 --rounds 2 --connections "64 1"
+#
+# Starts its own redis-server (or uses REDIS_URL) and one demo replica per mode; prints
+# throughput and p50/p99 for each, the lock/no-lock throughput ratio and the added latency.
+set -euo pipefail
+
+duration=10 rounds=3 connections="64 1"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --duration) duration=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --connections) connections=$2; shift 2 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+wait_until() {
+  local deadline=$((SECONDS + $1)); shift
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || { echo "timed out waiting for: $*" >&2; return 1; }
+    sleep 0.05
+  done
+}
+
+command -v oha >/dev/null || { echo "installing oha (cargo install oha --locked)"; cargo install oha --locked; }
+echo "building the demo (release)"
+cargo build --release --quiet -p demo-coupon-service --manifest-path "$root/Cargo.toml"
+
+if [ -z "${REDIS_URL:-}" ]; then
+  redis_port=$(free_port)
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" >"$work/redis.log" 2>&1 &
+  pids+=($!)
+  REDIS_URL="redis://127.0.0.1:$redis_port"
+  wait_until 10 redis-cli -p "$redis_port" ping
+fi
+
+declare -A url
+for mode in lock no-lock; do
+  port=$(free_port)
+  flag=""; [ "$mode" = no-lock ] && flag="--no-lock"
+  RUST_LOG=warn "$root/target/release/demo-coupon-service" --listen "127.0.0.1:$port" \
+    --redis-url "$REDIS_URL" --work-ms 0 $flag >"$work/$mode.log" 2>&1 &
+  pids+=($!)
+  url[$mode]="http://127.0.0.1:$port"
+  wait_until 20 curl -fsS "http://127.0.0.1:$port/healthz"
+done
+
+# Random coupon ids: every claim locks its own key. The coupons do not exist, so both modes
+# run the same handler path (read the stock, answer 404): the difference is the lock.
+echo '{"user_id":"bench"}' >"$work/body.json"
+for c in $connections; do
+  for round in $(seq 1 "$rounds"); do
+    for mode in lock no-lock; do
+      oha -z "${duration}s" -c "$c" -m POST -T application/json -D "$work/body.json" --no-tui \
+        --output-format json -o "$work/$mode-$c-$round.json" \
+        --rand-regex-url "${url[$mode]}/coupons/c[0-9]{9}/claim" 2>/dev/null
+    done
+  done
+done
+
+python3 - "$work" "$rounds" "$connections" <<'PY'
+import json, statistics, sys
+work, rounds, connections = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+print(f"\n  {'conns':>5} {'mode':<8} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8}   (median of {rounds} alternating rounds)")
+for c in connections:
+    figures = {}
+    for mode in ("lock", "no-lock"):
+        runs = [json.load(open(f"{work}/{mode}-{c}-{r}.json")) for r in range(1, rounds + 1)]
+        rps = statistics.median(run["summary"]["requestsPerSec"] for run in runs)
+        p50 = statistics.median(run["latencyPercentiles"]["p50"] for run in runs) * 1000
+        p99 = statistics.median(run["latencyPercentiles"]["p99"] for run in runs) * 1000
+        codes = {}
+        for run in runs:
+            for code, n in run["statusCodeDistribution"].items():
+                codes[code] = codes.get(code, 0) + n
+        figures[mode] = (rps, p50, p99)
+        print(f"  {c:>5} {mode:<8} {rps:>9.0f} {p50:>8.3f} {p99:>8.3f}   statuses {codes}")
+    (l_rps, l_p50, l_p99), (n_rps, n_p50, n_p99) = figures["lock"], figures["no-lock"]
+    print(f"  {c:>5} lock/no-lock throughput {l_rps / n_rps:.2f}, added p50 {l_p50 - n_p50:+.3f} ms, added p99 {l_p99 - n_p99:+.3f} ms")
+PY

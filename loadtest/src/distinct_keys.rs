@@ -1,0 +1,383 @@
+//! Scenario `distinct-keys`: tasks lock and unlock keys nobody else uses, as fast as they can.
+//! What the lock costs each request, and how close it runs to Redis's own limit.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::request::Parts;
+use http::{Request, Response};
+use redis::Script;
+use redis::aio::MultiplexedConnection;
+use tokio::time::Instant;
+use tower::util::BoxCloneSyncService;
+use tower::{Layer, ServiceExt, service_fn};
+use tower_lock::key::KeyError;
+use tower_lock::{Acquire, LockBackend, LockLayer, OwnerToken, RedisBackend};
+
+use crate::lockers::TTL;
+use crate::report::percentile;
+
+/// How long a fencing counter lives: the value tower-lock passes to its script.
+const FENCE_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The implementations compared, by their names in the output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PairImpl {
+    /// tower-lock's own acquire and release scripts, called directly: the ceiling of its design.
+    RawScripts,
+    /// `SET NX PX` and a compare-and-delete script, called directly.
+    SeedMinimal,
+    /// tower-lock's `RedisBackend` (fencing on, the default).
+    TowerLock,
+    /// tower-lock's `RedisBackend` with `fencing(false)`.
+    TowerLockNofence,
+    /// tower-lock's `LockService` around a trivial inner service (no HTTP).
+    TowerLockService,
+    /// rslock's `lock` and `unlock`.
+    Rslock,
+}
+
+impl PairImpl {
+    pub const ALL: [PairImpl; 6] = [
+        PairImpl::RawScripts,
+        PairImpl::SeedMinimal,
+        PairImpl::TowerLock,
+        PairImpl::TowerLockNofence,
+        PairImpl::TowerLockService,
+        PairImpl::Rslock,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PairImpl::RawScripts => "raw-scripts",
+            PairImpl::SeedMinimal => "seed-minimal",
+            PairImpl::TowerLock => "tower-lock",
+            PairImpl::TowerLockNofence => "tower-lock-nofence",
+            PairImpl::TowerLockService => "tower-lock-service",
+            PairImpl::Rslock => "rslock",
+        }
+    }
+}
+
+/// One line of the report.
+#[derive(Debug, serde::Serialize)]
+pub struct PairSummary {
+    #[serde(rename = "impl")]
+    pub which: &'static str,
+    pub scenario: &'static str,
+    pub concurrency: usize,
+    pub pairs_per_s: f64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+}
+
+type Service = BoxCloneSyncService<Request<()>, Response<String>, Infallible>;
+
+enum Pairs {
+    Raw {
+        connection: MultiplexedConnection,
+        acquire: Arc<Script>,
+        release: Arc<Script>,
+    },
+    Seed {
+        connection: MultiplexedConnection,
+        release: Arc<Script>,
+    },
+    Backend(RedisBackend),
+    Service(Service),
+    Rslock(rslock::LockManager),
+}
+
+fn key_of(parts: &Parts) -> Result<Option<String>, KeyError> {
+    Ok(parts
+        .headers
+        .get("x-key")
+        .and_then(|key| key.to_str().ok())
+        .map(str::to_owned))
+}
+
+impl Pairs {
+    async fn connect(which: PairImpl, url: &str) -> Self {
+        let client = redis::Client::open(url).expect("a valid Redis URL");
+        let plain = || async {
+            client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("Redis reachable")
+        };
+        match which {
+            PairImpl::RawScripts => Pairs::Raw {
+                connection: plain().await,
+                acquire: Arc::new(Script::new(include_str!(
+                    "../../middleware/src/backend/lua/acquire.lua"
+                ))),
+                release: Arc::new(Script::new(include_str!(
+                    "../../middleware/src/backend/lua/release.lua"
+                ))),
+            },
+            PairImpl::SeedMinimal => Pairs::Seed {
+                connection: plain().await,
+                release: Arc::new(Script::new(
+                    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+                )),
+            },
+            PairImpl::TowerLock => {
+                Pairs::Backend(RedisBackend::connect(url).await.expect("Redis reachable"))
+            }
+            PairImpl::TowerLockNofence => Pairs::Backend(
+                RedisBackend::connect(url)
+                    .await
+                    .expect("Redis reachable")
+                    .fencing(false),
+            ),
+            PairImpl::TowerLockService => {
+                let backend = RedisBackend::connect(url).await.expect("Redis reachable");
+                let inner = service_fn(|_: Request<()>| async {
+                    Ok::<_, Infallible>(Response::new(String::new()))
+                });
+                let service = LockLayer::new(backend, key_of)
+                    .ttl(TTL)
+                    .reject()
+                    .layer(inner);
+                Pairs::Service(BoxCloneSyncService::new(service))
+            }
+            PairImpl::Rslock => Pairs::Rslock(rslock::LockManager::new(vec![url])),
+        }
+    }
+
+    /// Locks and unlocks `key` once.
+    async fn pair(&self, key: &str) {
+        match self {
+            Pairs::Raw {
+                connection,
+                acquire,
+                release,
+            } => {
+                let (mut connection, token) = (connection.clone(), OwnerToken::new().to_string());
+                let reply: Vec<i64> = acquire
+                    .key(format!("{{{key}}}"))
+                    .key(format!("{{{key}}}:fence"))
+                    .arg(&token)
+                    .arg(TTL.as_millis() as u64)
+                    .arg(FENCE_TTL_MS)
+                    .arg("")
+                    .invoke_async(&mut connection)
+                    .await
+                    .expect("Redis answers");
+                assert_eq!(reply[0], 1, "a distinct key is free");
+                let _: i64 = release
+                    .key(format!("{{{key}}}"))
+                    .arg(&token)
+                    .arg(format!("{{{key}}}:free"))
+                    .invoke_async(&mut connection)
+                    .await
+                    .expect("Redis answers");
+            }
+            Pairs::Seed {
+                connection,
+                release,
+            } => {
+                let (mut connection, token) = (connection.clone(), OwnerToken::new().to_string());
+                let taken: Option<String> = redis::cmd("SET")
+                    .arg(key)
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(TTL.as_millis() as u64)
+                    .query_async(&mut connection)
+                    .await
+                    .expect("Redis answers");
+                assert!(taken.is_some(), "a distinct key is free");
+                let _: i64 = release
+                    .key(key)
+                    .arg(&token)
+                    .invoke_async(&mut connection)
+                    .await
+                    .expect("Redis answers");
+            }
+            Pairs::Backend(backend) => {
+                let token = OwnerToken::new();
+                let answer = backend
+                    .acquire(key, token, TTL)
+                    .await
+                    .expect("Redis answers");
+                assert!(
+                    matches!(answer, Acquire::Acquired { .. }),
+                    "a distinct key is free"
+                );
+                backend.release(key, token).await.expect("Redis answers");
+            }
+            Pairs::Service(service) => {
+                let request = Request::builder()
+                    .header("x-key", key)
+                    .body(())
+                    .expect("a valid request");
+                let Ok(response) = service.clone().oneshot(request).await;
+                assert!(response.status().is_success(), "a distinct key is free");
+            }
+            Pairs::Rslock(manager) => {
+                let lock = manager
+                    .lock(key.as_bytes(), TTL)
+                    .await
+                    .expect("a distinct key is free");
+                manager.unlock(&lock).await;
+            }
+        }
+    }
+}
+
+/// Runs `concurrency` tasks pairing on fresh keys for `duration`.
+pub async fn run(
+    which: PairImpl,
+    url: &str,
+    concurrency: usize,
+    duration: Duration,
+) -> PairSummary {
+    let pairs = Arc::new(Pairs::connect(which, url).await);
+    let run_id = fastrand::u64(..);
+    let start = Instant::now() + Duration::from_millis(100);
+    let end = start + duration;
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|task| {
+            let pairs = Arc::clone(&pairs);
+            tokio::spawn(async move {
+                tokio::time::sleep_until(start).await;
+                let mut latencies = Vec::new();
+                let mut n = 0_u64;
+                while Instant::now() < end {
+                    let key = format!("dk:{run_id:x}:{task}:{n}");
+                    let began = Instant::now();
+                    pairs.pair(&key).await;
+                    latencies.push(u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX));
+                    n += 1;
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.expect("a pairing task finished"));
+    }
+    latencies.sort_unstable();
+    PairSummary {
+        which: which.name(),
+        scenario: "distinct-keys",
+        concurrency,
+        pairs_per_s: latencies.len() as f64 / duration.as_secs_f64(),
+        p50_us: percentile(&latencies, 0.50),
+        p99_us: percentile(&latencies, 0.99),
+    }
+}
+
+/// The run with the median throughput.
+pub fn median(mut runs: Vec<PairSummary>) -> PairSummary {
+    runs.sort_by(|a, b| a.pairs_per_s.total_cmp(&b.pairs_per_s));
+    let middle = runs.len() / 2;
+    runs.swap_remove(middle)
+}
+
+/// Prints the distinct-keys table, with each row's ratio to raw-scripts at the same C.
+pub fn print_table(rows: &[PairSummary]) {
+    println!(
+        "{:<20} {:>4} {:>11} {:>8} {:>8} {:>10}",
+        "impl", "C", "pairs/s", "p50 µs", "p99 µs", "vs raw"
+    );
+    for row in rows {
+        let raw = rows
+            .iter()
+            .find(|other| other.which == "raw-scripts" && other.concurrency == row.concurrency)
+            .map(|raw| format!("{:.2}", row.pairs_per_s / raw.pairs_per_s))
+            .unwrap_or_default();
+        println!(
+            "{:<20} {:>4} {:>11.0} {:>8} {:>8} {:>10}",
+            row.which, row.concurrency, row.pairs_per_s, row.p50_us, row.p99_us, raw
+        );
+    }
+}
+
+/// `redis-benchmark` on the same server for the commands the locks send, each alone:
+/// (description, requests/s). Empty when redis-benchmark is not installed.
+pub async fn redis_benchmark(url: &str, concurrency: usize) -> Vec<(String, f64)> {
+    let port = url
+        .rsplit(':')
+        .next()
+        .unwrap_or("6379")
+        .trim_end_matches('/')
+        .to_owned();
+    let client = redis::Client::open(url).expect("a valid Redis URL");
+    let mut connection = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("Redis reachable");
+    let acquire = Script::new(include_str!("../../middleware/src/backend/lua/acquire.lua"));
+    let _: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(include_str!("../../middleware/src/backend/lua/acquire.lua"))
+        .query_async(&mut connection)
+        .await
+        .expect("SCRIPT LOAD answers");
+    let commands: [(&str, Vec<String>); 2] = [
+        (
+            "SET NX PX",
+            ["SET", "rb:__rand_int__", "token", "NX", "PX", "10000"]
+                .map(str::to_owned)
+                .to_vec(),
+        ),
+        (
+            "EVALSHA acquire.lua",
+            [
+                "EVALSHA",
+                acquire.get_hash(),
+                "2",
+                "{rb:__rand_int__}",
+                "{rb:__rand_int__}:fence",
+                "token",
+                "10000",
+                "86400000",
+                "",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        ),
+    ];
+    let mut figures = Vec::new();
+    for (what, command) in commands {
+        let output = tokio::process::Command::new("redis-benchmark")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-c",
+                &concurrency.to_string(),
+                "-n",
+                "200000",
+                "-r",
+                "100000000",
+                "-q",
+            ])
+            .args(&command)
+            .output()
+            .await;
+        let Ok(output) = output else {
+            return Vec::new();
+        };
+        let text = String::from_utf8_lossy(&output.stdout);
+        // -q prints progress lines ending in '\r', then the final "<command>: <rate> requests
+        // per second" line.
+        let rate = text.rsplit(['\r', '\n']).find_map(|line| {
+            line.split(": ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse::<f64>()
+                .ok()
+        });
+        if let Some(rate) = rate {
+            figures.push((what.to_owned(), rate));
+        }
+    }
+    figures
+}
