@@ -9,8 +9,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{get, post, put};
-use tower_lock::key::KeyTemplate;
+use axum::http::request::Parts;
+use axum::routing::{MethodRouter, get, post, put};
+use tower_lock::key::{KeyExtractor, KeyTemplate};
 use tower_lock::{LockBackend, LockLayer, MemoryBackend, OnLost, RedisBackend};
 
 pub mod problem;
@@ -52,6 +53,9 @@ pub struct Options {
     /// over the next holder's (the control for the fencing proof).
     #[arg(long, env = "NO_FENCE")]
     pub no_fence: bool,
+    /// How many audits (`POST /coupons/{id}/audit`) may run at once across all replicas.
+    #[arg(long, env = "AUDIT_PERMITS", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub audit_permits: u32,
 }
 
 /// `--on-lost` values.
@@ -85,6 +89,8 @@ pub struct LockSettings {
     pub on_lost: OnLost,
     /// Whether claim writes carry the lock's fencing token.
     pub fence_writes: bool,
+    /// How many audits may run at once across all replicas.
+    pub audit_permits: u32,
 }
 
 impl Default for LockSettings {
@@ -95,6 +101,7 @@ impl Default for LockSettings {
             renew: true,
             on_lost: OnLost::Abort,
             fence_writes: true,
+            audit_permits: 2,
         }
     }
 }
@@ -107,6 +114,7 @@ impl From<&Options> for LockSettings {
             renew: !options.no_renew,
             on_lost: options.on_lost.into(),
             fence_writes: !options.no_fence,
+            audit_permits: options.audit_permits,
         }
     }
 }
@@ -174,15 +182,42 @@ impl AppState {
     }
 }
 
-/// The claim route's lock: key `coupon:{id}`, as `settings` say.
-fn claim_lock<B: LockBackend>(backend: B, settings: LockSettings) -> LockLayer<B, KeyTemplate> {
-    let key = KeyTemplate::parse("coupon:{path id}").expect("a valid key template");
+/// A layer on `backend` configured as `settings` say.
+fn lock_layer<B: LockBackend, K: KeyExtractor>(
+    backend: B,
+    key: K,
+    settings: LockSettings,
+) -> LockLayer<B, K> {
     LockLayer::new(backend, key)
         .wait(settings.wait)
         .ttl(settings.ttl)
         .renew(settings.renew)
         .on_lost(settings.on_lost)
 }
+
+/// The coupon routes' locks: a read-write lock on `coupon:{id}` (reading a coupon shares it,
+/// resetting or claiming takes it alone), and a semaphore admitting `audit_permits` audits.
+fn with_locks<B: LockBackend + Clone>(
+    backend: B,
+    settings: LockSettings,
+    (coupon, claim, audit): Routes,
+) -> Routes {
+    let key = KeyTemplate::parse("coupon:{path id}").expect("a valid key template");
+    let coupon_lock = lock_layer(backend.clone(), key, settings).read_write();
+    let audits = |_: &Parts| Ok(Some("audits".to_owned()));
+    let audit_lock = lock_layer(backend, audits, settings).semaphore(settings.audit_permits);
+    (
+        coupon.route_layer(coupon_lock.clone()),
+        claim.route_layer(coupon_lock),
+        audit.route_layer(audit_lock),
+    )
+}
+
+type Routes = (
+    MethodRouter<AppState>,
+    MethodRouter<AppState>,
+    MethodRouter<AppState>,
+);
 
 /// The service's routes.
 ///
@@ -191,21 +226,25 @@ fn claim_lock<B: LockBackend>(backend: B, settings: LockSettings) -> LockLayer<B
 /// ```
 /// use std::time::Duration;
 /// use demo_coupon_service::{AppState, app};
-///
 /// use demo_coupon_service::LockSettings;
 ///
 /// let router = app(AppState::embedded(Duration::from_millis(2), LockSettings::default(), true));
 /// ```
 pub fn app(state: AppState) -> Router {
-    let claim = post(routes::claim);
-    let claim = match &state.locking {
-        Locking::Off => claim,
-        Locking::Memory(backend) => claim.route_layer(claim_lock(backend.clone(), state.lock)),
-        Locking::Redis(backend) => claim.route_layer(claim_lock(backend.clone(), state.lock)),
+    let routes = (
+        put(routes::reset).get(routes::show),
+        post(routes::claim),
+        post(routes::audit),
+    );
+    let (coupon, claim, audit) = match &state.locking {
+        Locking::Off => routes,
+        Locking::Memory(backend) => with_locks(backend.clone(), state.lock, routes),
+        Locking::Redis(backend) => with_locks(backend.clone(), state.lock, routes),
     };
     Router::new()
-        .route("/coupons/{id}", put(routes::reset).get(routes::show))
+        .route("/coupons/{id}", coupon)
         .route("/coupons/{id}/claim", claim)
+        .route("/coupons/{id}/audit", audit)
         .route("/healthz", get(routes::healthz))
         .with_state(state)
 }
@@ -241,6 +280,7 @@ pub async fn serve(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         work_ms = options.work_ms,
         lock_wait_ms = options.lock_wait_ms,
         lock_ttl_ms = options.lock_ttl_ms,
+        audit_permits = options.audit_permits,
         renew = !options.no_renew,
         on_lost = ?options.on_lost,
         fenced_writes = !options.no_fence,

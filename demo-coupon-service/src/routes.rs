@@ -133,6 +133,29 @@ pub async fn show(
     })))
 }
 
+/// An expensive report on a coupon; at most `--audit-permits` run at once across all replicas.
+/// The answer says how many audits were running (counted in the shared store) while it ran.
+pub async fn audit(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    let id = checked_id(&id)?;
+    let summary = state
+        .store
+        .summary(id)
+        .await?
+        .ok_or(Problem::CouponNotFound)?;
+    let running = state.store.audit_started().await?;
+    tokio::time::sleep(state.work).await;
+    state.store.audit_finished().await?;
+    Ok(Json(json!({
+        "coupon_id": id,
+        "running_audits": running,
+        "claimed": summary.claimed,
+        "oversold": (summary.claimed - summary.stock.initial).max(0),
+    })))
+}
+
 /// Liveness.
 pub async fn healthz() -> &'static str {
     "ok"

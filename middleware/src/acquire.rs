@@ -7,7 +7,11 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep, timeout, timeout_at};
 
 use crate::waiting::Place;
-use crate::{Acquire, Backoff, BusyPolicy, LockBackend, OwnerToken, WaitMode};
+use crate::{Acquire, Backoff, BusyPolicy, Hold, LockBackend, OwnerToken, WaitMode};
+
+/// How often a waiter for a shared-shape lock asks again at the latest: a waiting writer's
+/// intent (2 s) must be renewed before it lapses.
+const SHARED_REFRESH: Duration = Duration::from_millis(500);
 
 /// How a request's lock was not taken.
 #[derive(Debug)]
@@ -43,17 +47,19 @@ impl AcquirePlan {
 /// counts from there).
 pub(crate) type Acquired = (u64, Instant);
 
-/// Tries to take lock `name` for `token`, waiting while busy as the policy allows.
+/// Tries to take a `hold` on lock `name` for `token`, waiting while busy as the policy allows.
 pub(crate) async fn acquire<B: LockBackend>(
     backend: &Arc<B>,
     name: &str,
     token: OwnerToken,
+    hold: Hold,
     plan: AcquirePlan,
 ) -> Result<Acquired, NotObtained> {
     let attempts = Attempts {
         backend,
         name,
         token,
+        hold,
         plan,
     };
     let BusyPolicy::Wait {
@@ -67,6 +73,16 @@ pub(crate) async fn acquire<B: LockBackend>(
             .map_err(|holder_ttl| NotObtained::Busy { holder_ttl });
     };
     let deadline = Instant::now() + patience;
+    if hold != Hold::Exclusive {
+        // Shared shapes: every waiter asks for itself (readers can share), woken by any release.
+        let place = backend
+            .waiting_room()
+            .map(|room| room.take_ticket(name, token));
+        let (acquired, _) = attempts
+            .wait(place.as_ref(), deadline, Some(SHARED_REFRESH))
+            .await?;
+        return Ok(acquired);
+    }
     match (mode, backend.waiting_room()) {
         (WaitMode::Fair { ticket_ttl }, room) => {
             let place = room.map(|room| room.take_ticket(name, token));
@@ -115,6 +131,7 @@ struct Attempts<'a, B> {
     backend: &'a Arc<B>,
     name: &'a str,
     token: OwnerToken,
+    hold: Hold,
     plan: AcquirePlan,
 }
 
@@ -129,6 +146,13 @@ impl<B: LockBackend> Attempts<'_, B> {
         let (ttl, store_timeout) = (plan.ttl, plan.store_timeout);
         let sent = Instant::now();
         let answer = match plan.policy {
+            _ if self.hold != Hold::Exclusive => {
+                timeout(
+                    store_timeout,
+                    backend.acquire_hold(name, token, ttl, self.hold),
+                )
+                .await
+            }
             BusyPolicy::Wait {
                 mode: WaitMode::Fair { ticket_ttl },
                 ..
@@ -153,11 +177,11 @@ impl<B: LockBackend> Attempts<'_, B> {
             Ok(Ok(Acquire::Busy { holder_ttl })) => Ok(Err(holder_ttl)),
             Ok(Err(error)) => {
                 tracing::warn!(lock = name, %error, "acquire failed");
-                Err(give_back(backend, name, token, plan))
+                Err(give_back(backend, name, token, self.hold, plan))
             }
             Err(_) => {
                 tracing::warn!(lock = name, timeout = ?plan.store_timeout, "acquire timed out");
-                Err(give_back(backend, name, token, plan))
+                Err(give_back(backend, name, token, self.hold, plan))
             }
         }
     }
@@ -223,17 +247,18 @@ fn give_back<B: LockBackend>(
     backend: &Arc<B>,
     name: &str,
     token: OwnerToken,
+    hold: Hold,
     plan: AcquirePlan,
 ) -> NotObtained {
     let (backend, name) = (Arc::clone(backend), name.to_owned());
-    let fair = plan.is_fair();
+    let fair = plan.is_fair() && hold == Hold::Exclusive;
     tokio::spawn(async move {
         let outcome = timeout(plan.store_timeout, async {
             if fair {
                 backend.leave_fair_queue(&name, token).await?;
                 backend.release_fair(&name, token).await
             } else {
-                backend.release(&name, token).await
+                backend.release_hold(&name, token, hold).await
             }
         })
         .await;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::lease::Lease;
-use crate::{LockBackend, OwnerToken};
+use crate::{Hold, LockBackend, OwnerToken};
 
 /// The lock a request holds, put in its extensions for the handler.
 ///
@@ -46,6 +46,7 @@ struct GuardInfo {
     key_start: usize,
     token: OwnerToken,
     fence: u64,
+    hold: Hold,
     lease: Lease,
 }
 
@@ -54,7 +55,7 @@ impl LockGuard {
         name: String,
         prefix_len: usize,
         token: OwnerToken,
-        fence: u64,
+        (fence, hold): (u64, Hold),
         lease: Lease,
     ) -> Self {
         Self {
@@ -63,9 +64,17 @@ impl LockGuard {
                 key_start: prefix_len,
                 token,
                 fence,
+                hold,
                 lease,
             }),
         }
+    }
+
+    /// What this request holds: the key alone ([`Hold::Exclusive`], the mutex, or
+    /// [`Hold::Write`]), a share of it ([`Hold::Read`]), or one of its permits
+    /// ([`Hold::Permit`]).
+    pub fn hold(&self) -> Hold {
+        self.inner.hold
     }
 
     pub(crate) fn lease(&self) -> &Lease {
@@ -87,7 +96,9 @@ impl LockGuard {
         self.inner.token
     }
 
-    /// The fencing token: strictly larger than that of every earlier holder of this key.
+    /// The fencing token: strictly larger than that of every earlier holder of this key. Only
+    /// exclusive holds (mutex, writer) get one; shared holds (reader, permit) report 0, as do
+    /// backends with fencing switched off.
     ///
     /// A store that remembers the largest fence it has accepted for a resource, and refuses
     /// writes carrying a smaller one, cannot be written by a holder whose lease ran out while
@@ -172,6 +183,12 @@ pub(crate) struct Release {
     pub(crate) fair: bool,
 }
 
+impl Release {
+    fn fair_for(&self, guard: &LockGuard) -> bool {
+        self.fair && guard.hold() == Hold::Exclusive
+    }
+}
+
 impl<B: LockBackend> HeldLock<B> {
     /// Takes on the release of `guard`'s lock, counted in `active` until it is done.
     pub(crate) fn new(
@@ -225,10 +242,10 @@ impl<B: LockBackend> Drop for HeldLock<B> {
 /// the handler's answer must not turn into an error because of it.
 pub(crate) async fn release<B: LockBackend>(backend: &B, guard: &LockGuard, how: Release) {
     let (name, token, timeout) = (guard.name(), guard.token(), how.store_timeout);
-    let outcome = if how.fair {
+    let outcome = if how.fair_for(guard) {
         tokio::time::timeout(timeout, backend.release_fair(name, token)).await
     } else {
-        tokio::time::timeout(timeout, backend.release(name, token)).await
+        tokio::time::timeout(timeout, backend.release_hold(name, token, guard.hold())).await
     };
     match outcome {
         Ok(Ok(true)) => tracing::trace!(lock = guard.name(), "released"),
@@ -267,7 +284,7 @@ mod tests {
             name.to_owned(),
             "lock:".len(),
             token,
-            fence,
+            (fence, Hold::Exclusive),
             Lease::new(Instant::now(), TTL),
         )
     }

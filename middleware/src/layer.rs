@@ -11,7 +11,7 @@ use tower_layer::Layer;
 use crate::acquire::AcquirePlan;
 use crate::key::{DEFAULT_MAX_KEY_LEN, KeyExtractor};
 use crate::lease::LeasePlan;
-use crate::{Backoff, BusyPolicy, LockBackend, LockService, OnLost, WaitMode};
+use crate::{Backoff, BusyPolicy, LockBackend, LockMode, LockService, OnLost, WaitMode};
 
 /// Runs each request under a distributed lock on the key its [`KeyExtractor`] finds.
 ///
@@ -49,6 +49,7 @@ pub(crate) struct Config<B, K> {
     pub(crate) prefix: String,
     pub(crate) max_key_len: usize,
     pub(crate) plan: AcquirePlan,
+    pub(crate) mode: LockMode,
     pub(crate) renew: bool,
     pub(crate) on_lost: OnLost,
     pub(crate) fail_open: bool,
@@ -82,6 +83,7 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
                     backoff: Backoff::default(),
                     store_timeout: Duration::from_secs(1),
                 },
+                mode: LockMode::Mutex,
                 renew: true,
                 on_lost: OnLost::default(),
                 fail_open: false,
@@ -125,6 +127,36 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
             "a lease TTL needs at least 10 ms"
         );
         self.with(|config| config.plan.ttl = ttl)
+    }
+
+    /// Read-write mode: GET, HEAD and OPTIONS take a shared read lock, other methods an
+    /// exclusive write lock. Many readers hold the key at once; a writer holds it alone, and
+    /// once a writer waits, new readers queue behind it. Each reader's lease expires on its
+    /// own, so a crashed reader blocks writers for at most its TTL.
+    pub fn read_write(self) -> Self {
+        self.with(|config| config.mode = LockMode::read_write())
+    }
+
+    /// Read-write mode where `is_read` decides which requests only read.
+    pub fn read_write_by(
+        self,
+        is_read: impl Fn(&http::request::Parts) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        let is_read = Arc::new(is_read);
+        self.with(|config| config.mode = LockMode::ReadWrite { is_read })
+    }
+
+    /// Semaphore mode: at most `permits` requests per key run at once, across every process
+    /// sharing the store — a cluster-wide concurrency limit (per tenant, per report). Each
+    /// permit has its own token and lease, renewed like a lock's. Busy answers 409, or what
+    /// [`busy_status`](Self::busy_status) says (429 for a rate-style limit).
+    ///
+    /// # Panics
+    ///
+    /// When `permits` is 0.
+    pub fn semaphore(self, permits: u32) -> Self {
+        assert!(permits > 0, "a semaphore needs at least one permit");
+        self.with(|config| config.mode = LockMode::Semaphore { permits })
     }
 
     /// Whether the lease is renewed every TTL/3 while the handler runs (default `true`).
@@ -236,6 +268,7 @@ impl<B, K> Clone for Config<B, K> {
             prefix: self.prefix.clone(),
             max_key_len: self.max_key_len,
             plan: self.plan,
+            mode: self.mode.clone(),
             renew: self.renew,
             on_lost: self.on_lost,
             fail_open: self.fail_open,
@@ -258,6 +291,7 @@ impl<B: fmt::Debug, K> fmt::Debug for Config<B, K> {
             .field("prefix", &self.prefix)
             .field("max_key_len", &self.max_key_len)
             .field("plan", &self.plan)
+            .field("mode", &self.mode)
             .field("renew", &self.renew)
             .field("on_lost", &self.on_lost)
             .field("fail_open", &self.fail_open)

@@ -133,7 +133,7 @@ pub(crate) async fn keep<B: LockBackend>(
             }
             sleep_until(next_renewal).await;
             let sent = Instant::now();
-            let extend = backend.extend(guard.name(), guard.token(), plan.ttl);
+            let extend = backend.extend_hold(guard.name(), guard.token(), plan.ttl, guard.hold());
             (sent, timeout(plan.store_timeout, extend).await)
         };
         tokio::select! {

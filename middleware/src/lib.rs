@@ -63,6 +63,8 @@ mod layer;
 mod lease;
 mod policy;
 mod service;
+#[cfg(test)]
+mod shape_tests;
 mod token;
 #[cfg(test)]
 mod wait_tests;
@@ -70,11 +72,11 @@ mod waiting;
 
 #[cfg(feature = "redis")]
 pub use backend::redis::RedisBackend;
-pub use backend::{Acquire, BackendError, LockBackend, memory::MemoryBackend};
+pub use backend::{Acquire, BackendError, Hold, LockBackend, memory::MemoryBackend};
 pub use error::LockError;
 pub use future::ResponseFuture;
 pub use guard::LockGuard;
 pub use layer::LockLayer;
-pub use policy::{Backoff, BusyPolicy, OnLost, WaitMode};
+pub use policy::{Backoff, BusyPolicy, LockMode, OnLost, WaitMode};
 pub use service::LockService;
 pub use token::OwnerToken;

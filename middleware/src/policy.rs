@@ -1,6 +1,13 @@
-//! What a request does when its lock is busy: pure timing logic, no I/O.
+//! What a request does when its lock is busy, and which shape of lock it takes: pure logic.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
+
+use http::Method;
+use http::request::Parts;
+
+use crate::Hold;
 
 /// What a request does when another request holds its lock.
 ///
@@ -58,6 +65,67 @@ pub enum WaitMode {
         /// up the queue.
         ticket_ttl: Duration,
     },
+}
+
+/// The shape of lock a layer takes for each request.
+///
+/// # Example
+///
+/// ```
+/// use tower_lock::{LockLayer, MemoryBackend, key::path};
+///
+/// // GET, HEAD and OPTIONS share the lock; other methods take it alone.
+/// let documents = LockLayer::new(MemoryBackend::new(), path("id")).read_write();
+/// // At most 2 reports per tenant run at once, across all replicas.
+/// let reports = LockLayer::new(MemoryBackend::new(), path("tenant")).semaphore(2);
+/// ```
+#[derive(Clone, Default)]
+pub enum LockMode {
+    /// One request at a time per key.
+    #[default]
+    Mutex,
+    /// Readers share the key, a writer holds it alone; `is_read` decides per request. Once a
+    /// writer waits, new readers queue behind it.
+    ReadWrite {
+        /// Whether a request only reads.
+        is_read: Arc<dyn Fn(&Parts) -> bool + Send + Sync>,
+    },
+    /// At most `permits` requests per key at once; each permit has its own lease.
+    Semaphore {
+        /// How many requests may hold the key at once.
+        permits: u32,
+    },
+}
+
+impl LockMode {
+    /// Reads are the safe methods: GET, HEAD and OPTIONS.
+    pub fn read_write() -> Self {
+        Self::ReadWrite {
+            is_read: Arc::new(|parts: &Parts| {
+                matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS)
+            }),
+        }
+    }
+
+    /// The hold a request takes.
+    pub fn hold_for(&self, parts: &Parts) -> Hold {
+        match self {
+            Self::Mutex => Hold::Exclusive,
+            Self::ReadWrite { is_read } if is_read(parts) => Hold::Read,
+            Self::ReadWrite { .. } => Hold::Write,
+            Self::Semaphore { permits } => Hold::Permit { permits: *permits },
+        }
+    }
+}
+
+impl fmt::Debug for LockMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Mutex => f.write_str("Mutex"),
+            Self::ReadWrite { .. } => f.write_str("ReadWrite"),
+            Self::Semaphore { permits } => write!(f, "Semaphore({permits})"),
+        }
+    }
 }
 
 /// What happens to a request whose lease is lost while its handler runs (a renewal found the
@@ -207,6 +275,39 @@ mod tests {
     #[should_panic(expected = "0 < initial <= max")]
     fn an_inverted_backoff_is_refused() {
         Backoff::new(MS * 2, MS);
+    }
+
+    fn parts(method: Method) -> Parts {
+        http::Request::builder()
+            .method(method)
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0
+    }
+
+    #[test]
+    fn read_write_mode_reads_with_safe_methods_and_writes_with_the_others() {
+        let mode = LockMode::read_write();
+        for method in [Method::GET, Method::HEAD, Method::OPTIONS] {
+            assert_eq!(mode.hold_for(&parts(method)), Hold::Read);
+        }
+        for method in [Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
+            assert_eq!(mode.hold_for(&parts(method)), Hold::Write);
+        }
+    }
+
+    #[test]
+    fn the_mutex_and_the_semaphore_hold_the_same_way_for_every_request() {
+        assert_eq!(
+            LockMode::Mutex.hold_for(&parts(Method::GET)),
+            Hold::Exclusive
+        );
+        let semaphore = LockMode::Semaphore { permits: 3 };
+        assert_eq!(
+            semaphore.hold_for(&parts(Method::POST)),
+            Hold::Permit { permits: 3 }
+        );
     }
 
     #[test]

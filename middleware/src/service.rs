@@ -89,7 +89,8 @@ where
     }
 
     let token = OwnerToken::new();
-    let (fence, sent) = match acquire(&config.backend, &name, token, config.plan).await {
+    let hold = config.mode.hold_for(&parts);
+    let (fence, sent) = match acquire(&config.backend, &name, token, hold, config.plan).await {
         Ok(acquired) => acquired,
         Err(NotObtained::Busy { holder_ttl }) => {
             let key = name[config.prefix.len()..].to_owned();
@@ -111,7 +112,7 @@ where
     };
 
     let lease = Lease::new(sent, config.plan.ttl);
-    let guard = LockGuard::new(name, config.prefix.len(), token, fence, lease);
+    let guard = LockGuard::new(name, config.prefix.len(), token, (fence, hold), lease);
     tracing::trace!(lock = guard.name(), fence, "acquired");
     let release = Release {
         store_timeout: config.plan.store_timeout,

@@ -1,4 +1,5 @@
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tower_lock::MemoryBackend;
@@ -10,6 +11,7 @@ use super::{Fence, Stock, Summary, duplicates};
 pub struct MemoryStore {
     coupons: Arc<Mutex<HashMap<String, Coupon>>>,
     locks: Option<MemoryBackend>,
+    audits: Arc<AtomicI64>,
 }
 
 #[derive(Debug)]
@@ -76,6 +78,14 @@ impl MemoryStore {
                 true
             }
         }
+    }
+
+    pub(super) fn audit_started(&self) -> i64 {
+        self.audits.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    pub(super) fn audit_finished(&self) {
+        self.audits.fetch_sub(1, Ordering::SeqCst);
     }
 
     pub(super) fn summary(&self, id: &str) -> Option<Summary> {

@@ -95,6 +95,25 @@ impl CouponStore {
         }
     }
 
+    /// Counts an audit in; returns how many run now, this one included.
+    pub async fn audit_started(&self) -> Result<i64, StoreError> {
+        match self {
+            Self::Memory(store) => Ok(store.audit_started()),
+            Self::Redis(store) => store.audits(1).await,
+        }
+    }
+
+    /// Counts an audit out.
+    pub async fn audit_finished(&self) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(store) => {
+                store.audit_finished();
+                Ok(())
+            }
+            Self::Redis(store) => store.audits(-1).await.map(drop),
+        }
+    }
+
     /// The coupon's stock and claims, `None` when there is no such coupon.
     pub async fn summary(&self, id: &str) -> Result<Option<Summary>, StoreError> {
         match self {

@@ -99,6 +99,15 @@ impl RedisStore {
         Ok(written == 1)
     }
 
+    /// Adds `delta` to the count of running audits; returns the new count.
+    pub(super) async fn audits(&self, delta: i64) -> Result<i64, StoreError> {
+        Ok(self
+            .connection
+            .clone()
+            .incr("demo:audits:running", delta)
+            .await?)
+    }
+
     pub(super) async fn summary(&self, id: &str) -> Result<Option<Summary>, StoreError> {
         let Some(stock) = self.stock(id).await? else {
             return Ok(None);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Acquire, BackendError, FENCE_COUNTER_TTL, LockBackend};
+use super::{Acquire, BackendError, FENCE_COUNTER_TTL, Hold, LockBackend};
 use crate::OwnerToken;
 use crate::waiting::WaitingRoom;
 
@@ -73,7 +73,14 @@ struct KeyState {
     fence_expires_at: Instant,
     /// Fair-mode tickets in arrival order, with their expiry.
     tickets: VecDeque<(OwnerToken, Instant)>,
+    /// Shared holds (readers, permits) with their lease expiry.
+    shared: Vec<(OwnerToken, Instant)>,
+    /// A waiting writer's intent, barring new readers until it expires.
+    intent: Option<(OwnerToken, Instant)>,
 }
+
+/// How long a waiting writer's intent bars new readers unless the writer renews it.
+const WRITER_INTENT_TTL: Duration = Duration::from_secs(2);
 
 #[derive(Debug)]
 struct Holder {
@@ -158,7 +165,75 @@ impl KeyState {
     }
 
     fn is_dead(&self, now: Instant) -> bool {
-        self.live_holder(now).is_none() && self.fence_expires_at <= now && self.tickets.is_empty()
+        self.live_holder(now).is_none()
+            && self.fence_expires_at <= now
+            && self.tickets.is_empty()
+            && self.shared.iter().all(|(_, expires_at)| *expires_at <= now)
+            && self.intent.is_none_or(|(_, expires_at)| expires_at <= now)
+    }
+
+    /// Drops expired shared holds and a lapsed writer intent.
+    fn forget_expired_shared(&mut self, now: Instant) {
+        self.shared.retain(|(_, expires_at)| *expires_at > now);
+        if self.intent.is_some_and(|(_, expires_at)| expires_at <= now) {
+            self.intent = None;
+        }
+    }
+
+    fn hold_shared(&mut self, token: OwnerToken, ttl: Duration, now: Instant) -> Acquire {
+        self.shared.push((token, now + ttl));
+        Acquire::Acquired { fence: 0 }
+    }
+
+    /// How long until the first shared hold expires.
+    fn first_shared_expiry(&self, now: Instant) -> Duration {
+        self.shared
+            .iter()
+            .map(|(_, expires_at)| *expires_at - now)
+            .min()
+            .unwrap_or_default()
+    }
+
+    fn take_hold(&mut self, token: OwnerToken, ttl: Duration, hold: Hold, now: Instant) -> Acquire {
+        self.forget_expired_shared(now);
+        let busy = |wait: Duration| Acquire::Busy {
+            holder_ttl: Some(wait),
+        };
+        let holder_ttl = self.live_holder(now).map(|holder| holder.expires_at - now);
+        match hold {
+            Hold::Exclusive => match holder_ttl {
+                Some(ttl_left) => busy(ttl_left),
+                None => self.take(token, ttl, now),
+            },
+            Hold::Read => match (holder_ttl, self.intent) {
+                (Some(ttl_left), _) => busy(ttl_left),
+                (None, Some((_, expires_at))) => busy(expires_at - now),
+                (None, None) => self.hold_shared(token, ttl, now),
+            },
+            Hold::Permit { permits } => {
+                if self.shared.len() < usize::try_from(permits).unwrap_or(usize::MAX) {
+                    self.hold_shared(token, ttl, now)
+                } else {
+                    busy(self.first_shared_expiry(now))
+                }
+            }
+            Hold::Write => {
+                let others_intent = self.intent.filter(|(owner, _)| *owner != token);
+                if holder_ttl.is_some() || !self.shared.is_empty() || others_intent.is_some() {
+                    if others_intent.is_none() {
+                        self.intent = Some((token, now + WRITER_INTENT_TTL));
+                    }
+                    let wait = holder_ttl
+                        .or_else(|| {
+                            (!self.shared.is_empty()).then(|| self.first_shared_expiry(now))
+                        })
+                        .or_else(|| others_intent.map(|(_, expires_at)| expires_at - now));
+                    return busy(wait.unwrap_or_default());
+                }
+                self.intent = None;
+                self.take(token, ttl, now)
+            }
+        }
     }
 
     /// Drops expired tickets from the front of the line and returns the first live one.
@@ -237,6 +312,8 @@ impl MemoryBackend {
                 fence: 0,
                 fence_expires_at: now,
                 tickets: VecDeque::new(),
+                shared: Vec::new(),
+                intent: None,
             });
         change(entry, now)
     }
@@ -287,6 +364,58 @@ impl LockBackend for MemoryBackend {
 
     fn waiting_room(&self) -> Option<&Arc<WaitingRoom>> {
         Some(&self.room)
+    }
+
+    async fn acquire_hold(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+        hold: Hold,
+    ) -> Result<Acquire, BackendError> {
+        Ok(self.with_key(key, |entry, now| entry.take_hold(token, ttl, hold, now)))
+    }
+
+    async fn extend_hold(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+        hold: Hold,
+    ) -> Result<bool, BackendError> {
+        if hold.is_exclusive() {
+            return self.extend(key, token, ttl).await;
+        }
+        let extended = self.with_existing_key(key, |entry, now| {
+            entry.forget_expired_shared(now);
+            let held = entry.shared.iter_mut().find(|(owner, _)| *owner == token);
+            held.map(|(_, expires_at)| *expires_at = now + ttl)
+                .is_some()
+        });
+        Ok(extended.unwrap_or(false))
+    }
+
+    async fn release_hold(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        hold: Hold,
+    ) -> Result<bool, BackendError> {
+        if hold.is_exclusive() {
+            return self.release(key, token).await;
+        }
+        let released = self
+            .with_existing_key(key, |entry, now| {
+                entry.forget_expired_shared(now);
+                let before = entry.shared.len();
+                entry.shared.retain(|(owner, _)| *owner != token);
+                entry.shared.len() < before
+            })
+            .unwrap_or(false);
+        if released {
+            self.room.announce(key, None);
+        }
+        Ok(released)
     }
 
     async fn acquire_fair(

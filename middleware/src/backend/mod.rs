@@ -34,6 +34,35 @@ pub enum Acquire {
     },
 }
 
+/// What kind of hold a request takes on its lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// The only holder: a mutex.
+    Exclusive,
+    /// One of any number of readers. Excluded by a writer, and barred while a writer waits.
+    Read,
+    /// The only holder, excluding readers too: it waits for readers to leave and bars new
+    /// ones meanwhile, so a stream of readers cannot starve it.
+    Write,
+    /// One of at most `permits` holders: a distributed semaphore.
+    Permit {
+        /// How many holders the key admits at once.
+        permits: u32,
+    },
+}
+
+impl Hold {
+    /// Whether the holder is alone on the key (mutex or writer): only then are fencing tokens
+    /// issued.
+    pub fn is_exclusive(self) -> bool {
+        matches!(self, Hold::Exclusive | Hold::Write)
+    }
+}
+
+fn unsupported(hold: Hold) -> BackendError {
+    BackendError::new(format!("this lock backend does not support {hold:?} holds"))
+}
+
 /// The lock store could not answer (unreachable, timed out, or an unexpected reply).
 ///
 /// Its message is for logs; it never reaches an HTTP client.
@@ -92,6 +121,55 @@ pub trait LockBackend: Send + Sync + 'static {
         key: &str,
         token: OwnerToken,
     ) -> impl Future<Output = Result<bool, BackendError>> + Send;
+
+    /// Takes a hold of any kind: [`Hold::Exclusive`] is [`acquire`](Self::acquire); the
+    /// others are read-write locks and semaphores. Shared holds (read, permit) have their own
+    /// lease each, and report fence 0. Backends without them (the default) answer an error.
+    fn acquire_hold(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+        hold: Hold,
+    ) -> impl Future<Output = Result<Acquire, BackendError>> + Send {
+        async move {
+            match hold {
+                Hold::Exclusive => self.acquire(key, token, ttl).await,
+                _ => Err(unsupported(hold)),
+            }
+        }
+    }
+
+    /// Extends a hold taken with [`acquire_hold`](Self::acquire_hold).
+    fn extend_hold(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+        hold: Hold,
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send {
+        async move {
+            match hold {
+                Hold::Exclusive | Hold::Write => self.extend(key, token, ttl).await,
+                _ => Err(unsupported(hold)),
+            }
+        }
+    }
+
+    /// Releases a hold taken with [`acquire_hold`](Self::acquire_hold), announcing it.
+    fn release_hold(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        hold: Hold,
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send {
+        async move {
+            match hold {
+                Hold::Exclusive | Hold::Write => self.release(key, token).await,
+                _ => Err(unsupported(hold)),
+            }
+        }
+    }
 
     /// Where this backend's waiters wait for release announcements. Backends without one
     /// (the default) make waiters poll with backoff.

@@ -9,7 +9,7 @@ use redis::{
     Client, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisError, Script, Value,
 };
 
-use super::{Acquire, BackendError, FENCE_COUNTER_TTL, LockBackend};
+use super::{Acquire, BackendError, FENCE_COUNTER_TTL, Hold, LockBackend};
 use crate::OwnerToken;
 use crate::waiting::{BoxFuture, Subscriptions, WaitingRoom};
 
@@ -53,6 +53,7 @@ struct Scripts {
     extend: Script,
     release: Script,
     fair: Script,
+    shared: Script,
 }
 
 /// How long to wait for a TCP connection to Redis before counting it as down.
@@ -86,6 +87,7 @@ impl RedisBackend {
                 extend: Script::new(include_str!("lua/extend.lua")),
                 release: Script::new(include_str!("lua/release.lua")),
                 fair: Script::new(include_str!("lua/fair.lua")),
+                shared: Script::new(include_str!("lua/shared.lua")),
             }),
             room: None,
             fencing: true,
@@ -147,6 +149,17 @@ fn line_key(name: &str) -> String {
 fn tickets_key(name: &str) -> String {
     format!("{{{name}}}:tickets")
 }
+
+fn shared_key(name: &str) -> String {
+    format!("{{{name}}}:shared")
+}
+
+fn intent_key(name: &str) -> String {
+    format!("{{{name}}}:intent")
+}
+
+/// How long a waiting writer's intent bars new readers unless the writer renews it.
+const WRITER_INTENT_TTL: Duration = Duration::from_secs(2);
 
 fn channel(name: &str) -> String {
     format!("{{{name}}}:free")
@@ -293,6 +306,32 @@ impl RedisBackend {
         Ok(Acquire::Busy { holder_ttl })
     }
 
+    async fn run_shared(
+        &self,
+        key: &str,
+        op: &str,
+        token: OwnerToken,
+        args: &[u64],
+    ) -> Result<Value, BackendError> {
+        let mut buf = [0; 32];
+        let mut invocation = self.scripts.shared.prepare_invoke();
+        invocation
+            .key(lock_key(key))
+            .key(shared_key(key))
+            .key(intent_key(key))
+            .key(fence_key(key))
+            .arg(op)
+            .arg(token.encode(&mut buf))
+            .arg(channel(key));
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        invocation
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(BackendError::new)
+    }
+
     async fn run_fair(
         &self,
         key: &str,
@@ -399,6 +438,59 @@ impl LockBackend for RedisBackend {
 
     fn waiting_room(&self) -> Option<&Arc<WaitingRoom>> {
         self.room.as_ref()
+    }
+
+    async fn acquire_hold(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+        hold: Hold,
+    ) -> Result<Acquire, BackendError> {
+        let (op, args) = match hold {
+            Hold::Exclusive => return self.take(key, token, ttl, false).await,
+            Hold::Read => ("read", vec![millis(ttl)]),
+            Hold::Permit { permits } => ("permit", vec![millis(ttl), u64::from(permits)]),
+            Hold::Write => (
+                "write",
+                vec![
+                    millis(ttl),
+                    millis(WRITER_INTENT_TTL),
+                    millis(FENCE_COUNTER_TTL),
+                ],
+            ),
+        };
+        let reply = self.run_shared(key, op, token, &args).await?;
+        acquire_reply(redis::from_redis_value(reply).map_err(BackendError::new)?)
+    }
+
+    async fn extend_hold(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+        hold: Hold,
+    ) -> Result<bool, BackendError> {
+        if hold.is_exclusive() {
+            return self.extend(key, token, ttl).await;
+        }
+        let reply = self
+            .run_shared(key, "extend", token, &[millis(ttl)])
+            .await?;
+        Ok(redis::from_redis_value::<i64>(reply).map_err(BackendError::new)? == 1)
+    }
+
+    async fn release_hold(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        hold: Hold,
+    ) -> Result<bool, BackendError> {
+        if hold.is_exclusive() {
+            return self.release(key, token).await;
+        }
+        let reply = self.run_shared(key, "release", token, &[]).await?;
+        Ok(redis::from_redis_value::<i64>(reply).map_err(BackendError::new)? == 1)
     }
 
     async fn acquire_fair(

@@ -1,0 +1,107 @@
+-- Shared holds: read locks (many readers, or one writer) and semaphore permits (at most N).
+-- KEYS[1]  the exclusive lock key (a writer's owner token, as for a mutex)
+-- KEYS[2]  shared holders: a sorted set of owner token -> lease expiry (ms, Redis server time)
+-- KEYS[3]  a waiting writer's intent (its token), which bars new readers while it lives
+-- KEYS[4]  fencing counter (writers only)
+-- ARGV[1]  operation: 'read', 'permit', 'write', 'extend' or 'release'
+-- ARGV[2]  owner token
+-- ARGV[3]  the lock's announcement channel
+-- ARGV[4]  lease TTL in ms                                  (read, permit, write, extend)
+-- ARGV[5]  permits (permit); writer intent TTL in ms (write)
+-- ARGV[6]  fencing counter TTL in ms                        (write)
+-- returns  read / permit / write: {1, fence} when held (fence 0 for shared holds);
+--                                 {0, ms} when busy: wait at most ms before asking again
+--          extend / release:      1 when the caller's shared hold was extended / released, else 0
+-- Expired shared holds are dropped before every decision, so a crashed reader or permit
+-- holder blocks nobody past its lease. Every shared release is announced; a writer releases
+-- through release.lua like a mutex.
+local op, token = ARGV[1], ARGV[2]
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+
+-- how long until the first shared hold expires (0 when there is none)
+local function first_expiry()
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if first[2] then
+    return math.max(tonumber(first[2]) - now, 1)
+  end
+  return 0
+end
+
+-- a waiter for the exclusive holder marks it, so its release is announced
+local function mark_waited()
+  local holder = redis.call('GET', KEYS[1])
+  if holder and string.sub(holder, -1) ~= '*' then
+    redis.call('APPEND', KEYS[1], '*')
+  end
+end
+
+local function hold_shared()
+  local ttl = tonumber(ARGV[4])
+  redis.call('ZADD', KEYS[2], now + ttl, token)
+  if redis.call('PTTL', KEYS[2]) < ttl then
+    redis.call('PEXPIRE', KEYS[2], ttl)
+  end
+  return {1, 0}
+end
+
+if op == 'read' then
+  local writer = redis.call('PTTL', KEYS[1])
+  if writer >= 0 then
+    mark_waited()
+    return {0, writer}
+  end
+  local intent = redis.call('PTTL', KEYS[3])
+  if intent >= 0 then
+    return {0, intent}
+  end
+  return hold_shared()
+elseif op == 'permit' then
+  if redis.call('ZCARD', KEYS[2]) < tonumber(ARGV[5]) then
+    return hold_shared()
+  end
+  return {0, first_expiry()}
+elseif op == 'write' then
+  local holder = redis.call('PTTL', KEYS[1])
+  local readers = redis.call('ZCARD', KEYS[2])
+  local intent = redis.call('GET', KEYS[3])
+  if holder >= 0 or readers > 0 or (intent and intent ~= token) then
+    -- the first waiting writer bars new readers, so a stream of them cannot starve it
+    if not intent or intent == token then
+      redis.call('SET', KEYS[3], token, 'PX', ARGV[5])
+    end
+    if holder >= 0 then
+      mark_waited()
+      return {0, holder}
+    end
+    if readers > 0 then
+      return {0, first_expiry()}
+    end
+    return {0, redis.call('PTTL', KEYS[3])}
+  end
+  -- readers held back by our intent wait for this writer's release: have it announced
+  local announce = intent and '*' or ''
+  redis.call('DEL', KEYS[3])
+  redis.call('SET', KEYS[1], token .. announce, 'PX', ARGV[4])
+  local fence = redis.call('INCR', KEYS[4])
+  redis.call('PEXPIRE', KEYS[4], ARGV[6])
+  return {1, fence}
+elseif op == 'extend' then
+  local expiry = redis.call('ZSCORE', KEYS[2], token)
+  if not expiry then
+    return 0
+  end
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), token)
+  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[4]) then
+    redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  end
+  return 1
+elseif op == 'release' then
+  if redis.call('ZREM', KEYS[2], token) == 0 then
+    return 0
+  end
+  redis.call('PUBLISH', ARGV[3], '')
+  return 1
+end
+return redis.error_reply('unknown operation ' .. tostring(op))

@@ -1,0 +1,151 @@
+//! Read-write locks and semaphores against real Redis, with two backends standing in for two
+//! replicas.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::get;
+use http::{Method, Request, StatusCode};
+use integration_tests::{RedisServer, send};
+use tower_lock::key::header;
+use tower_lock::{Hold, LockGuard, LockLayer, RedisBackend};
+
+/// Who is inside, by hold, and the worst seen.
+#[derive(Debug, Default)]
+struct Inside {
+    readers: AtomicUsize,
+    writers: AtomicUsize,
+    most_readers: AtomicUsize,
+    most_holders: AtomicUsize,
+    overlaps: AtomicUsize,
+}
+
+impl Inside {
+    async fn visit(&self, hold: Hold, work: Duration) {
+        let (mine, other) = if hold == Hold::Read {
+            (&self.readers, &self.writers)
+        } else {
+            (&self.writers, &self.readers)
+        };
+        let now = mine.fetch_add(1, SeqCst) + 1;
+        if hold == Hold::Read {
+            self.most_readers.fetch_max(now, SeqCst);
+        }
+        self.most_holders.fetch_max(now, SeqCst);
+        if other.load(SeqCst) > 0 || (hold == Hold::Write && now > 1) {
+            self.overlaps.fetch_add(1, SeqCst);
+        }
+        tokio::time::sleep(work).await;
+        mine.fetch_sub(1, SeqCst);
+    }
+}
+
+async fn replica(
+    redis: &RedisServer,
+    inside: Arc<Inside>,
+    configure: fn(
+        LockLayer<RedisBackend, tower_lock::key::Header>,
+    ) -> LockLayer<RedisBackend, tower_lock::key::Header>,
+) -> Router {
+    let backend = RedisBackend::connect(redis.url()).await.unwrap();
+    let handler = move |axum::Extension(lock): axum::Extension<LockGuard>| {
+        let inside = inside.clone();
+        async move { inside.visit(lock.hold(), Duration::from_millis(50)).await }
+    };
+    Router::new()
+        .route("/", get(handler.clone()).post(handler))
+        .route_layer(configure(
+            LockLayer::new(backend, header("x-key")).wait(Duration::from_secs(30)),
+        ))
+}
+
+fn request(app: &Router, method: Method) -> tokio::task::JoinHandle<StatusCode> {
+    let request = Request::builder()
+        .method(method)
+        .uri("/")
+        .header("x-key", "k")
+        .body(Body::empty())
+        .unwrap();
+    let app = app.clone();
+    tokio::spawn(async move { send(&app, request).await.status })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_overlap_and_writers_never_share_the_key() {
+    let redis = RedisServer::start();
+    let inside = Arc::new(Inside::default());
+    let replicas = [
+        replica(&redis, inside.clone(), LockLayer::read_write).await,
+        replica(&redis, inside.clone(), LockLayer::read_write).await,
+    ];
+
+    let readers: Vec<_> = (0..20)
+        .map(|i| request(&replicas[i % 2], Method::GET))
+        .collect();
+    let writers: Vec<_> = (0..6)
+        .map(|i| request(&replicas[i % 2], Method::POST))
+        .collect();
+    for request in readers.into_iter().chain(writers) {
+        assert_eq!(request.await.unwrap(), StatusCode::OK);
+    }
+
+    assert!(inside.most_readers.load(SeqCst) > 1, "readers overlapped");
+    assert_eq!(
+        inside.overlaps.load(SeqCst),
+        0,
+        "a writer never shared the key"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_behind_a_stream_of_readers_gets_in() {
+    let redis = RedisServer::start();
+    let inside = Arc::new(Inside::default());
+    let app = replica(&redis, inside.clone(), LockLayer::read_write).await;
+    let mut readers = vec![request(&app, Method::GET)];
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let writer = request(&app, Method::POST);
+    let started = Instant::now();
+
+    while !writer.is_finished() && started.elapsed() < Duration::from_secs(20) {
+        readers.push(request(&app, Method::GET));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    assert_eq!(writer.await.unwrap(), StatusCode::OK);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the writer got in: {:?}",
+        started.elapsed()
+    );
+    for reader in readers {
+        assert_eq!(reader.await.unwrap(), StatusCode::OK);
+    }
+    assert_eq!(inside.overlaps.load(SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_across_two_replicas_admits_exactly_its_permits() {
+    let redis = RedisServer::start();
+    let inside = Arc::new(Inside::default());
+    let replicas = [
+        replica(&redis, inside.clone(), |layer| layer.semaphore(2)).await,
+        replica(&redis, inside.clone(), |layer| layer.semaphore(2)).await,
+    ];
+
+    let requests: Vec<_> = (0..30)
+        .map(|i| request(&replicas[i % 2], Method::POST))
+        .collect();
+    for request in requests {
+        assert_eq!(request.await.unwrap(), StatusCode::OK);
+    }
+
+    assert_eq!(
+        inside.most_holders.load(SeqCst),
+        2,
+        "at most 2 at once, and 2 reached"
+    );
+}
