@@ -16,6 +16,16 @@
 -- holder blocks nobody past its lease. Every shared release is announced; a writer releases
 -- through release.lua like a mutex.
 local op, token = ARGV[1], ARGV[2]
+
+-- the common case of a writer: no readers, nobody waiting to write; no clock needed
+if op == 'write' and redis.call('EXISTS', KEYS[2]) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
+  if redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[4]) then
+    local fence = redis.call('INCR', KEYS[4])
+    redis.call('PEXPIRE', KEYS[4], ARGV[6])
+    return {1, fence}
+  end
+end
+
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
