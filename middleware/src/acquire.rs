@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep, timeout, timeout_at};
 
 use crate::waiting::Place;
-use crate::{Acquire, Backoff, BusyPolicy, Hold, LockBackend, OwnerToken, WaitMode};
+use crate::{Acquire, AcquireMany, Backoff, BusyPolicy, Hold, LockBackend, OwnerToken, WaitMode};
 
 /// How often a waiter for a shared-shape lock asks again at the latest: a waiting writer's
 /// intent (2 s) must be renewed before it lapses.
@@ -311,5 +311,50 @@ impl<B: LockBackend> Drop for Ticket<B> {
                 tracing::debug!(lock = name, ?outcome, "withdrew a fair-mode ticket");
             });
         }
+    }
+}
+
+/// Takes every lock in `names` (sorted) for `token`, all or none, retrying while busy as the
+/// policy allows (with backoff: a set is not announced free as a whole). Fences come in the
+/// order of `names`. Exclusive holds only.
+pub(crate) async fn acquire_all<B: LockBackend>(
+    backend: &Arc<B>,
+    names: &[String],
+    token: OwnerToken,
+    plan: AcquirePlan,
+) -> Result<(Vec<u64>, Instant), NotObtained> {
+    let deadline = match plan.policy {
+        BusyPolicy::Reject => None,
+        BusyPolicy::Wait { timeout, .. } => Some(Instant::now() + timeout),
+    };
+    let mut attempt: u32 = 0;
+    loop {
+        let sent = Instant::now();
+        let holder_ttl = match timeout(
+            plan.store_timeout,
+            backend.acquire_many(names, token, plan.ttl),
+        )
+        .await
+        {
+            Ok(Ok(AcquireMany::Acquired { fences })) => return Ok((fences, sent)),
+            Ok(Ok(AcquireMany::Busy { holder_ttl })) => holder_ttl,
+            failed => {
+                tracing::warn!(locks = ?names, ?failed, "acquire failed");
+                for name in names {
+                    give_back(backend, name, token, Hold::Exclusive, plan);
+                }
+                return Err(NotObtained::StoreUnavailable);
+            }
+        };
+        let delay = deadline.and_then(|deadline| {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            plan.backoff
+                .next_delay(attempt, fastrand::f64(), holder_ttl, remaining)
+        });
+        let Some(delay) = delay else {
+            return Err(NotObtained::Busy { holder_ttl });
+        };
+        sleep(delay).await;
+        attempt = attempt.saturating_add(1);
     }
 }

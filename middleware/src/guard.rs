@@ -42,32 +42,53 @@ pub struct LockGuard {
 }
 
 struct GuardInfo {
-    name: Box<str>,
+    /// Full lock names, sorted; one unless the extractor returned several keys.
+    names: Vec<Box<str>>,
     key_start: usize,
     token: OwnerToken,
-    fence: u64,
+    /// One per name, in the same order.
+    fences: Vec<u64>,
     hold: Hold,
     lease: Lease,
 }
 
 impl LockGuard {
+    /// A guard of the locks `names` (at least one), held with `fences` (one per name).
     pub(crate) fn new(
-        name: String,
+        names: Vec<String>,
         prefix_len: usize,
         token: OwnerToken,
-        (fence, hold): (u64, Hold),
+        (fences, hold): (Vec<u64>, Hold),
         lease: Lease,
     ) -> Self {
+        debug_assert!(!names.is_empty() && names.len() == fences.len());
         Self {
             inner: Arc::new(GuardInfo {
-                name: name.into_boxed_str(),
+                names: names.into_iter().map(String::into_boxed_str).collect(),
                 key_start: prefix_len,
                 token,
-                fence,
+                fences,
                 hold,
                 lease,
             }),
         }
+    }
+
+    /// Every key this request holds, sorted: one, or several when the extractor returned
+    /// several (all taken together, or none).
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.names().map(|name| &name[self.inner.key_start..])
+    }
+
+    /// Every full lock name this request holds, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.inner.names.iter().map(|name| &**name)
+    }
+
+    /// The fencing token of `key`, one of [`keys`](Self::keys).
+    pub fn fence_of(&self, key: &str) -> Option<u64> {
+        let index = self.keys().position(|held| held == key)?;
+        self.inner.fences.get(index).copied()
     }
 
     /// What this request holds: the key alone ([`Hold::Exclusive`], the mutex, or
@@ -81,14 +102,15 @@ impl LockGuard {
         &self.inner.lease
     }
 
-    /// The key the extractor produced, e.g. `coupon:42`.
+    /// The key the extractor produced, e.g. `coupon:42` (with several keys, the first).
     pub fn key(&self) -> &str {
-        &self.inner.name[self.inner.key_start..]
+        &self.name()[self.inner.key_start..]
     }
 
-    /// The lock's full name in the store: the layer's prefix and the key, e.g. `lock:coupon:42`.
+    /// The lock's full name in the store: the layer's prefix and the key, e.g. `lock:coupon:42`
+    /// (with several keys, the first).
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.inner.names[0]
     }
 
     /// This holder's owner token.
@@ -104,7 +126,7 @@ impl LockGuard {
     /// writes carrying a smaller one, cannot be written by a holder whose lease ran out while
     /// it was paused.
     pub fn fence(&self) -> u64 {
-        self.inner.fence
+        self.inner.fences[0]
     }
 
     /// Whether the lease is still certainly ours: not lost, not released, and its local
@@ -155,7 +177,9 @@ pub(crate) struct HeldLocks(Vec<LockGuard>);
 
 impl HeldLocks {
     pub(crate) fn holds(&self, name: &str) -> bool {
-        self.0.iter().any(|guard| guard.name() == name)
+        self.0
+            .iter()
+            .any(|guard| guard.names().any(|held| held == name))
     }
 
     pub(crate) fn with(&self, guard: LockGuard) -> Self {
@@ -238,28 +262,34 @@ impl<B: LockBackend> Drop for HeldLock<B> {
     }
 }
 
-/// Releases `guard`'s lock. A failure is logged, never returned: the lease expires anyway, and
-/// the handler's answer must not turn into an error because of it.
+/// Releases every lock of `guard`. A failure is logged, never returned: the lease expires
+/// anyway, and the handler's answer must not turn into an error because of it.
 pub(crate) async fn release<B: LockBackend>(backend: &B, guard: &LockGuard, how: Release) {
-    let (name, token, timeout) = (guard.name(), guard.token(), how.store_timeout);
+    for name in guard.names() {
+        release_one(backend, guard, name, how).await;
+    }
+}
+
+async fn release_one<B: LockBackend>(backend: &B, guard: &LockGuard, name: &str, how: Release) {
+    let (token, timeout) = (guard.token(), how.store_timeout);
     let outcome = if how.fair_for(guard) {
         tokio::time::timeout(timeout, backend.release_fair(name, token)).await
     } else {
         tokio::time::timeout(timeout, backend.release_hold(name, token, guard.hold())).await
     };
     match outcome {
-        Ok(Ok(true)) => tracing::trace!(lock = guard.name(), "released"),
+        Ok(Ok(true)) => tracing::trace!(lock = name, "released"),
         Ok(Ok(false)) => tracing::warn!(
-            lock = guard.name(),
+            lock = name,
             "the lock was no longer ours at release: its lease had expired"
         ),
         Ok(Err(error)) => tracing::warn!(
-            lock = guard.name(),
+            lock = name,
             %error,
             "release failed; the lock expires with its TTL"
         ),
         Err(_) => tracing::warn!(
-            lock = guard.name(),
+            lock = name,
             ?timeout,
             "release timed out; the lock expires with its TTL"
         ),
@@ -281,10 +311,10 @@ mod tests {
 
     fn guard(name: &str, token: OwnerToken, fence: u64) -> LockGuard {
         LockGuard::new(
-            name.to_owned(),
+            vec![name.to_owned()],
             "lock:".len(),
             token,
-            (fence, Hold::Exclusive),
+            (vec![fence], Hold::Exclusive),
             Lease::new(Instant::now(), TTL),
         )
     }

@@ -133,7 +133,15 @@ pub(crate) async fn keep<B: LockBackend>(
             }
             sleep_until(next_renewal).await;
             let sent = Instant::now();
-            let extend = backend.extend_hold(guard.name(), guard.token(), plan.ttl, guard.hold());
+            let extend = async {
+                let mut all_ours = true;
+                for name in guard.names() {
+                    all_ours &= backend
+                        .extend_hold(name, guard.token(), plan.ttl, guard.hold())
+                        .await?;
+                }
+                Ok::<_, crate::BackendError>(all_ours)
+            };
             (sent, timeout(plan.store_timeout, extend).await)
         };
         tokio::select! {

@@ -72,7 +72,7 @@ mod waiting;
 
 #[cfg(feature = "redis")]
 pub use backend::redis::RedisBackend;
-pub use backend::{Acquire, BackendError, Hold, LockBackend, memory::MemoryBackend};
+pub use backend::{Acquire, AcquireMany, BackendError, Hold, LockBackend, memory::MemoryBackend};
 pub use error::LockError;
 pub use future::ResponseFuture;
 pub use guard::LockGuard;

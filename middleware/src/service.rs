@@ -10,7 +10,7 @@ use http::request::Parts;
 use http::{Request, Response};
 use tower_service::Service;
 
-use crate::acquire::{NotObtained, acquire};
+use crate::acquire::{NotObtained, acquire, acquire_all};
 use crate::guard::{HeldLock, HeldLocks, Release};
 use crate::key::{KeyError, KeyExtractor, validate_key};
 use crate::layer::Config;
@@ -70,9 +70,11 @@ where
     ResBody: From<String>,
 {
     let (mut parts, body) = request.into_parts();
-    let name = match lock_name(&config, &parts) {
-        Ok(Some(name)) => name,
-        Ok(None) => return inner.call(Request::from_parts(parts, body)).await,
+    let names = match lock_names(&config, &parts) {
+        Ok(names) if names.is_empty() => {
+            return inner.call(Request::from_parts(parts, body)).await;
+        }
+        Ok(names) => names,
         Err(error) => {
             tracing::debug!(%error, "request has no valid lock key");
             return Ok(LockError::InvalidKey(error).into_response());
@@ -83,25 +85,35 @@ where
         .get::<HeldLocks>()
         .cloned()
         .unwrap_or_default();
-    if held.holds(&name) {
-        tracing::trace!(lock = name, "already held by an outer layer");
+    if names.iter().all(|name| held.holds(name)) {
+        tracing::trace!(locks = ?names, "already held by an outer layer");
         return inner.call(Request::from_parts(parts, body)).await;
     }
 
     let token = OwnerToken::new();
     let hold = config.mode.hold_for(&parts);
-    let (fence, sent) = match acquire(&config.backend, &name, token, hold, config.plan).await {
+    let acquired = match &names[..] {
+        [name] => acquire(&config.backend, name, token, hold, config.plan)
+            .await
+            .map(|(fence, sent)| (vec![fence], sent)),
+        _ => acquire_all(&config.backend, &names, token, config.plan).await,
+    };
+    let (fences, sent) = match acquired {
         Ok(acquired) => acquired,
         Err(NotObtained::Busy { holder_ttl }) => {
-            let key = name[config.prefix.len()..].to_owned();
-            tracing::debug!(lock = name, ?holder_ttl, "busy");
+            let keys: Vec<&str> = names
+                .iter()
+                .map(|name| &name[config.prefix.len()..])
+                .collect();
+            let key = keys.join(", ");
+            tracing::debug!(locks = ?names, ?holder_ttl, "busy");
             return Ok(
                 LockError::Busy { key, holder_ttl }.into_response_with_status(config.busy_status)
             );
         }
         Err(NotObtained::StoreUnavailable) if config.fail_open => {
             tracing::warn!(
-                lock = name,
+                locks = ?names,
                 "lock store unavailable; running unlocked (fail-open)"
             );
             return inner.call(Request::from_parts(parts, body)).await;
@@ -112,8 +124,8 @@ where
     };
 
     let lease = Lease::new(sent, config.plan.ttl);
-    let guard = LockGuard::new(name, config.prefix.len(), token, (fence, hold), lease);
-    tracing::trace!(lock = guard.name(), fence, "acquired");
+    let guard = LockGuard::new(names, config.prefix.len(), token, (fences, hold), lease);
+    tracing::trace!(lock = guard.name(), fence = guard.fence(), "acquired");
     let release = Release {
         store_timeout: config.plan.store_timeout,
         fair: config.plan.is_fair(),
@@ -180,16 +192,23 @@ where
     }
 }
 
-/// The request's full lock name (prefix and key), `None` when it is not locked.
-fn lock_name<B, K: KeyExtractor>(
+/// The request's full lock names (prefix and key), sorted; none when it is not locked.
+fn lock_names<B, K: KeyExtractor>(
     config: &Config<B, K>,
     parts: &Parts,
-) -> Result<Option<String>, KeyError> {
-    let Some(key) = config.extractor.extract(parts)? else {
-        return Ok(None);
-    };
-    validate_key(&key, config.max_key_len)?;
-    Ok(Some(format!("{}{key}", config.prefix)))
+) -> Result<Vec<String>, KeyError> {
+    let mut names = config
+        .extractor
+        .extract_keys(parts)?
+        .into_iter()
+        .map(|key| {
+            validate_key(&key, config.max_key_len)?;
+            Ok(format!("{}{key}", config.prefix))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    names.sort_unstable();
+    names.dedup();
+    Ok(names)
 }
 
 impl<S: Clone, B, K> Clone for LockService<S, B, K> {

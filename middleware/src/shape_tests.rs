@@ -1,4 +1,4 @@
-//! Read-write and semaphore modes on the in-process backend.
+//! Read-write, semaphore and multi-key modes on the in-process backend.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,8 +9,10 @@ use axum::routing::{get, post};
 use http::{Method, Request, StatusCode};
 use tower::ServiceExt;
 
-use crate::key::{Header, header};
-use crate::{Acquire, Hold, LockBackend, LockGuard, LockLayer, MemoryBackend, OwnerToken};
+use crate::key::{Header, header, many};
+use crate::{
+    Acquire, AcquireMany, Hold, LockBackend, LockGuard, LockLayer, MemoryBackend, OwnerToken,
+};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -281,4 +283,123 @@ async fn the_mutex_stays_the_default() {
         .unwrap()
         .to_bytes();
     assert_eq!(body, "Exclusive");
+}
+
+/// Forwards the mutex calls only, so the trait's default `acquire_many` is used.
+#[derive(Clone, Debug, Default)]
+struct MutexOnly(MemoryBackend);
+
+impl LockBackend for MutexOnly {
+    async fn acquire(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+    ) -> Result<Acquire, crate::BackendError> {
+        self.0.acquire(key, token, ttl).await
+    }
+
+    async fn extend(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+    ) -> Result<bool, crate::BackendError> {
+        self.0.extend(key, token, ttl).await
+    }
+
+    async fn release(&self, key: &str, token: OwnerToken) -> Result<bool, crate::BackendError> {
+        self.0.release(key, token).await
+    }
+}
+
+async fn all_or_none<B: LockBackend>(store: &B) {
+    let (holder, other) = (OwnerToken::new(), OwnerToken::new());
+    store.acquire("b", holder, TTL).await.unwrap();
+    let keys = ["a".to_owned(), "b".to_owned(), "c".to_owned()];
+
+    let busy = store.acquire_many(&keys, other, TTL).await.unwrap();
+    assert!(matches!(busy, AcquireMany::Busy { .. }), "{busy:?}");
+    for free in ["a", "c"] {
+        let token = OwnerToken::new();
+        assert!(
+            matches!(
+                store.acquire(free, token, TTL).await.unwrap(),
+                Acquire::Acquired { .. }
+            ),
+            "{free} was given back"
+        );
+        store.release(free, token).await.unwrap();
+    }
+
+    store.release("b", holder).await.unwrap();
+    let taken = store.acquire_many(&keys, other, TTL).await.unwrap();
+    let AcquireMany::Acquired { fences } = taken else {
+        panic!("{taken:?}")
+    };
+    assert_eq!(fences.len(), 3, "one fence per key");
+    assert!(
+        fences.iter().all(|&fence| fence >= 2),
+        "each key's own counter moved on: {fences:?}"
+    );
+}
+
+#[tokio::test]
+async fn several_keys_are_taken_all_or_none_atomically() {
+    all_or_none(&MemoryBackend::new()).await;
+}
+
+#[tokio::test]
+async fn several_keys_are_taken_all_or_none_one_by_one_by_default() {
+    all_or_none(&MutexOnly::default()).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn transfers_over_overlapping_keys_exclude_each_other_without_deadlock() {
+    let inside = Arc::new(Inside::default());
+    let both_ways = many(|parts: &http::request::Parts| {
+        let pair: Vec<String> = parts.headers["x-pair"]
+            .to_str()
+            .unwrap()
+            .split(',')
+            .map(str::to_owned)
+            .collect();
+        Ok(pair)
+    });
+    let app = {
+        let inside = inside.clone();
+        Router::new()
+            .route(
+                "/",
+                post(move |axum::Extension(lock): axum::Extension<LockGuard>| {
+                    let inside = inside.clone();
+                    async move {
+                        assert_eq!(lock.keys().collect::<Vec<_>>(), ["a", "b"]);
+                        assert!(lock.fence_of("a").is_some() && lock.fence_of("b").is_some());
+                        inside.visit(Hold::Write, Duration::from_millis(10)).await
+                    }
+                }),
+            )
+            .route_layer(
+                LockLayer::new(MemoryBackend::new(), both_ways)
+                    .prefix("")
+                    .wait(Duration::from_secs(60)),
+            )
+    };
+    let requests: Vec<_> = (0..20)
+        .map(|i| {
+            let pair = if i % 2 == 0 { "a,b" } else { "b,a" };
+            let request = Request::post("/")
+                .header("x-pair", pair)
+                .body(Body::empty())
+                .unwrap();
+            let app = app.clone();
+            tokio::spawn(async move { app.oneshot(request).await.unwrap().status() })
+        })
+        .collect();
+
+    for request in requests {
+        assert_eq!(request.await.unwrap(), StatusCode::OK);
+    }
+    assert_eq!(inside.overlaps.load(std::sync::atomic::Ordering::SeqCst), 0);
 }

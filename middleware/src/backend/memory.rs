@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Acquire, BackendError, FENCE_COUNTER_TTL, Hold, LockBackend};
+use super::{Acquire, AcquireMany, BackendError, FENCE_COUNTER_TTL, Hold, LockBackend};
 use crate::OwnerToken;
 use crate::waiting::WaitingRoom;
 
@@ -158,6 +158,17 @@ impl MemoryBackend {
 }
 
 impl KeyState {
+    fn new(now: Instant) -> Self {
+        Self {
+            holder: None,
+            fence: 0,
+            fence_expires_at: now,
+            tickets: VecDeque::new(),
+            shared: Vec::new(),
+            intent: None,
+        }
+    }
+
     fn live_holder(&self, now: Instant) -> Option<&Holder> {
         self.holder
             .as_ref()
@@ -203,7 +214,9 @@ impl KeyState {
         match hold {
             Hold::Exclusive => match holder_ttl {
                 Some(ttl_left) => busy(ttl_left),
-                None => self.take(token, ttl, now),
+                None => Acquire::Acquired {
+                    fence: self.take(token, ttl, now),
+                },
             },
             Hold::Read => match (holder_ttl, self.intent) {
                 (Some(ttl_left), _) => busy(ttl_left),
@@ -231,7 +244,9 @@ impl KeyState {
                     return busy(wait.unwrap_or_default());
                 }
                 self.intent = None;
-                self.take(token, ttl, now)
+                Acquire::Acquired {
+                    fence: self.take(token, ttl, now),
+                }
             }
         }
     }
@@ -248,8 +263,8 @@ impl KeyState {
         self.tickets.front().map(|(ticket, _)| *ticket)
     }
 
-    /// Hands the lock to `token` with a new fence.
-    fn take(&mut self, token: OwnerToken, ttl: Duration, now: Instant) -> Acquire {
+    /// Hands the lock to `token`; returns its new fence.
+    fn take(&mut self, token: OwnerToken, ttl: Duration, now: Instant) -> u64 {
         if self.fence_expires_at <= now {
             self.fence = 0;
         }
@@ -259,7 +274,7 @@ impl KeyState {
             token,
             expires_at: now + ttl,
         });
-        Acquire::Acquired { fence: self.fence }
+        self.fence
     }
 
     fn release(&mut self, token: OwnerToken, now: Instant) -> bool {
@@ -307,14 +322,7 @@ impl MemoryBackend {
         let entry = state
             .keys
             .entry(key.to_owned())
-            .or_insert_with(|| KeyState {
-                holder: None,
-                fence: 0,
-                fence_expires_at: now,
-                tickets: VecDeque::new(),
-                shared: Vec::new(),
-                intent: None,
-            });
+            .or_insert_with(|| KeyState::new(now));
         change(entry, now)
     }
 }
@@ -326,14 +334,9 @@ impl LockBackend for MemoryBackend {
         token: OwnerToken,
         ttl: Duration,
     ) -> Result<Acquire, BackendError> {
-        Ok(
-            self.with_key(key, |entry, now| match entry.live_holder(now) {
-                Some(holder) => Acquire::Busy {
-                    holder_ttl: Some(holder.expires_at - now),
-                },
-                None => entry.take(token, ttl, now),
-            }),
-        )
+        Ok(self.with_key(key, |entry, now| {
+            entry.take_hold(token, ttl, Hold::Exclusive, now)
+        }))
     }
 
     async fn extend(
@@ -364,6 +367,38 @@ impl LockBackend for MemoryBackend {
 
     fn waiting_room(&self) -> Option<&Arc<WaitingRoom>> {
         Some(&self.room)
+    }
+
+    async fn acquire_many(
+        &self,
+        keys: &[String],
+        token: OwnerToken,
+        ttl: Duration,
+    ) -> Result<AcquireMany, BackendError> {
+        let now = Instant::now();
+        let mut state = self.lock_state();
+        state.sweep_if_grown(now);
+        let busy = keys.iter().find_map(|key| {
+            let holder = state.keys.get(key)?.live_holder(now)?;
+            Some(holder.expires_at - now)
+        });
+        if let Some(wait) = busy {
+            return Ok(AcquireMany::Busy {
+                holder_ttl: Some(wait),
+            });
+        }
+        // All free, and the map stays locked: take them all.
+        let fences = keys
+            .iter()
+            .map(|key| {
+                let entry = state
+                    .keys
+                    .entry(key.clone())
+                    .or_insert_with(|| KeyState::new(now));
+                entry.take(token, ttl, now)
+            })
+            .collect();
+        Ok(AcquireMany::Acquired { fences })
     }
 
     async fn acquire_hold(
@@ -431,7 +466,9 @@ impl LockBackend for MemoryBackend {
                 if first.is_some() {
                     entry.tickets.pop_front();
                 }
-                return entry.take(token, ttl, now);
+                return Acquire::Acquired {
+                    fence: entry.take(token, ttl, now),
+                };
             }
             match entry
                 .tickets

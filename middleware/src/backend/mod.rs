@@ -34,6 +34,21 @@ pub enum Acquire {
     },
 }
 
+/// The answer to a multi-key acquire: all keys, or none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AcquireMany {
+    /// Every key is ours; one fencing token per key, in the order the keys were given.
+    Acquired {
+        /// The fencing tokens.
+        fences: Vec<u64>,
+    },
+    /// At least one key is held by somebody else; none was taken.
+    Busy {
+        /// How long that holder's lease has left, when known.
+        holder_ttl: Option<Duration>,
+    },
+}
+
 /// What kind of hold a request takes on its lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Hold {
@@ -168,6 +183,39 @@ pub trait LockBackend: Send + Sync + 'static {
                 Hold::Exclusive | Hold::Write => self.release(key, token).await,
                 _ => Err(unsupported(hold)),
             }
+        }
+    }
+
+    /// Takes every lock in `keys` (sorted, distinct) for `token`, or none of them.
+    ///
+    /// The default takes them one by one in the given (sorted) order and, at the first busy
+    /// key, gives back those it took: no caller ever waits while holding part of a set, and
+    /// everybody takes keys in the same order, so two requests over overlapping keys cannot
+    /// deadlock. Backends that can take them atomically (the Redis backend on one node, the
+    /// memory backend) override it.
+    fn acquire_many(
+        &self,
+        keys: &[String],
+        token: OwnerToken,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<AcquireMany, BackendError>> + Send {
+        async move {
+            let mut fences = Vec::with_capacity(keys.len());
+            for key in keys {
+                let not_taken = match self.acquire(key, token, ttl).await {
+                    Ok(Acquire::Acquired { fence }) => {
+                        fences.push(fence);
+                        continue;
+                    }
+                    Ok(Acquire::Busy { holder_ttl }) => Ok(AcquireMany::Busy { holder_ttl }),
+                    Err(error) => Err(error),
+                };
+                for taken in &keys[..fences.len()] {
+                    self.release(taken, token).await?;
+                }
+                return not_taken;
+            }
+            Ok(AcquireMany::Acquired { fences })
         }
     }
 

@@ -50,6 +50,67 @@ pub trait KeyExtractor: Send + Sync + 'static {
     /// The key to lock for this request, `None` to let it through unlocked, or why the request
     /// has no valid key.
     fn extract(&self, parts: &Parts) -> Result<Option<String>, KeyError>;
+
+    /// Every key to lock for this request, all together or none: by default the one
+    /// [`extract`](Self::extract) finds. Extractors of several keys ([`many`]) override it.
+    fn extract_keys(&self, parts: &Parts) -> Result<Vec<String>, KeyError> {
+        self.extract(parts)
+            .map(Option::into_iter)
+            .map(Iterator::collect)
+    }
+}
+
+/// Locks on several keys at once, all or none: `keys` returns them (in any order, duplicates
+/// allowed); an empty list lets the request through unlocked.
+///
+/// Every key gets its own fencing token ([`LockGuard::fence_of`](crate::LockGuard::fence_of)).
+/// The keys are taken together, so two requests over overlapping sets never deadlock: with
+/// Redis in one script on one node; elsewhere one by one in sorted order, giving back what was
+/// taken at the first busy key.
+///
+/// # Example
+///
+/// A transfer between two accounts named in headers:
+///
+/// ```
+/// use tower_lock::{LockLayer, MemoryBackend, key::{KeyError, many}};
+///
+/// let transfers = LockLayer::new(MemoryBackend::new(), many(|parts| {
+///     ["x-from", "x-to"]
+///         .iter()
+///         .map(|name| match parts.headers.get(*name).map(|value| value.to_str()) {
+///             Some(Ok(account)) => Ok(format!("account:{account}")),
+///             _ => Err(KeyError::MissingHeader((*name).to_owned())),
+///         })
+///         .collect()
+/// }));
+/// ```
+pub fn many<F>(keys: F) -> Many<F>
+where
+    F: Fn(&Parts) -> Result<Vec<String>, KeyError> + Send + Sync + 'static,
+{
+    Many(keys)
+}
+
+/// Several keys per request; built by [`many`].
+#[derive(Clone, Debug)]
+pub struct Many<F>(F);
+
+impl<F> KeyExtractor for Many<F>
+where
+    F: Fn(&Parts) -> Result<Vec<String>, KeyError> + Send + Sync + 'static,
+{
+    /// The first key (sorted); the layer uses [`extract_keys`](KeyExtractor::extract_keys).
+    fn extract(&self, parts: &Parts) -> Result<Option<String>, KeyError> {
+        Ok(self.extract_keys(parts)?.into_iter().next())
+    }
+
+    fn extract_keys(&self, parts: &Parts) -> Result<Vec<String>, KeyError> {
+        let mut keys = (self.0)(parts)?;
+        keys.sort_unstable();
+        keys.dedup();
+        Ok(keys)
+    }
 }
 
 impl<F> KeyExtractor for F
