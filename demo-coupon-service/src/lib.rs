@@ -11,12 +11,13 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::request::Parts;
 use axum::routing::{MethodRouter, get, post, put};
-use tower_lock::key::{KeyExtractor, KeyTemplate};
+use tower_lock::key::{KeyExtractor, KeyTemplate, many};
 use tower_lock::{LockBackend, LockLayer, MemoryBackend, OnLost, RedisBackend};
 
 pub mod problem;
 pub mod routes;
 pub mod store;
+pub mod transfers;
 
 use store::{CouponStore, MemoryStore, RedisStore};
 
@@ -200,24 +201,33 @@ fn lock_layer<B: LockBackend, K: KeyExtractor>(
 fn with_locks<B: LockBackend + Clone>(
     backend: B,
     settings: LockSettings,
-    (coupon, claim, audit): Routes,
+    routes: Routes,
 ) -> Routes {
     let key = KeyTemplate::parse("coupon:{path id}").expect("a valid key template");
     let coupon_lock = lock_layer(backend.clone(), key, settings).read_write();
     let audits = |_: &Parts| Ok(Some("audits".to_owned()));
-    let audit_lock = lock_layer(backend, audits, settings).semaphore(settings.audit_permits);
-    (
-        coupon.route_layer(coupon_lock.clone()),
-        claim.route_layer(coupon_lock),
-        audit.route_layer(audit_lock),
-    )
+    let audit_lock =
+        lock_layer(backend.clone(), audits, settings).semaphore(settings.audit_permits);
+    let transfer_lock = lock_layer(backend, many(transfers::lock_keys), settings);
+    Routes {
+        coupon: routes.coupon.route_layer(coupon_lock.clone()),
+        claim: routes.claim.route_layer(coupon_lock),
+        audit: routes.audit.route_layer(audit_lock),
+        // The body names the coupons: read them into the request before the lock looks.
+        transfer: routes
+            .transfer
+            .route_layer(transfer_lock)
+            .route_layer(axum::middleware::from_fn(transfers::name_coupons)),
+    }
 }
 
-type Routes = (
-    MethodRouter<AppState>,
-    MethodRouter<AppState>,
-    MethodRouter<AppState>,
-);
+/// The routes that take locks.
+struct Routes {
+    coupon: MethodRouter<AppState>,
+    claim: MethodRouter<AppState>,
+    audit: MethodRouter<AppState>,
+    transfer: MethodRouter<AppState>,
+}
 
 /// The service's routes.
 ///
@@ -231,20 +241,22 @@ type Routes = (
 /// let router = app(AppState::embedded(Duration::from_millis(2), LockSettings::default(), true));
 /// ```
 pub fn app(state: AppState) -> Router {
-    let routes = (
-        put(routes::reset).get(routes::show),
-        post(routes::claim),
-        post(routes::audit),
-    );
-    let (coupon, claim, audit) = match &state.locking {
+    let routes = Routes {
+        coupon: put(routes::reset).get(routes::show),
+        claim: post(routes::claim),
+        audit: post(routes::audit),
+        transfer: post(transfers::transfer),
+    };
+    let routes = match &state.locking {
         Locking::Off => routes,
         Locking::Memory(backend) => with_locks(backend.clone(), state.lock, routes),
         Locking::Redis(backend) => with_locks(backend.clone(), state.lock, routes),
     };
     Router::new()
-        .route("/coupons/{id}", coupon)
-        .route("/coupons/{id}/claim", claim)
-        .route("/coupons/{id}/audit", audit)
+        .route("/coupons/{id}", routes.coupon)
+        .route("/coupons/{id}/claim", routes.claim)
+        .route("/coupons/{id}/audit", routes.audit)
+        .route("/transfers", routes.transfer)
         .route("/healthz", get(routes::healthz))
         .with_state(state)
 }

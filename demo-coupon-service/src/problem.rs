@@ -18,6 +18,8 @@ pub enum Problem {
     SoldOut,
     /// This user already holds the coupon.
     AlreadyClaimed,
+    /// A transfer asks for more than the source coupon has left.
+    InsufficientStock,
     /// The coupon store failed.
     StoreUnavailable,
     /// The claim's fenced write was refused: its lock on this coupon was lost and taken by a
@@ -39,6 +41,11 @@ impl IntoResponse for Problem {
                 StatusCode::CONFLICT,
                 "already-claimed",
                 "this user already holds the coupon",
+            ),
+            Self::InsufficientStock => (
+                StatusCode::CONFLICT,
+                "insufficient-stock",
+                "the source coupon has not that much stock left",
             ),
             Self::StoreUnavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -24,7 +24,7 @@ pub struct ClaimRequest {
     user_id: String,
 }
 
-fn checked_id(id: &str) -> Result<&str, Problem> {
+pub(crate) fn checked_id(id: &str) -> Result<&str, Problem> {
     let valid = (1..=64).contains(&id.len())
         && id
             .bytes()
@@ -38,7 +38,7 @@ fn checked_id(id: &str) -> Result<&str, Problem> {
     }
 }
 
-fn checked_body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, Problem> {
+pub(crate) fn checked_body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, Problem> {
     body.map(|Json(body)| body)
         .map_err(|rejection| Problem::InvalidRequest(rejection.body_text()))
 }

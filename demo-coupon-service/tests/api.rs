@@ -158,3 +158,51 @@ async fn healthz_answers() {
         StatusCode::OK
     );
 }
+
+#[tokio::test]
+async fn a_transfer_moves_stock_between_two_coupons() {
+    let app = demo();
+    call(&app, Method::PUT, "/coupons/a", Some(r#"{"stock": 5}"#)).await;
+    call(&app, Method::PUT, "/coupons/b", Some(r#"{"stock": 1}"#)).await;
+
+    let (status, _, moved) = call(
+        &app,
+        Method::POST,
+        "/transfers",
+        Some(r#"{"from": "a", "to": "b", "amount": 3}"#),
+    )
+    .await;
+
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        moved,
+        json!({ "from": "a", "to": "b", "amount": 3, "from_remaining": 2, "to_remaining": 4 })
+    );
+    let (status, _, problem) = call(
+        &app,
+        Method::POST,
+        "/transfers",
+        Some(r#"{"from": "a", "to": "b", "amount": 3}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(problem["type"], "urn:coupon-demo:insufficient-stock");
+}
+
+#[tokio::test]
+async fn malformed_transfers_are_400_and_change_nothing() {
+    let app = demo();
+    call(&app, Method::PUT, "/coupons/a", Some(r#"{"stock": 5}"#)).await;
+    for body in [
+        r#"{"from": "a"}"#,
+        "not json",
+        r#"{"from": "a", "to": "a", "amount": 1}"#,
+        r#"{"from": "a", "to": "b", "amount": 0}"#,
+    ] {
+        let (status, content_type, _) = call(&app, Method::POST, "/transfers", Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(content_type, "application/problem+json");
+    }
+    let (_, _, coupon) = call(&app, Method::GET, "/coupons/a", None).await;
+    assert_eq!(coupon["remaining"], 5);
+}

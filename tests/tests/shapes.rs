@@ -149,3 +149,58 @@ async fn a_semaphore_across_two_replicas_admits_exactly_its_permits() {
         "at most 2 at once, and 2 reached"
     );
 }
+
+#[tokio::test]
+async fn several_keys_are_taken_in_redis_all_or_none() {
+    use tower_lock::{Acquire, AcquireMany, LockBackend, OwnerToken};
+    let redis = RedisServer::start();
+    let store = RedisBackend::connect(redis.url()).await.unwrap();
+    let ttl = Duration::from_secs(10);
+    let holder = OwnerToken::new();
+    store.acquire("lock:b", holder, ttl).await.unwrap();
+    let keys = [
+        "lock:a".to_owned(),
+        "lock:b".to_owned(),
+        "lock:c".to_owned(),
+    ];
+    let other = OwnerToken::new();
+
+    let busy = store.acquire_many(&keys, other, ttl).await.unwrap();
+    let mut connection = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let taken: usize = redis::cmd("EXISTS")
+        .arg(&["{lock:a}", "{lock:c}"])
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    store.release("lock:b", holder).await.unwrap();
+    let acquired = store.acquire_many(&keys, other, ttl).await.unwrap();
+
+    assert!(
+        matches!(
+            busy,
+            AcquireMany::Busy {
+                holder_ttl: Some(_)
+            }
+        ),
+        "{busy:?}"
+    );
+    assert_eq!(taken, 0, "nothing was taken while one key was busy");
+    assert_eq!(
+        acquired,
+        AcquireMany::Acquired {
+            fences: vec![1, 2, 1]
+        }
+    );
+    let single = store
+        .acquire("lock:c", OwnerToken::new(), ttl)
+        .await
+        .unwrap();
+    assert!(
+        matches!(single, Acquire::Busy { .. }),
+        "the set holds c: {single:?}"
+    );
+}

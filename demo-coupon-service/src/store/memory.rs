@@ -80,6 +80,12 @@ impl MemoryStore {
         }
     }
 
+    pub(super) fn set_remaining(&self, id: &str, remaining: i64) {
+        if let Some(coupon) = self.coupons().get_mut(id) {
+            coupon.stock.remaining = remaining;
+        }
+    }
+
     pub(super) fn audit_started(&self) -> i64 {
         self.audits.fetch_add(1, Ordering::SeqCst) + 1
     }

@@ -95,6 +95,17 @@ impl CouponStore {
         }
     }
 
+    /// Writes a coupon's remaining stock (a plain write, nothing checked).
+    pub async fn set_remaining(&self, id: &str, remaining: i64) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(store) => {
+                store.set_remaining(id, remaining);
+                Ok(())
+            }
+            Self::Redis(store) => store.set_remaining(id, remaining).await,
+        }
+    }
+
     /// Counts an audit in; returns how many run now, this one included.
     pub async fn audit_started(&self) -> Result<i64, StoreError> {
         match self {

@@ -99,6 +99,15 @@ impl RedisStore {
         Ok(written == 1)
     }
 
+    pub(super) async fn set_remaining(&self, id: &str, remaining: i64) -> Result<(), StoreError> {
+        let _: () = self
+            .connection
+            .clone()
+            .hset(coupon_key(id), "remaining", remaining)
+            .await?;
+        Ok(())
+    }
+
     /// Adds `delta` to the count of running audits; returns the new count.
     pub(super) async fn audits(&self, delta: i64) -> Result<i64, StoreError> {
         Ok(self

@@ -1,0 +1,104 @@
+//! `POST /transfers`: move stock between two coupons, under a lock on both.
+//!
+//! The coupons are named in the JSON body, which the lock layer cannot see: a small middleware
+//! in front of it reads them into the request's extensions ([`name_coupons`]), and the layer's
+//! multi-key extractor ([`lock_keys`]) takes them from there. Like the claim, the transfer is
+//! written the ordinary, non-atomic way: read both stocks, work, write both.
+
+use axum::Json;
+use axum::body::{Body, to_bytes};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Request, State};
+use axum::http::request::Parts;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tower_lock::key::KeyError;
+
+use crate::AppState;
+use crate::problem::Problem;
+use crate::routes::{checked_body, checked_id};
+
+/// The largest transfer body read.
+const BODY_LIMIT: usize = 16 * 1024;
+
+/// `POST /transfers` body.
+#[derive(Debug, Deserialize)]
+pub struct TransferRequest {
+    from: String,
+    to: String,
+    amount: u32,
+}
+
+/// The coupons a transfer names, for its lock.
+#[derive(Clone, Debug)]
+struct TransferCoupons([String; 2]);
+
+/// Reads the coupons a transfer names into the request, so the lock layer can take both.
+/// A body it cannot read goes on untouched: the lock layer then answers 400.
+pub async fn name_coupons(request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let Ok(bytes) = to_bytes(body, BODY_LIMIT).await else {
+        return Problem::InvalidRequest(format!("a transfer body is at most {BODY_LIMIT} bytes"))
+            .into_response();
+    };
+    if let Ok(transfer) = serde_json::from_slice::<TransferRequest>(&bytes) {
+        parts
+            .extensions
+            .insert(TransferCoupons([transfer.from, transfer.to]));
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+/// The transfer's lock keys: both coupons, `coupon:{id}` as the claims lock them.
+pub fn lock_keys(parts: &Parts) -> Result<Vec<String>, KeyError> {
+    let TransferCoupons(coupons) = parts
+        .extensions
+        .get::<TransferCoupons>()
+        .ok_or_else(|| KeyError::invalid("the body is not {\"from\", \"to\", \"amount\"}"))?;
+    Ok(coupons
+        .iter()
+        .map(|coupon| format!("coupon:{coupon}"))
+        .collect())
+}
+
+/// Moves `amount` units of remaining stock from one coupon to another.
+pub async fn transfer(
+    State(state): State<AppState>,
+    body: Result<Json<TransferRequest>, JsonRejection>,
+) -> Result<Json<Value>, Problem> {
+    let TransferRequest { from, to, amount } = checked_body(body)?;
+    let (from, to) = (checked_id(&from)?, checked_id(&to)?);
+    if from == to || amount == 0 {
+        return Err(Problem::InvalidRequest(
+            "a transfer moves a positive amount between two different coupons".into(),
+        ));
+    }
+    let source = state
+        .store
+        .stock(from)
+        .await?
+        .ok_or(Problem::CouponNotFound)?;
+    let target = state
+        .store
+        .stock(to)
+        .await?
+        .ok_or(Problem::CouponNotFound)?;
+    let amount = i64::from(amount);
+    if source.remaining < amount {
+        return Err(Problem::InsufficientStock);
+    }
+    tokio::time::sleep(state.work).await;
+    let (from_remaining, to_remaining) = (source.remaining - amount, target.remaining + amount);
+    state.store.set_remaining(from, from_remaining).await?;
+    state.store.set_remaining(to, to_remaining).await?;
+    Ok(Json(json!({
+        "from": from,
+        "to": to,
+        "amount": amount,
+        "from_remaining": from_remaining,
+        "to_remaining": to_remaining,
+    })))
+}
