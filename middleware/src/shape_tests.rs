@@ -403,3 +403,25 @@ async fn transfers_over_overlapping_keys_exclude_each_other_without_deadlock() {
     }
     assert_eq!(inside.overlaps.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_permit_outliving_its_ttl_is_renewed_and_keeps_the_others_out() {
+    let ttl = Duration::from_millis(300);
+    let layer = LockLayer::new(MemoryBackend::new(), header("x-key"))
+        .semaphore(1)
+        .ttl(ttl)
+        .reject();
+    let app = app(layer, Arc::default(), ttl * 3);
+    let holder = send(&app, Method::POST);
+    tokio::time::sleep(ttl / 2).await;
+
+    for _ in 0..5 {
+        assert_eq!(
+            send(&app, Method::POST).await.unwrap(),
+            StatusCode::CONFLICT
+        );
+        tokio::time::sleep(ttl / 2).await;
+    }
+
+    assert_eq!(holder.await.unwrap(), StatusCode::OK, "renewed, not lost");
+}
