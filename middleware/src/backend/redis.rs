@@ -308,20 +308,22 @@ impl RedisBackend {
         Ok(Acquire::Busy { holder_ttl })
     }
 
-    async fn run_shared(
+    /// Runs one operation of a script that serves several (`fair.lua`, `shared.lua`): `keys`,
+    /// then the operation, the owner token, the lock's channel, and `args`.
+    async fn run_op(
         &self,
-        key: &str,
-        op: &str,
+        script: &Script,
+        keys: [String; 4],
+        (key, op): (&str, &str),
         token: OwnerToken,
         args: &[u64],
     ) -> Result<Value, BackendError> {
         let mut buf = [0; 32];
-        let mut invocation = self.scripts.shared.prepare_invoke();
+        let mut invocation = script.prepare_invoke();
+        for script_key in keys {
+            invocation.key(script_key);
+        }
         invocation
-            .key(lock_key(key))
-            .key(shared_key(key))
-            .key(intent_key(key))
-            .key(fence_key(key))
             .arg(op)
             .arg(token.encode(&mut buf))
             .arg(channel(key));
@@ -334,6 +336,23 @@ impl RedisBackend {
             .map_err(BackendError::new)
     }
 
+    async fn run_shared(
+        &self,
+        key: &str,
+        op: &str,
+        token: OwnerToken,
+        args: &[u64],
+    ) -> Result<Value, BackendError> {
+        let keys = [
+            lock_key(key),
+            shared_key(key),
+            intent_key(key),
+            fence_key(key),
+        ];
+        self.run_op(&self.scripts.shared, keys, (key, op), token, args)
+            .await
+    }
+
     async fn run_fair(
         &self,
         key: &str,
@@ -341,23 +360,14 @@ impl RedisBackend {
         token: OwnerToken,
         args: &[u64],
     ) -> Result<Value, BackendError> {
-        let mut buf = [0; 32];
-        let mut invocation = self.scripts.fair.prepare_invoke();
-        invocation
-            .key(lock_key(key))
-            .key(fence_key(key))
-            .key(line_key(key))
-            .key(tickets_key(key))
-            .arg(op)
-            .arg(token.encode(&mut buf))
-            .arg(channel(key));
-        for arg in args {
-            invocation.arg(*arg);
-        }
-        invocation
-            .invoke_async(&mut self.connection.clone())
+        let keys = [
+            lock_key(key),
+            fence_key(key),
+            line_key(key),
+            tickets_key(key),
+        ];
+        self.run_op(&self.scripts.fair, keys, (key, op), token, args)
             .await
-            .map_err(BackendError::new)
     }
 }
 
