@@ -109,6 +109,16 @@ impl LockBackend for Counted {
         self.inner.acquire(key, token, ttl).await
     }
 
+    async fn acquire_with_followers(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+    ) -> Result<Acquire, BackendError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.acquire_with_followers(key, token, ttl).await
+    }
+
     async fn extend(
         &self,
         key: &str,

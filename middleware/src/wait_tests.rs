@@ -37,6 +37,16 @@ impl LockBackend for Counted {
         self.store.acquire(key, token, ttl).await
     }
 
+    async fn acquire_with_followers(
+        &self,
+        key: &str,
+        token: OwnerToken,
+        ttl: Duration,
+    ) -> Result<Acquire, BackendError> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        self.store.acquire_with_followers(key, token, ttl).await
+    }
+
     async fn extend(
         &self,
         key: &str,

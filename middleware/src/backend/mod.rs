@@ -221,6 +221,11 @@ pub trait LockBackend: Send + Sync + 'static {
 
     /// Where this backend's waiters wait for release announcements. Backends without one
     /// (the default) make waiters poll with backoff.
+    ///
+    /// A backend that returns a room promises to announce releases of locks taken with
+    /// [`acquire_with_followers`](Self::acquire_with_followers): the next waiter in line waits
+    /// for that announcement without asking (up to a lease). A wrapper around another backend
+    /// must therefore forward both methods, or neither.
     fn waiting_room(&self) -> Option<&Arc<WaitingRoom>> {
         None
     }
