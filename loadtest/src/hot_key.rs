@@ -130,7 +130,7 @@ pub async fn run(plan: Plan) -> Measured {
     });
     let listener = tokio::spawn(Arc::clone(&acquisitions).hear_peer());
     let calls = Arc::new(AtomicU64::new(0));
-    let locker = Arc::new(Locker::connect(plan.which, &plan.redis_url, Arc::clone(&calls)).await);
+    let locker = Arc::new(Locker::connect(plan.which, &plan.redis_url).await);
     let (start, end) = (
         instant_at(plan.start_us),
         instant_at(plan.start_us) + plan.duration,
@@ -200,6 +200,6 @@ pub async fn run(plan: Plan) -> Measured {
     listener.abort();
     // Let dropped waiters give their tickets and locks back before the next run.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    measured.round_trips = calls.load(Ordering::Relaxed);
+    measured.round_trips = calls.load(Ordering::Relaxed) + locker.backend_round_trips();
     measured
 }

@@ -13,9 +13,9 @@ use redis::Script;
 use redis::aio::MultiplexedConnection;
 use tower::util::BoxCloneSyncService;
 use tower::{Layer, ServiceExt, service_fn};
-use tower_lock::backend::WaitingRoom;
+use tower_lock::backend::CountingBackend;
 use tower_lock::key::KeyError;
-use tower_lock::{Acquire, BackendError, LockBackend, LockLayer, OwnerToken, RedisBackend};
+use tower_lock::{LockLayer, OwnerToken, RedisBackend};
 
 /// Lease TTL every implementation uses.
 pub const TTL: Duration = Duration::from_secs(10);
@@ -83,81 +83,16 @@ pub struct Work<T>(std::pin::Pin<Box<dyn Future<Output = T> + Send>>);
 
 /// One implementation, connected.
 pub enum Locker<T> {
-    TowerLock(LockedService<T>),
+    TowerLock {
+        service: LockedService<T>,
+        /// Shares its counts with the backend inside the service: one call, one round trip.
+        backend: CountingBackend<RedisBackend>,
+    },
     SeedNaive {
         connection: MultiplexedConnection,
         release: Arc<Script>,
     },
     Rslock(rslock::LockManager),
-}
-
-/// Counts every call a tower-lock backend makes: one call is one round trip.
-#[derive(Clone, Debug)]
-pub struct Counted {
-    inner: RedisBackend,
-    calls: Arc<AtomicU64>,
-}
-
-impl LockBackend for Counted {
-    async fn acquire(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-    ) -> Result<Acquire, BackendError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.acquire(key, token, ttl).await
-    }
-
-    async fn acquire_with_followers(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-    ) -> Result<Acquire, BackendError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.acquire_with_followers(key, token, ttl).await
-    }
-
-    async fn extend(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-    ) -> Result<bool, BackendError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.extend(key, token, ttl).await
-    }
-
-    async fn release(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.release(key, token).await
-    }
-
-    fn waiting_room(&self) -> Option<&Arc<WaitingRoom>> {
-        self.inner.waiting_room()
-    }
-
-    async fn acquire_fair(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-        ticket_ttl: Duration,
-    ) -> Result<Acquire, BackendError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.acquire_fair(key, token, ttl, ticket_ttl).await
-    }
-
-    async fn release_fair(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.release_fair(key, token).await
-    }
-
-    async fn leave_fair_queue(&self, key: &str, token: OwnerToken) -> Result<(), BackendError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.leave_fair_queue(key, token).await
-    }
 }
 
 /// The lock key travels in this header.
@@ -170,9 +105,9 @@ fn key_of(parts: &Parts) -> Result<Option<String>, KeyError> {
 }
 
 impl<T: Send + 'static> Locker<T> {
-    /// Connects `which` to the Redis at `url`; tower-lock's calls are counted in `calls`.
-    pub async fn connect(which: Impl, url: &str, calls: Arc<AtomicU64>) -> Self {
-        let layer = |backend: Counted| {
+    /// Connects `which` to the Redis at `url`.
+    pub async fn connect(which: Impl, url: &str) -> Self {
+        let layer = |backend: CountingBackend<RedisBackend>| {
             let layer = LockLayer::new(backend, key_of).ttl(TTL);
             match which {
                 Impl::TowerLockNotified => layer.wait(WAIT),
@@ -182,15 +117,17 @@ impl<T: Send + 'static> Locker<T> {
         };
         match which {
             Impl::TowerLockNotified | Impl::TowerLockPolling | Impl::TowerLockFair => {
-                let backend = Counted {
-                    inner: RedisBackend::connect(url).await.expect("Redis reachable"),
-                    calls,
-                };
+                let backend = CountingBackend::new(
+                    RedisBackend::connect(url).await.expect("Redis reachable"),
+                );
                 let inner = service_fn(|request: Request<Work<T>>| async move {
                     let output = request.into_body().0.await;
                     Ok::<_, Infallible>(Response::new(Outcome(Some(output))))
                 });
-                Locker::TowerLock(BoxCloneSyncService::new(layer(backend).layer(inner)))
+                Locker::TowerLock {
+                    service: BoxCloneSyncService::new(layer(backend.clone()).layer(inner)),
+                    backend,
+                }
             }
             Impl::SeedNaive => {
                 let client = redis::Client::open(url).expect("a valid Redis URL");
@@ -208,8 +145,16 @@ impl<T: Send + 'static> Locker<T> {
         }
     }
 
-    /// Runs `work` while holding `key`, waiting as long as it takes. Round trips of the
-    /// client-counted implementations are added to `calls`.
+    /// Round trips of tower-lock's backend so far (the others count theirs in `with_lock`).
+    pub fn backend_round_trips(&self) -> u64 {
+        match self {
+            Locker::TowerLock { backend, .. } => backend.counts().total(),
+            Locker::SeedNaive { .. } | Locker::Rslock(_) => 0,
+        }
+    }
+
+    /// Runs `work` while holding `key`, waiting as long as it takes. Round trips of the naive
+    /// loop are added to `calls`.
     pub async fn with_lock(
         &self,
         key: &str,
@@ -217,7 +162,7 @@ impl<T: Send + 'static> Locker<T> {
         calls: &AtomicU64,
     ) -> T {
         match self {
-            Locker::TowerLock(service) => {
+            Locker::TowerLock { service, .. } => {
                 let request = Request::builder()
                     .header("x-key", key)
                     .body(Work(Box::pin(work)))

@@ -688,7 +688,7 @@ mod tests {
 
 #[cfg(test)]
 mod lease_tests {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
     use axum::Router;
@@ -700,40 +700,15 @@ mod lease_tests {
 
     use super::*;
     use crate::key::header;
-    use crate::{Acquire, BackendError, LockLayer, MemoryBackend};
+    use crate::{LockLayer, MemoryBackend};
 
     const TTL: Duration = Duration::from_millis(300);
 
-    /// The memory backend, counting extend calls.
-    #[derive(Clone, Debug, Default)]
-    struct CountingBackend {
-        store: MemoryBackend,
-        extends: Arc<AtomicUsize>,
-    }
+    /// The memory backend, counting calls.
+    type CountingBackend = crate::backend::CountingBackend<MemoryBackend>;
 
-    impl LockBackend for CountingBackend {
-        async fn acquire(
-            &self,
-            key: &str,
-            token: OwnerToken,
-            ttl: Duration,
-        ) -> Result<Acquire, BackendError> {
-            self.store.acquire(key, token, ttl).await
-        }
-
-        async fn extend(
-            &self,
-            key: &str,
-            token: OwnerToken,
-            ttl: Duration,
-        ) -> Result<bool, BackendError> {
-            self.extends.fetch_add(1, Ordering::SeqCst);
-            self.store.extend(key, token, ttl).await
-        }
-
-        async fn release(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
-            self.store.release(key, token).await
-        }
+    fn counting() -> CountingBackend {
+        CountingBackend::new(MemoryBackend::new())
     }
 
     fn request() -> Request<Body> {
@@ -772,7 +747,7 @@ mod lease_tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_handler_running_three_ttls_keeps_its_lock_by_renewal() {
-        let backend = CountingBackend::default();
+        let backend = counting();
         let layer = LockLayer::new(backend.clone(), header("x-key"))
             .ttl(TTL)
             .reject();
@@ -792,15 +767,12 @@ mod lease_tests {
         }
 
         assert_eq!(holder.await.unwrap(), (StatusCode::OK, "true".to_owned()));
-        assert!(
-            backend.extends.load(Ordering::SeqCst) >= 8,
-            "renewed every TTL/3"
-        );
+        assert!(backend.counts().extends >= 8, "renewed every TTL/3");
     }
 
     #[tokio::test(start_paused = true)]
     async fn without_renewal_a_slow_handler_loses_its_lock_and_is_aborted() {
-        let backend = CountingBackend::default();
+        let backend = counting();
         let finished = Arc::new(AtomicBool::new(false));
         let layer = LockLayer::new(backend.clone(), header("x-key"))
             .ttl(TTL)
@@ -816,14 +788,14 @@ mod lease_tests {
             !finished.load(Ordering::SeqCst),
             "no step after the loss ran"
         );
-        assert_eq!(backend.extends.load(Ordering::SeqCst), 0);
+        assert_eq!(backend.counts().extends, 0);
         assert_eq!(layer.active_leases(), 0);
     }
 
     #[tokio::test(start_paused = true)]
     async fn with_on_lost_continue_the_handler_finishes_and_sees_the_loss() {
         let finished = Arc::new(AtomicBool::new(false));
-        let layer = LockLayer::new(CountingBackend::default(), header("x-key"))
+        let layer = LockLayer::new(counting(), header("x-key"))
             .ttl(TTL)
             .renew(false)
             .on_lost(OnLost::Continue);
@@ -835,8 +807,8 @@ mod lease_tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lock_taken_by_someone_else_is_lost_at_the_next_renewal() {
-        let backend = CountingBackend::default();
-        let store = backend.store.clone();
+        let backend = counting();
+        let store = backend.inner().clone();
         let finished = Arc::new(AtomicBool::new(false));
         let app = Router::new()
             .route(
@@ -867,7 +839,7 @@ mod lease_tests {
 
     #[tokio::test(start_paused = true)]
     async fn no_renewal_is_sent_after_release_or_cancellation() {
-        let backend = CountingBackend::default();
+        let backend = counting();
         let layer = LockLayer::new(backend.clone(), header("x-key")).ttl(TTL);
         let app = slow_app(layer.clone(), TTL, Arc::default());
         send(&app).await;
@@ -878,11 +850,11 @@ mod lease_tests {
         tokio::time::sleep(TTL / 2).await;
         cancelled.abort();
         let _ = cancelled.await;
-        let extends = backend.extends.load(Ordering::SeqCst);
+        let extends = backend.counts().extends;
 
         tokio::time::sleep(TTL * 10).await;
 
-        assert_eq!(backend.extends.load(Ordering::SeqCst), extends);
+        assert_eq!(backend.counts().extends, extends);
         assert_eq!(layer.active_leases(), 0);
     }
 }

@@ -1,8 +1,6 @@
 //! Waiting for a busy lock, on the in-process backend: woken by releases, one contender per
 //! lock in the process, first come first served.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -13,75 +11,17 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
-use crate::backend::WaitingRoom;
+use crate::backend::CountingBackend;
 use crate::key::{Header, header};
-use crate::{Acquire, BackendError, LockBackend, LockLayer, MemoryBackend, OwnerToken};
+use crate::{Acquire, LockBackend, LockLayer, MemoryBackend, OwnerToken};
 
 const TTL: Duration = Duration::from_secs(30);
 
 /// The memory backend, counting acquire attempts.
-#[derive(Clone, Debug, Default)]
-struct Counted {
-    store: MemoryBackend,
-    attempts: Arc<AtomicUsize>,
-}
+type Counted = CountingBackend<MemoryBackend>;
 
-impl LockBackend for Counted {
-    async fn acquire(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-    ) -> Result<Acquire, BackendError> {
-        self.attempts.fetch_add(1, Ordering::SeqCst);
-        self.store.acquire(key, token, ttl).await
-    }
-
-    async fn acquire_with_followers(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-    ) -> Result<Acquire, BackendError> {
-        self.attempts.fetch_add(1, Ordering::SeqCst);
-        self.store.acquire_with_followers(key, token, ttl).await
-    }
-
-    async fn extend(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-    ) -> Result<bool, BackendError> {
-        self.store.extend(key, token, ttl).await
-    }
-
-    async fn release(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
-        self.store.release(key, token).await
-    }
-
-    fn waiting_room(&self) -> Option<&Arc<WaitingRoom>> {
-        self.store.waiting_room()
-    }
-
-    async fn acquire_fair(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-        ticket_ttl: Duration,
-    ) -> Result<Acquire, BackendError> {
-        self.attempts.fetch_add(1, Ordering::SeqCst);
-        self.store.acquire_fair(key, token, ttl, ticket_ttl).await
-    }
-
-    async fn release_fair(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
-        self.store.release_fair(key, token).await
-    }
-
-    async fn leave_fair_queue(&self, key: &str, token: OwnerToken) -> Result<(), BackendError> {
-        self.store.leave_fair_queue(key, token).await
-    }
+fn counted() -> Counted {
+    CountingBackend::new(MemoryBackend::new())
 }
 
 /// A route that reports which request (its `x-id`) got the lock, in order.
@@ -111,7 +51,7 @@ fn spawn_request(app: &Router, id: usize) -> tokio::task::JoinHandle<StatusCode>
 
 async fn hold(backend: &Counted) -> OwnerToken {
     let token = OwnerToken::new();
-    let answer = backend.store.acquire("lock:k", token, TTL).await.unwrap();
+    let answer = backend.inner().acquire("lock:k", token, TTL).await.unwrap();
     assert!(matches!(answer, Acquire::Acquired { .. }));
     token
 }
@@ -123,23 +63,23 @@ async fn settle() {
 
 #[tokio::test(start_paused = true)]
 async fn a_waiter_is_woken_by_the_release_not_by_a_timer() {
-    let backend = Counted::default();
+    let backend = counted();
     let (app, mut order) = recording_app(
         LockLayer::new(backend.clone(), header("x-key")).wait(Duration::from_secs(10)),
     );
     let holder = hold(&backend).await;
     let waiter = spawn_request(&app, 1);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let attempts_while_waiting = backend.attempts.load(Ordering::SeqCst);
+    let attempts_while_waiting = backend.counts().acquires as usize;
 
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(
-        backend.attempts.load(Ordering::SeqCst),
+        backend.counts().acquires as usize,
         attempts_while_waiting,
         "no polling"
     );
     let released = Instant::now();
-    backend.store.release("lock:k", holder).await.unwrap();
+    backend.inner().release("lock:k", holder).await.unwrap();
 
     assert_eq!(waiter.await.unwrap(), StatusCode::OK);
     assert_eq!(released.elapsed(), Duration::ZERO, "woken at the release");
@@ -148,7 +88,7 @@ async fn a_waiter_is_woken_by_the_release_not_by_a_timer() {
 
 #[tokio::test(start_paused = true)]
 async fn polling_waiters_retry_on_timers_instead() {
-    let backend = Counted::default();
+    let backend = counted();
     let layer =
         LockLayer::new(backend.clone(), header("x-key")).wait_polling(Duration::from_secs(10));
     let (app, _order) = recording_app(layer);
@@ -157,17 +97,17 @@ async fn polling_waiters_retry_on_timers_instead() {
 
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(
-        backend.attempts.load(Ordering::SeqCst) > 10,
+        backend.counts().acquires as usize > 10,
         "the baseline polls"
     );
-    backend.store.release("lock:k", holder).await.unwrap();
+    backend.inner().release("lock:k", holder).await.unwrap();
 
     assert_eq!(waiter.await.unwrap(), StatusCode::OK);
 }
 
 #[tokio::test(start_paused = true)]
 async fn local_waiters_are_served_in_arrival_order_with_one_contender() {
-    let backend = Counted::default();
+    let backend = counted();
     let (app, mut order) = recording_app(
         LockLayer::new(backend.clone(), header("x-key")).wait(Duration::from_secs(10)),
     );
@@ -177,20 +117,20 @@ async fn local_waiters_are_served_in_arrival_order_with_one_contender() {
         waiters.push(spawn_request(&app, id));
         settle().await;
     }
-    let attempts_before = backend.attempts.load(Ordering::SeqCst);
+    let attempts_before = backend.counts().acquires as usize;
     assert_eq!(
         attempts_before, 2,
         "only the first waiter asked: a first look, then as head"
     );
 
-    backend.store.release("lock:k", holder).await.unwrap();
+    backend.inner().release("lock:k", holder).await.unwrap();
     for waiter in waiters {
         assert_eq!(waiter.await.unwrap(), StatusCode::OK);
     }
 
     let served: Vec<String> = (0..20).map(|_| order.try_recv().unwrap()).collect();
     assert_eq!(served, (0..20).map(|id| id.to_string()).collect::<Vec<_>>());
-    let per_handoff = (backend.attempts.load(Ordering::SeqCst) - attempts_before) as f64 / 20.0;
+    let per_handoff = (backend.counts().acquires as usize - attempts_before) as f64 / 20.0;
     assert!(
         per_handoff <= 2.0,
         "O(1) attempts per handoff, not O(waiters): {per_handoff}"
@@ -199,7 +139,7 @@ async fn local_waiters_are_served_in_arrival_order_with_one_contender() {
 
 #[tokio::test(start_paused = true)]
 async fn a_dropped_waiter_leaves_the_line_at_once() {
-    let backend = Counted::default();
+    let backend = counted();
     let (app, mut order) = recording_app(
         LockLayer::new(backend.clone(), header("x-key")).wait(Duration::from_secs(10)),
     );
@@ -211,7 +151,7 @@ async fn a_dropped_waiter_leaves_the_line_at_once() {
 
     first.abort();
     let _ = first.await;
-    backend.store.release("lock:k", holder).await.unwrap();
+    backend.inner().release("lock:k", holder).await.unwrap();
 
     assert_eq!(second.await.unwrap(), StatusCode::OK);
     assert_eq!(order.recv().await.unwrap(), "2");
@@ -219,14 +159,14 @@ async fn a_dropped_waiter_leaves_the_line_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn fair_waiters_are_served_in_arrival_order() {
-    let backend = Counted::default();
+    let backend = counted();
     let layer = LockLayer::new(backend.clone(), header("x-key"))
         .wait(Duration::from_secs(10))
         .fair(Duration::from_secs(3));
     let (app, mut order) = recording_app(layer);
     let holder = OwnerToken::new();
     backend
-        .store
+        .inner()
         .acquire_fair("lock:k", holder, TTL, Duration::from_secs(3))
         .await
         .unwrap();
@@ -236,7 +176,11 @@ async fn fair_waiters_are_served_in_arrival_order() {
         settle().await;
     }
 
-    backend.store.release_fair("lock:k", holder).await.unwrap();
+    backend
+        .inner()
+        .release_fair("lock:k", holder)
+        .await
+        .unwrap();
     for waiter in waiters {
         assert_eq!(waiter.await.unwrap(), StatusCode::OK);
     }
@@ -286,7 +230,7 @@ async fn a_crashed_fair_waiter_holds_up_the_line_only_until_its_ticket_expires()
 
 #[tokio::test(start_paused = true)]
 async fn a_waiter_gives_up_at_its_deadline_and_its_place_is_forgotten() {
-    let backend = Counted::default();
+    let backend = counted();
     let (app, _order) = recording_app(
         LockLayer::new(backend.clone(), header("x-key")).wait(Duration::from_secs(2)),
     );
@@ -296,5 +240,5 @@ async fn a_waiter_gives_up_at_its_deadline_and_its_place_is_forgotten() {
     assert_eq!(spawn_request(&app, 1).await.unwrap(), StatusCode::CONFLICT);
     assert_eq!(started.elapsed(), Duration::from_secs(2));
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(backend.store.waiting_room().unwrap().waiting_names(), 0);
+    assert_eq!(backend.inner().waiting_room().unwrap().waiting_names(), 0);
 }

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use crate::OwnerToken;
 pub use crate::waiting::WaitingRoom;
+pub use counting::{CallCounts, CountingBackend};
 
+mod counting;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -225,7 +227,7 @@ pub trait LockBackend: Send + Sync + 'static {
     /// A backend that returns a room promises to announce releases of locks taken with
     /// [`acquire_with_followers`](Self::acquire_with_followers): the next waiter in line waits
     /// for that announcement without asking (up to a lease). A wrapper around another backend
-    /// must therefore forward both methods, or neither.
+    /// must therefore forward both methods, or neither ([`CountingBackend`] forwards all).
     fn waiting_room(&self) -> Option<&Arc<WaitingRoom>> {
         None
     }
