@@ -15,7 +15,7 @@ use crate::guard::{HeldLock, HeldLocks, Release};
 use crate::key::{KeyError, KeyExtractor, validate_key};
 use crate::layer::Config;
 use crate::lease::{self, Lease};
-use crate::{LockBackend, LockError, LockGuard, OnLost, OwnerToken, ResponseFuture};
+use crate::{Hold, LockBackend, LockError, LockGuard, OnLost, OwnerToken, ResponseFuture};
 
 /// Runs the inner service under the request's lock. Built by [`LockLayer`](crate::LockLayer).
 ///
@@ -91,12 +91,17 @@ where
     }
 
     let token = OwnerToken::new();
-    let hold = config.mode.hold_for(&parts);
-    let acquired = match &names[..] {
-        [name] => acquire(&config.backend, name, token, hold, config.plan)
-            .await
-            .map(|(fence, sent)| (vec![fence], sent)),
-        _ => acquire_all(&config.backend, &names, token, config.plan).await,
+    // Several keys are always taken exclusively, whatever the mode.
+    let (hold, acquired) = match &names[..] {
+        [name] => {
+            let hold = config.mode.hold_for(&parts);
+            let acquired = acquire(&config.backend, name, token, hold, config.plan).await;
+            (hold, acquired.map(|(fence, sent)| (vec![fence], sent)))
+        }
+        _ => {
+            let acquired = acquire_all(&config.backend, &names, token, config.plan).await;
+            (Hold::Exclusive, acquired)
+        }
     };
     let (fences, sent) = match acquired {
         Ok(acquired) => acquired,

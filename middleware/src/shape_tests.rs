@@ -425,3 +425,29 @@ async fn a_permit_outliving_its_ttl_is_renewed_and_keeps_the_others_out() {
 
     assert_eq!(holder.await.unwrap(), StatusCode::OK, "renewed, not lost");
 }
+
+#[tokio::test]
+async fn several_keys_are_held_exclusively_and_released_even_in_read_write_mode() {
+    let store = MemoryBackend::new();
+    let both = many(|_: &http::request::Parts| Ok(vec!["b".to_owned(), "a".to_owned()]));
+    let app = Router::new()
+        .route(
+            "/",
+            get(
+                |axum::Extension(lock): axum::Extension<LockGuard>| async move {
+                    format!("{:?}", lock.hold())
+                },
+            ),
+        )
+        .route_layer(LockLayer::new(store.clone(), both).read_write());
+    let request = Request::get("/").body(Body::empty()).unwrap();
+
+    let response = app.oneshot(request).await.unwrap();
+
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(body, "Exclusive");
+    assert_eq!(store.held_locks(), 0, "both keys were released");
+}

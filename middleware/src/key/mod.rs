@@ -64,6 +64,7 @@ pub trait KeyExtractor: Send + Sync + 'static {
 /// allowed); an empty list lets the request through unlocked.
 ///
 /// Every key gets its own fencing token ([`LockGuard::fence_of`](crate::LockGuard::fence_of)).
+/// Several keys are always held exclusively, whatever the layer's mode.
 /// The keys are taken together, so two requests over overlapping sets never deadlock: with
 /// Redis in one script on one node; elsewhere one by one in sorted order, giving back what was
 /// taken at the first busy key.
@@ -100,16 +101,13 @@ impl<F> KeyExtractor for Many<F>
 where
     F: Fn(&Parts) -> Result<Vec<String>, KeyError> + Send + Sync + 'static,
 {
-    /// The first key (sorted); the layer uses [`extract_keys`](KeyExtractor::extract_keys).
+    /// The first key; the layer uses [`extract_keys`](KeyExtractor::extract_keys).
     fn extract(&self, parts: &Parts) -> Result<Option<String>, KeyError> {
         Ok(self.extract_keys(parts)?.into_iter().next())
     }
 
     fn extract_keys(&self, parts: &Parts) -> Result<Vec<String>, KeyError> {
-        let mut keys = (self.0)(parts)?;
-        keys.sort_unstable();
-        keys.dedup();
-        Ok(keys)
+        (self.0)(parts)
     }
 }
 
