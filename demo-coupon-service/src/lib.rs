@@ -50,8 +50,9 @@ pub struct Options {
     /// What a claim does when its lock is lost: abort (503) or continue to its fenced write.
     #[arg(long, env = "ON_LOST", value_enum, default_value_t = OnLostArg::Abort)]
     pub on_lost: OnLostArg,
-    /// Write claims without their fencing token: a claim that lost its lock can then write
-    /// over the next holder's (the control for the fencing proof).
+    /// Claim without the lock's fencing token (reads do not register it, writes are not
+    /// checked): a claim that lost its lock can then write over the next holder's (the
+    /// control for the fencing proof).
     #[arg(long, env = "NO_FENCE")]
     pub no_fence: bool,
     /// How many audits (`POST /coupons/{id}/audit`) may run at once across all replicas.
@@ -88,7 +89,7 @@ pub struct LockSettings {
     pub renew: bool,
     /// What happens to a claim whose lock is lost.
     pub on_lost: OnLost,
-    /// Whether claim writes carry the lock's fencing token.
+    /// Whether claims read and write with the lock's fencing token.
     pub fence_writes: bool,
     /// How many audits may run at once across all replicas.
     pub audit_permits: u32,
@@ -149,7 +150,7 @@ impl AppState {
     pub fn embedded(work: Duration, settings: LockSettings, lock: bool) -> Self {
         let locks = MemoryBackend::new();
         Self {
-            store: CouponStore::Memory(MemoryStore::fenced_by(locks.clone())),
+            store: CouponStore::Memory(MemoryStore::default()),
             locking: if lock {
                 Locking::Memory(locks)
             } else {

@@ -10,7 +10,6 @@ use tower_lock::LockGuard;
 
 use crate::AppState;
 use crate::problem::Problem;
-use crate::store::Fence;
 
 /// `PUT /coupons/{id}` body.
 #[derive(Debug, Deserialize)]
@@ -56,9 +55,9 @@ pub async fn reset(
 }
 
 /// Claims one unit for a user: read the stock, check the user, work, write. Correct only
-/// while no other claim on the same coupon runs at the same time — and the write carries the
-/// lock's fencing token, so a holder that lost its lock meanwhile (paused past its lease)
-/// cannot write over the next holder's claim.
+/// while no other claim on the same coupon runs at the same time — and the read and the write
+/// carry the lock's fencing token, so a holder that lost its lock meanwhile (paused past its
+/// lease) cannot write over the next holder's claim.
 pub async fn claim(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -73,9 +72,13 @@ pub async fn claim(
         ));
     }
 
+    let fence = lock
+        .as_ref()
+        .filter(|_| state.lock.fence_writes)
+        .map(|Extension(lock)| lock.fence());
     let stock = state
         .store
-        .stock(id)
+        .stock(id, fence)
         .await?
         .ok_or(Problem::CouponNotFound)?;
     if stock.remaining <= 0 {
@@ -86,13 +89,6 @@ pub async fn claim(
     }
     tokio::time::sleep(state.work).await;
     let remaining = stock.remaining - 1;
-    let fence = lock
-        .as_ref()
-        .filter(|_| state.lock.fence_writes)
-        .map(|Extension(lock)| Fence {
-            lock_name: lock.name(),
-            token: lock.fence(),
-        });
     if !state
         .store
         .commit_claim(id, &user, remaining, fence)
@@ -101,7 +97,7 @@ pub async fn claim(
         tracing::warn!(
             coupon = id,
             user,
-            "claim refused: a newer lock holder exists"
+            "claim refused: a newer lock holder has read the coupon"
         );
         return Err(Problem::LockLost(id.to_owned()));
     }

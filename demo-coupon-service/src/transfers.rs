@@ -78,12 +78,12 @@ pub async fn transfer(
     }
     let source = state
         .store
-        .stock(from)
+        .stock(from, None)
         .await?
         .ok_or(Problem::CouponNotFound)?;
     let target = state
         .store
-        .stock(to)
+        .stock(to, None)
         .await?
         .ok_or(Problem::CouponNotFound)?;
     let amount = i64::from(amount);

@@ -122,9 +122,9 @@ impl LockGuard {
     /// exclusive holds (mutex, writer) get one; shared holds (reader, permit) report 0, as do
     /// backends with fencing switched off.
     ///
-    /// A store that remembers the largest fence it has accepted for a resource, and refuses
-    /// writes carrying a smaller one, cannot be written by a holder whose lease ran out while
-    /// it was paused.
+    /// A store that remembers the largest fence that has read a resource, and refuses writes
+    /// carrying a smaller one, cannot be written by a holder whose lease ran out while it was
+    /// paused (see [`fencing`](crate::fencing)).
     pub fn fence(&self) -> u64 {
         self.inner.fences[0]
     }

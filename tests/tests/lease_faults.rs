@@ -262,15 +262,14 @@ async fn a_hundred_thousand_requests_over_ten_thousand_keys_leave_nothing_behind
         .query_async(&mut connection)
         .await
         .unwrap();
-    let locks: Vec<_> = keys.iter().filter(|key| !key.ends_with(":fence")).collect();
+    let locks: Vec<_> = keys
+        .iter()
+        .filter(|key| !key.starts_with("tower-lock:fence:{"))
+        .collect();
     assert!(locks.is_empty(), "no lock key left: {locks:?}");
-    assert_eq!(keys.len(), KEYS, "one fencing counter per key");
-    for counter in keys.iter().take(100) {
-        let ttl: i64 = redis::cmd("PTTL")
-            .arg(counter)
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-        assert!(ttl > 0, "{counter} expires (PTTL {ttl})");
-    }
+    assert!(
+        keys.len() <= 16384,
+        "at most one fencing counter per hash slot, not one per lock: {}",
+        keys.len()
+    );
 }

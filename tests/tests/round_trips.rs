@@ -1,5 +1,5 @@
-//! An uncontended request costs exactly two Redis round trips: the acquire script and the
-//! release script, nothing else.
+//! An uncontended request costs exactly two Redis round trips: the acquire transaction and
+//! the release script, nothing else.
 
 use std::future::Future;
 
@@ -61,8 +61,17 @@ async fn monitored<T>(redis: &RedisServer, during: impl Future<Output = T>) -> (
     (output, lines)
 }
 
+/// The command name of a MONITOR line (`... [0 127.0.0.1:1234] "SET" "key" ...`).
+fn command(line: &str) -> String {
+    line.split("] \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_default()
+        .to_uppercase()
+}
+
 #[tokio::test]
-async fn an_uncontended_request_sends_two_commands() {
+async fn an_uncontended_request_costs_one_transaction_and_one_script() {
     let redis = RedisServer::start();
     let app = claims(RedisBackend::connect(redis.url()).await.unwrap()).await;
 
@@ -78,24 +87,31 @@ async fn an_uncontended_request_sends_two_commands() {
     })
     .await;
 
-    let announcements = lines
-        .iter()
-        .filter(|line| line.to_lowercase().contains("\"publish\""))
-        .count();
-    assert_eq!(
-        announcements, 0,
-        "nobody waited, so no release was announced"
-    );
     let sent_by_clients: Vec<_> = lines
         .iter()
         .filter(|line| !line.contains(" lua]"))
         .collect();
-    assert_eq!(sent_by_clients.len(), 2 * REQUESTS, "{sent_by_clients:#?}");
-    assert!(
-        sent_by_clients
-            .iter()
-            .all(|line| line.contains("\"EVALSHA\"")),
-        "{sent_by_clients:#?}"
+    let commands: Vec<_> = sent_by_clients.iter().map(|line| command(line)).collect();
+    let one_request = ["MULTI", "SET", "INCR", "EXEC", "EVALSHA"];
+    assert_eq!(
+        commands,
+        one_request.repeat(REQUESTS),
+        "per request: the acquire (SET NX PX and the fencing counter's INCR, sent together \
+         in one transaction), then the release script: {sent_by_clients:#?}"
+    );
+    for (i, request) in sent_by_clients.chunks(one_request.len()).enumerate() {
+        let lock = format!("\"{{lock:coupon:{}}}\"", i + 1);
+        assert!(request[1].contains(&lock) && request[1].contains("\"NX\" \"PX\""));
+        assert!(request[2].contains("\"tower-lock:fence:{"), "{request:#?}");
+        assert!(request[4].contains(&lock), "{request:#?}");
+    }
+    let announcements = lines
+        .iter()
+        .filter(|line| command(line) == "PUBLISH")
+        .count();
+    assert_eq!(
+        announcements, 0,
+        "nobody waited, so no release was announced"
     );
 }
 
@@ -118,7 +134,7 @@ async fn without_fencing_an_uncontended_request_sends_a_plain_set_and_one_script
     );
     assert!(sent[0].contains("\"SET\" \"{lock:coupon:1}\""), "{sent:#?}");
     assert!(
-        sent.iter().all(|line| !line.contains(":fence")),
-        "no counter key: {sent:#?}"
+        sent.iter().all(|line| !line.contains("tower-lock:fence")),
+        "no fencing counter: {sent:#?}"
     );
 }

@@ -2,15 +2,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tower_lock::MemoryBackend;
-
-use super::{Fence, Stock, Summary, duplicates};
+use super::{Stock, Summary, duplicates};
 
 /// Coupons in this process's memory (the embedded mode).
 #[derive(Clone, Debug, Default)]
 pub struct MemoryStore {
     coupons: Arc<Mutex<HashMap<String, Coupon>>>,
-    locks: Option<MemoryBackend>,
     audits: Arc<AtomicI64>,
 }
 
@@ -18,16 +15,11 @@ pub struct MemoryStore {
 struct Coupon {
     stock: Stock,
     claims: Vec<String>,
+    /// The largest fencing token that has read the coupon for a claim.
+    fence: u64,
 }
 
 impl MemoryStore {
-    /// A store whose fenced writes check the fencing tokens issued by `locks`.
-    pub fn fenced_by(locks: MemoryBackend) -> Self {
-        Self {
-            locks: Some(locks),
-            ..Self::default()
-        }
-    }
     fn coupons(&self) -> MutexGuard<'_, HashMap<String, Coupon>> {
         // Each update below is a single assignment or push: a poisoned map is still whole.
         self.coupons
@@ -42,12 +34,18 @@ impl MemoryStore {
                 remaining: stock,
             },
             claims: Vec::new(),
+            fence: 0,
         };
-        self.coupons().insert(id.to_owned(), coupon);
+        let mut coupons = self.coupons();
+        let fence = coupons.get(id).map_or(0, |old| old.fence);
+        coupons.insert(id.to_owned(), Coupon { fence, ..coupon });
     }
 
-    pub(super) fn stock(&self, id: &str) -> Option<Stock> {
-        self.coupons().get(id).map(|coupon| coupon.stock)
+    pub(super) fn stock(&self, id: &str, fence: Option<u64>) -> Option<Stock> {
+        let mut coupons = self.coupons();
+        let coupon = coupons.get_mut(id)?;
+        coupon.fence = coupon.fence.max(fence.unwrap_or(0));
+        Some(coupon.stock)
     }
 
     pub(super) fn has_claim(&self, id: &str, user: &str) -> bool {
@@ -61,23 +59,18 @@ impl MemoryStore {
         id: &str,
         user: &str,
         remaining: i64,
-        fence: Option<Fence<'_>>,
+        fence: Option<u64>,
     ) -> bool {
-        let write = || {
-            if let Some(coupon) = self.coupons().get_mut(id) {
-                coupon.stock.remaining = remaining;
-                coupon.claims.push(user.to_owned());
-            }
+        let mut coupons = self.coupons();
+        let Some(coupon) = coupons.get_mut(id) else {
+            return true;
         };
-        match (fence, &self.locks) {
-            (Some(fence), Some(locks)) => {
-                locks.fenced(fence.lock_name, fence.token, write).is_some()
-            }
-            _ => {
-                write();
-                true
-            }
+        if fence.is_some_and(|fence| fence < coupon.fence) {
+            return false;
         }
+        coupon.stock.remaining = remaining;
+        coupon.claims.push(user.to_owned());
+        true
     }
 
     pub(super) fn set_remaining(&self, id: &str, remaining: i64) {
@@ -105,45 +98,22 @@ impl MemoryStore {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use tower_lock::{Acquire, LockBackend, OwnerToken};
-
     use super::*;
 
-    async fn fence(locks: &MemoryBackend, ttl: Duration) -> u64 {
-        match locks
-            .acquire("lock:coupon:c1", OwnerToken::new(), ttl)
-            .await
-            .unwrap()
-        {
-            Acquire::Acquired { fence } => fence,
-            Acquire::Busy { .. } => panic!("the lock should be free"),
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_stale_holders_claim_is_refused_whether_it_writes_before_or_after_the_new_holder() {
-        let locks = MemoryBackend::new();
-        let store = MemoryStore::fenced_by(locks.clone());
+    #[test]
+    fn a_stale_holders_claim_is_refused_once_a_newer_holder_has_read() {
+        let store = MemoryStore::default();
         store.reset("c1", 1);
-        let ttl = Duration::from_millis(100);
-        let stale = fence(&locks, ttl).await;
-        tokio::time::sleep(ttl).await;
-        let fresh = fence(&locks, ttl).await;
-        let fenced = |token| {
-            Some(Fence {
-                lock_name: "lock:coupon:c1",
-                token,
-            })
-        };
+        let (stale, fresh) = (7, 8);
+        store.stock("c1", Some(stale));
+        store.stock("c1", Some(fresh));
 
-        let stale_first = store.commit_claim("c1", "old", 0, fenced(stale));
-        let fresh_write = store.commit_claim("c1", "new", 0, fenced(fresh));
-        let stale_after = store.commit_claim("c1", "old", 0, fenced(stale));
+        let stale_before = store.commit_claim("c1", "old", 0, Some(stale));
+        let fresh_write = store.commit_claim("c1", "new", 0, Some(fresh));
+        let stale_after = store.commit_claim("c1", "old", 0, Some(stale));
 
         assert_eq!(
-            (stale_first, fresh_write, stale_after),
+            (stale_before, fresh_write, stale_after),
             (false, true, false)
         );
         let summary = store.summary("c1").unwrap();
@@ -151,8 +121,35 @@ mod tests {
     }
 
     #[test]
+    fn a_stale_write_before_the_newer_holder_reads_lands_and_is_seen() {
+        let store = MemoryStore::default();
+        store.reset("c1", 2);
+        let (stale, fresh) = (7, 8);
+        let seen_by_stale = store.stock("c1", Some(stale)).unwrap();
+
+        assert!(store.commit_claim("c1", "old", seen_by_stale.remaining - 1, Some(stale)));
+        let seen_by_fresh = store.stock("c1", Some(fresh)).unwrap();
+
+        assert_eq!(
+            seen_by_fresh.remaining, 1,
+            "the newer holder reads the stale write"
+        );
+    }
+
+    #[test]
+    fn a_reset_keeps_the_registered_fence() {
+        let store = MemoryStore::default();
+        store.reset("c1", 1);
+        store.stock("c1", Some(9));
+
+        store.reset("c1", 5);
+
+        assert!(!store.commit_claim("c1", "old", 4, Some(8)));
+    }
+
+    #[test]
     fn unfenced_writes_always_land() {
-        let store = MemoryStore::fenced_by(MemoryBackend::new());
+        let store = MemoryStore::default();
         store.reset("c1", 1);
         assert!(store.commit_claim("c1", "a", 0, None));
         assert!(store.commit_claim("c1", "b", 0, None));

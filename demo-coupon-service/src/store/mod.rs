@@ -29,15 +29,6 @@ pub struct Summary {
     pub duplicate_claims: i64,
 }
 
-/// The lock a write is made under: its full name in the lock store and its fencing token.
-#[derive(Clone, Copy, Debug)]
-pub struct Fence<'a> {
-    /// The lock's name, prefix included (`LockGuard::name`).
-    pub lock_name: &'a str,
-    /// The writer's fencing token (`LockGuard::fence`).
-    pub token: u64,
-}
-
 /// The store failed (Redis unreachable or answering nonsense).
 #[derive(Debug)]
 pub struct StoreError(pub String);
@@ -64,10 +55,16 @@ impl CouponStore {
     }
 
     /// The coupon's stock, `None` when there is no such coupon.
-    pub async fn stock(&self, id: &str) -> Result<Option<Stock>, StoreError> {
+    ///
+    /// With a fencing token (`LockGuard::fence`), the read registers it first, atomically: the
+    /// coupon remembers the largest token that has read it, and from then on refuses the
+    /// writes of every older one. Registering on read, not only on write, is what stops a
+    /// stale holder whose lease ran out from writing after a newer holder has read but before
+    /// that one writes (see `docs/fencing.md`).
+    pub async fn stock(&self, id: &str, fence: Option<u64>) -> Result<Option<Stock>, StoreError> {
         match self {
-            Self::Memory(store) => Ok(store.stock(id)),
-            Self::Redis(store) => store.stock(id).await,
+            Self::Memory(store) => Ok(store.stock(id, fence)),
+            Self::Redis(store) => store.stock(id, fence).await,
         }
     }
 
@@ -80,14 +77,14 @@ impl CouponStore {
     }
 
     /// Writes the new remaining stock and records `user`'s claim — unless `fence` is given
-    /// and a newer holder has taken the coupon's lock since (checked atomically with the
-    /// write). Returns whether the claim was written.
+    /// and a newer token has read the coupon since (checked atomically with the write).
+    /// Returns whether the claim was written.
     pub async fn commit_claim(
         &self,
         id: &str,
         user: &str,
         remaining: i64,
-        fence: Option<Fence<'_>>,
+        fence: Option<u64>,
     ) -> Result<bool, StoreError> {
         match self {
             Self::Memory(store) => Ok(store.commit_claim(id, user, remaining, fence)),

@@ -2,15 +2,16 @@ use std::sync::LazyLock;
 
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
-use tower_lock::RedisBackend;
 
-use super::{Fence, Stock, StoreError, Summary, duplicates};
+use super::{Stock, StoreError, Summary, duplicates};
 
+static READ_STOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("read_stock.lua")));
 static COMMIT_CLAIM: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("commit_claim.lua")));
 
-/// Coupons in Redis: `coupon:<id>` is a hash of `initial_stock` and `remaining`,
-/// `coupon:<id>:claims` a list with one user id per claim record.
+/// Coupons in Redis: `coupon:<id>` is a hash of `initial_stock`, `remaining` and `fence` (the
+/// largest fencing token that has read it for a claim), `coupon:<id>:claims` a list with one
+/// user id per claim record.
 #[derive(Clone)]
 pub struct RedisStore {
     connection: ConnectionManager,
@@ -55,13 +56,29 @@ impl RedisStore {
         Ok(())
     }
 
-    pub(super) async fn stock(&self, id: &str) -> Result<Option<Stock>, StoreError> {
-        let (initial, remaining): (Option<i64>, Option<i64>) = redis::cmd("HMGET")
-            .arg(coupon_key(id))
-            .arg("initial_stock")
-            .arg("remaining")
-            .query_async(&mut self.connection.clone())
-            .await?;
+    pub(super) async fn stock(
+        &self,
+        id: &str,
+        fence: Option<u64>,
+    ) -> Result<Option<Stock>, StoreError> {
+        let mut connection = self.connection.clone();
+        let (initial, remaining): (Option<i64>, Option<i64>) = match fence {
+            Some(fence) => {
+                READ_STOCK
+                    .key(coupon_key(id))
+                    .arg(fence)
+                    .invoke_async(&mut connection)
+                    .await?
+            }
+            None => {
+                redis::cmd("HMGET")
+                    .arg(coupon_key(id))
+                    .arg("initial_stock")
+                    .arg("remaining")
+                    .query_async(&mut connection)
+                    .await?
+            }
+        };
         Ok(initial
             .zip(remaining)
             .map(|(initial, remaining)| Stock { initial, remaining }))
@@ -81,21 +98,16 @@ impl RedisStore {
         id: &str,
         user: &str,
         remaining: i64,
-        fence: Option<Fence<'_>>,
+        fence: Option<u64>,
     ) -> Result<bool, StoreError> {
-        let mut commit = COMMIT_CLAIM.prepare_invoke();
-        commit
+        let written: i64 = COMMIT_CLAIM
             .key(coupon_key(id))
             .key(claims_key(id))
             .arg(remaining)
-            .arg(user);
-        match fence {
-            Some(fence) => commit
-                .key(RedisBackend::fence_counter_key(fence.lock_name))
-                .arg(fence.token),
-            None => commit.arg(""),
-        };
-        let written: i64 = commit.invoke_async(&mut self.connection.clone()).await?;
+            .arg(user)
+            .arg(fence.map(|fence| fence.to_string()).unwrap_or_default())
+            .invoke_async(&mut self.connection.clone())
+            .await?;
         Ok(written == 1)
     }
 
@@ -118,7 +130,7 @@ impl RedisStore {
     }
 
     pub(super) async fn summary(&self, id: &str) -> Result<Option<Summary>, StoreError> {
-        let Some(stock) = self.stock(id).await? else {
+        let Some(stock) = self.stock(id, None).await? else {
             return Ok(None);
         };
         let claims: Vec<String> = self

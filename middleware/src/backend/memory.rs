@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Acquire, AcquireMany, BackendError, FENCE_COUNTER_TTL, Hold, LockBackend};
+use super::{Acquire, AcquireMany, BackendError, Hold, LockBackend};
 use crate::OwnerToken;
 use crate::waiting::WaitingRoom;
 
 /// Locks held in this process's memory: expiring leases, owner-checked release and fencing
-/// counters, exactly as the Redis backend keeps them, but visible to one process only.
+/// tokens, as the Redis backend keeps them, but visible to one process only.
 ///
 /// Use it for a single instance, for tests and for examples; use Redis as soon as more than
 /// one process serves the same resources. Clones share the same locks.
@@ -64,13 +64,24 @@ impl fmt::Debug for MemoryBackend {
 struct State {
     keys: HashMap<String, KeyState>,
     sweep_at_len: usize,
+    fences: FenceCounter,
 }
 
-#[derive(Debug)]
+/// The store's one fencing counter. Every lock's tokens come from it, so each lock's tokens are
+/// strictly increasing, and nothing about a lock has to outlive the lock.
+#[derive(Debug, Default)]
+struct FenceCounter(u64);
+
+impl FenceCounter {
+    fn next(&mut self) -> u64 {
+        self.0 += 1;
+        self.0
+    }
+}
+
+#[derive(Debug, Default)]
 struct KeyState {
     holder: Option<Holder>,
-    fence: u64,
-    fence_expires_at: Instant,
     /// Fair-mode tickets in arrival order, with their expiry.
     tickets: VecDeque<(OwnerToken, Instant)>,
     /// Shared holds (readers, permits) with their lease expiry.
@@ -97,8 +108,8 @@ impl MemoryBackend {
         Self::default()
     }
 
-    /// How many keys the store tracks (held locks and live fencing counters). For tests and
-    /// metrics: it shows that expired state is dropped.
+    /// How many keys the store tracks (held locks, shared holds, waiting tickets). For tests
+    /// and metrics: it shows that released and expired state is dropped.
     pub fn tracked_keys(&self) -> usize {
         self.lock_state().keys.len()
     }
@@ -114,40 +125,6 @@ impl MemoryBackend {
             .count()
     }
 
-    /// Runs `write` only if no fencing token newer than `fence` has been issued for lock
-    /// `name`, atomically with respect to every acquire: the in-process counterpart of a Lua
-    /// script that compares with the Redis fencing counter. Returns `None` when the write was
-    /// refused because a newer holder exists.
-    ///
-    /// # Example
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_lock::{Acquire, LockBackend, MemoryBackend, OwnerToken};
-    ///
-    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
-    /// let locks = MemoryBackend::new();
-    /// let ttl = Duration::from_millis(10);
-    /// let Acquire::Acquired { fence: stale } = locks.acquire("lock:a", OwnerToken::new(), ttl).await? else { panic!() };
-    /// tokio::time::sleep(ttl).await; // the holder stalls; its lease expires
-    /// let Acquire::Acquired { fence: fresh } = locks.acquire("lock:a", OwnerToken::new(), ttl).await? else { panic!() };
-    ///
-    /// assert_eq!(locks.fenced("lock:a", stale, || "stale write"), None);
-    /// assert_eq!(locks.fenced("lock:a", fresh, || "fresh write"), Some("fresh write"));
-    /// # Ok::<_, tower_lock::BackendError>(())
-    /// # }).unwrap();
-    /// ```
-    pub fn fenced<T>(&self, name: &str, fence: u64, write: impl FnOnce() -> T) -> Option<T> {
-        let now = Instant::now();
-        let state = self.lock_state();
-        let newest = state
-            .keys
-            .get(name)
-            .filter(|key| key.fence_expires_at > now)
-            .map_or(0, |key| key.fence);
-        (newest <= fence).then(write)
-    }
-
     fn lock_state(&self) -> MutexGuard<'_, State> {
         // A panic while holding this lock cannot leave a half-written entry (every update is a
         // single assignment), so a poisoned lock is still consistent.
@@ -158,17 +135,6 @@ impl MemoryBackend {
 }
 
 impl KeyState {
-    fn new(now: Instant) -> Self {
-        Self {
-            holder: None,
-            fence: 0,
-            fence_expires_at: now,
-            tickets: VecDeque::new(),
-            shared: Vec::new(),
-            intent: None,
-        }
-    }
-
     fn live_holder(&self, now: Instant) -> Option<&Holder> {
         self.holder
             .as_ref()
@@ -177,7 +143,6 @@ impl KeyState {
 
     fn is_dead(&self, now: Instant) -> bool {
         self.live_holder(now).is_none()
-            && self.fence_expires_at <= now
             && self.tickets.is_empty()
             && self.shared.iter().all(|(_, expires_at)| *expires_at <= now)
             && self.intent.is_none_or(|(_, expires_at)| expires_at <= now)
@@ -205,7 +170,12 @@ impl KeyState {
             .unwrap_or_default()
     }
 
-    fn take_hold(&mut self, token: OwnerToken, ttl: Duration, hold: Hold, now: Instant) -> Acquire {
+    fn take_hold(
+        &mut self,
+        (token, ttl, hold): (OwnerToken, Duration, Hold),
+        fences: &mut FenceCounter,
+        now: Instant,
+    ) -> Acquire {
         self.forget_expired_shared(now);
         let busy = |wait: Duration| Acquire::Busy {
             holder_ttl: Some(wait),
@@ -215,7 +185,7 @@ impl KeyState {
             Hold::Exclusive => match holder_ttl {
                 Some(ttl_left) => busy(ttl_left),
                 None => Acquire::Acquired {
-                    fence: self.take(token, ttl, now),
+                    fence: self.take(token, ttl, fences, now),
                 },
             },
             Hold::Read => match (holder_ttl, self.intent) {
@@ -245,7 +215,7 @@ impl KeyState {
                 }
                 self.intent = None;
                 Acquire::Acquired {
-                    fence: self.take(token, ttl, now),
+                    fence: self.take(token, ttl, fences, now),
                 }
             }
         }
@@ -264,17 +234,18 @@ impl KeyState {
     }
 
     /// Hands the lock to `token`; returns its new fence.
-    fn take(&mut self, token: OwnerToken, ttl: Duration, now: Instant) -> u64 {
-        if self.fence_expires_at <= now {
-            self.fence = 0;
-        }
-        self.fence += 1;
-        self.fence_expires_at = now + FENCE_COUNTER_TTL;
+    fn take(
+        &mut self,
+        token: OwnerToken,
+        ttl: Duration,
+        fences: &mut FenceCounter,
+        now: Instant,
+    ) -> u64 {
         self.holder = Some(Holder {
             token,
             expires_at: now + ttl,
         });
-        self.fence
+        fences.next()
     }
 
     fn release(&mut self, token: OwnerToken, now: Instant) -> bool {
@@ -289,7 +260,7 @@ impl KeyState {
 }
 
 impl State {
-    /// Drops keys with neither a live holder nor a live fencing counter. Amortised: runs when
+    /// Drops keys with nothing live left (holder, shared holds, tickets). Amortised: runs when
     /// the map has doubled since the last sweep, so each call costs O(1) on average.
     fn sweep_if_grown(&mut self, now: Instant) {
         if self.keys.len() < self.sweep_at_len.max(MIN_SWEEP_LEN) {
@@ -315,15 +286,17 @@ impl MemoryBackend {
     }
 
     /// Runs `change` on `key`'s state (created if missing) with the map swept as needed.
-    fn with_key<T>(&self, key: &str, change: impl FnOnce(&mut KeyState, Instant) -> T) -> T {
+    fn with_key<T>(
+        &self,
+        key: &str,
+        change: impl FnOnce(&mut KeyState, &mut FenceCounter, Instant) -> T,
+    ) -> T {
         let now = Instant::now();
         let mut state = self.lock_state();
         state.sweep_if_grown(now);
-        let entry = state
-            .keys
-            .entry(key.to_owned())
-            .or_insert_with(|| KeyState::new(now));
-        change(entry, now)
+        let State { keys, fences, .. } = &mut *state;
+        let entry = keys.entry(key.to_owned()).or_default();
+        change(entry, fences, now)
     }
 }
 
@@ -334,8 +307,8 @@ impl LockBackend for MemoryBackend {
         token: OwnerToken,
         ttl: Duration,
     ) -> Result<Acquire, BackendError> {
-        Ok(self.with_key(key, |entry, now| {
-            entry.take_hold(token, ttl, Hold::Exclusive, now)
+        Ok(self.with_key(key, |entry, fences, now| {
+            entry.take_hold((token, ttl, Hold::Exclusive), fences, now)
         }))
     }
 
@@ -388,14 +361,16 @@ impl LockBackend for MemoryBackend {
             });
         }
         // All free, and the map stays locked: take them all.
+        let State {
+            keys: held,
+            fences: counter,
+            ..
+        } = &mut *state;
         let fences = keys
             .iter()
             .map(|key| {
-                let entry = state
-                    .keys
-                    .entry(key.clone())
-                    .or_insert_with(|| KeyState::new(now));
-                entry.take(token, ttl, now)
+                let entry = held.entry(key.clone()).or_default();
+                entry.take(token, ttl, counter, now)
             })
             .collect();
         Ok(AcquireMany::Acquired { fences })
@@ -408,7 +383,9 @@ impl LockBackend for MemoryBackend {
         ttl: Duration,
         hold: Hold,
     ) -> Result<Acquire, BackendError> {
-        Ok(self.with_key(key, |entry, now| entry.take_hold(token, ttl, hold, now)))
+        Ok(self.with_key(key, |entry, fences, now| {
+            entry.take_hold((token, ttl, hold), fences, now)
+        }))
     }
 
     async fn extend_hold(
@@ -460,14 +437,14 @@ impl LockBackend for MemoryBackend {
         ttl: Duration,
         ticket_ttl: Duration,
     ) -> Result<Acquire, BackendError> {
-        Ok(self.with_key(key, |entry, now| {
+        Ok(self.with_key(key, |entry, fences, now| {
             let first = entry.next_ticket(now);
             if entry.live_holder(now).is_none() && first.is_none_or(|first| first == token) {
                 if first.is_some() {
                     entry.tickets.pop_front();
                 }
                 return Acquire::Acquired {
-                    fence: entry.take(token, ttl, now),
+                    fence: entry.take(token, ttl, fences, now),
                 };
             }
             match entry
@@ -630,21 +607,30 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn forgotten_keys_are_swept_once_their_counters_expire() {
+    async fn fences_of_different_keys_come_from_one_counter() {
         let store = MemoryBackend::new();
+        let a = fence_of(store.acquire("a", OwnerToken::new(), TTL).await.unwrap());
+        let b = fence_of(store.acquire("b", OwnerToken::new(), TTL).await.unwrap());
+        tokio::time::advance(TTL).await;
+        let a_again = fence_of(store.acquire("a", OwnerToken::new(), TTL).await.unwrap());
+
+        assert!(a < b && b < a_again, "{a} {b} {a_again}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn released_keys_are_swept_and_fences_still_increase() {
+        let store = MemoryBackend::new();
+        let mut last = 0;
         for i in 0..MIN_SWEEP_LEN {
             let token = OwnerToken::new();
-            store.acquire(&format!("k{i}"), token, TTL).await.unwrap();
+            last = fence_of(store.acquire(&format!("k{i}"), token, TTL).await.unwrap());
             store.release(&format!("k{i}"), token).await.unwrap();
         }
         assert_eq!(store.tracked_keys(), MIN_SWEEP_LEN);
-        tokio::time::advance(FENCE_COUNTER_TTL).await;
 
-        store
-            .acquire("fresh", OwnerToken::new(), TTL)
-            .await
-            .unwrap();
+        let again = fence_of(store.acquire("k0", OwnerToken::new(), TTL).await.unwrap());
 
+        assert!(again > last, "a swept key's next fence is still larger");
         assert_eq!(store.tracked_keys(), 1);
     }
 }

@@ -9,22 +9,17 @@ pub use crate::waiting::WaitingRoom;
 pub use counting::{CallCounts, CountingBackend};
 
 mod counting;
+#[cfg(feature = "redis")]
+mod hash_slot;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
-
-/// How long a fencing counter outlives the last acquire of its key.
-///
-/// Counters are refreshed on every acquire and forgotten after a day without one, so keys
-/// that are never locked again do not fill the store. A holder that stalls for longer than
-/// this could see a token that is not larger than an earlier one; that is out of scope.
-pub const FENCE_COUNTER_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The answer to an acquire attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Acquire {
     /// The lock is ours. `fence` is strictly larger than every token issued earlier for the
-    /// same key (within [`FENCE_COUNTER_TTL`] of the last acquire).
+    /// same key. Tokens need not be consecutive: one counter may serve many keys.
     Acquired {
         /// The fencing token of this lease (0 when the backend's fencing is switched off).
         fence: u64,

@@ -1,4 +1,4 @@
-//! The Redis backend: one script call per operation, over a self-healing connection.
+//! The Redis backend: one round trip per operation, over a self-healing connection.
 
 use std::fmt;
 use std::sync::{Arc, OnceLock, Weak};
@@ -9,17 +9,23 @@ use redis::{
     Client, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisError, Script, Value,
 };
 
-use super::{Acquire, AcquireMany, BackendError, FENCE_COUNTER_TTL, Hold, LockBackend};
+use super::hash_slot::fence_counter_key;
+use super::{Acquire, AcquireMany, BackendError, Hold, LockBackend};
 use crate::OwnerToken;
 use crate::waiting::{BoxFuture, Subscriptions, WaitingRoom};
 
 /// Locks in Redis, shared by every process that talks to the same server.
 ///
 /// Each lock is one string key, `{<prefix><key>}`, holding the owner token with a `PX`
-/// expiry; its fencing counter is `{<prefix><key>}:fence`. The braces are a hash tag, so both
-/// keys live on the same Redis Cluster slot and the scripts stay valid there. Acquire and
-/// release are one script call (one round trip) each, sent with `EVALSHA` (the script is loaded
-/// on first use and again after a server restart).
+/// expiry, and nothing else: a released or expired lock leaves no key behind. The braces are a
+/// hash tag (a lock's other keys, such as a read-write lock's readers, share it).
+///
+/// An acquire is one round trip: `SET NX PX`, in a `MULTI` with the `INCR` of a fencing
+/// counter. There is one counter per Redis Cluster hash slot, `tower-lock:fence:{<n>}` with
+/// `<n>` chosen to hash to the lock's own slot, shared by every lock of that slot: at most
+/// 16384 small keys in all, which never expire, so tokens keep increasing for as long as Redis
+/// keeps its data. A release is one `EVALSHA` of a compare-and-delete script (loaded on first
+/// use and again after a server restart).
 ///
 /// The connection is a redis-rs [`ConnectionManager`]: one multiplexed connection that
 /// reconnects on its own after Redis restarts. While Redis is unreachable, calls fail (the
@@ -48,7 +54,6 @@ pub struct RedisBackend {
 }
 
 struct Scripts {
-    acquire: Script,
     busy: Script,
     extend: Script,
     release: Script,
@@ -83,7 +88,6 @@ impl RedisBackend {
         Self {
             connection,
             scripts: Arc::new(Scripts {
-                acquire: Script::new(include_str!("lua/acquire.lua")),
                 busy: Script::new(include_str!("lua/busy.lua")),
                 extend: Script::new(include_str!("lua/extend.lua")),
                 release: Script::new(include_str!("lua/release.lua")),
@@ -98,7 +102,7 @@ impl RedisBackend {
 
     /// Whether acquires issue fencing tokens (default `true`).
     ///
-    /// Without fencing, an acquire is one plain `SET NX PX` (no script, no counter key) and
+    /// Without fencing, an acquire is one plain `SET NX PX` (no transaction, no counter) and
     /// [`LockGuard::fence`](crate::LockGuard::fence) is 0: for users who do not write to
     /// stores that check tokens and want the cheapest lock.
     ///
@@ -121,13 +125,6 @@ impl RedisBackend {
     pub fn lock_key(name: &str) -> String {
         lock_key(name)
     }
-
-    /// The Redis key of lock `name`'s fencing counter: `{lock:coupon:42}:fence`. It holds the
-    /// last fencing token issued for the lock, so a Lua script that writes on the lock's behalf
-    /// can refuse a stale holder atomically: `GET` it and compare with the writer's token.
-    pub fn fence_counter_key(name: &str) -> String {
-        fence_key(name)
-    }
 }
 
 impl fmt::Debug for RedisBackend {
@@ -138,10 +135,6 @@ impl fmt::Debug for RedisBackend {
 
 fn lock_key(name: &str) -> String {
     format!("{{{name}}}")
-}
-
-fn fence_key(name: &str) -> String {
-    format!("{{{name}}}:fence")
 }
 
 fn line_key(name: &str) -> String {
@@ -163,6 +156,8 @@ fn intent_key(name: &str) -> String {
 /// How long a waiting writer's intent bars new readers unless the writer renews it.
 const WRITER_INTENT_TTL: Duration = Duration::from_secs(2);
 
+/// Where releases of lock `name` are announced: its lock key followed by `:free` (the release
+/// script derives it the same way).
 fn channel(name: &str) -> String {
     format!("{{{name}}}:free")
 }
@@ -254,6 +249,11 @@ impl Subscriptions for Subscriber {
 
 impl RedisBackend {
     /// Acquires; `waited_for` marks the lock so that its release is announced.
+    ///
+    /// One round trip: `SET NX PX`, with fencing in a `MULTI` with the `INCR` of the slot's
+    /// fencing counter, so the token is issued atomically with the lock. (A busy attempt
+    /// increments the counter too; tokens skip numbers but never go back.) Only a busy answer
+    /// costs a second call, which marks the lock as waited for and reads its remaining lease.
     async fn take(
         &self,
         key: &str,
@@ -264,34 +264,33 @@ impl RedisBackend {
         let mut buf = [0; 32];
         let token = token.encode(&mut buf);
         let mark = if waited_for { "*" } else { "" };
-        let mut connection = self.connection.clone();
-        if self.fencing {
-            let reply: Vec<i64> = self
-                .scripts
-                .acquire
-                .key(lock_key(key))
-                .key(fence_key(key))
-                .arg(token)
-                .arg(millis(ttl))
-                .arg(millis(FENCE_COUNTER_TTL))
-                .arg(mark)
-                .invoke_async(&mut connection)
-                .await
-                .map_err(BackendError::new)?;
-            return acquire_reply(reply);
-        }
         let lock = lock_key(key);
-        let taken: Option<String> = redis::cmd("SET")
-            .arg(&lock)
+        let mut set = redis::cmd("SET");
+        set.arg(&lock)
             .arg([token, mark].concat())
             .arg("NX")
             .arg("PX")
-            .arg(millis(ttl))
-            .query_async(&mut connection)
-            .await
-            .map_err(BackendError::new)?;
-        if taken.is_some() {
-            return Ok(Acquire::Acquired { fence: 0 });
+            .arg(millis(ttl));
+        let mut connection = self.connection.clone();
+        let taken = if self.fencing {
+            let (taken, fence): (Option<()>, u64) = redis::pipe()
+                .atomic()
+                .add_command(set)
+                .cmd("INCR")
+                .arg(fence_counter_key(&lock))
+                .query_async(&mut connection)
+                .await
+                .map_err(BackendError::new)?;
+            taken.map(|()| fence)
+        } else {
+            let taken: Option<()> = set
+                .query_async(&mut connection)
+                .await
+                .map_err(BackendError::new)?;
+            taken.map(|()| 0)
+        };
+        if let Some(fence) = taken {
+            return Ok(Acquire::Acquired { fence });
         }
         let pttl: i64 = self
             .scripts
@@ -343,12 +342,9 @@ impl RedisBackend {
         token: OwnerToken,
         args: &[u64],
     ) -> Result<Value, BackendError> {
-        let keys = [
-            lock_key(key),
-            shared_key(key),
-            intent_key(key),
-            fence_key(key),
-        ];
+        let lock = lock_key(key);
+        let counter = fence_counter_key(&lock);
+        let keys = [lock, shared_key(key), intent_key(key), counter];
         self.run_op(&self.scripts.shared, keys, (key, op), token, args)
             .await
     }
@@ -360,12 +356,9 @@ impl RedisBackend {
         token: OwnerToken,
         args: &[u64],
     ) -> Result<Value, BackendError> {
-        let keys = [
-            lock_key(key),
-            fence_key(key),
-            line_key(key),
-            tickets_key(key),
-        ];
+        let lock = lock_key(key);
+        let counter = fence_counter_key(&lock);
+        let keys = [lock, counter, line_key(key), tickets_key(key)];
         self.run_op(&self.scripts.fair, keys, (key, op), token, args)
             .await
     }
@@ -441,7 +434,6 @@ impl LockBackend for RedisBackend {
             .release
             .key(lock_key(key))
             .arg(token.encode(&mut buf))
-            .arg(channel(key))
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(BackendError::new)?;
@@ -463,12 +455,11 @@ impl LockBackend for RedisBackend {
         let mut buf = [0; 32];
         let mut invocation = self.scripts.many.prepare_invoke();
         for key in keys {
-            invocation.key(lock_key(key)).key(fence_key(key));
+            let lock = lock_key(key);
+            let counter = fence_counter_key(&lock);
+            invocation.key(lock).key(counter);
         }
-        invocation
-            .arg(token.encode(&mut buf))
-            .arg(millis(ttl))
-            .arg(millis(FENCE_COUNTER_TTL));
+        invocation.arg(token.encode(&mut buf)).arg(millis(ttl));
         let reply: Vec<i64> = invocation
             .invoke_async(&mut self.connection.clone())
             .await
@@ -498,14 +489,7 @@ impl LockBackend for RedisBackend {
             Hold::Exclusive => return self.take(key, token, ttl, false).await,
             Hold::Read => ("read", vec![millis(ttl)]),
             Hold::Permit { permits } => ("permit", vec![millis(ttl), u64::from(permits)]),
-            Hold::Write => (
-                "write",
-                vec![
-                    millis(ttl),
-                    millis(WRITER_INTENT_TTL),
-                    millis(FENCE_COUNTER_TTL),
-                ],
-            ),
+            Hold::Write => ("write", vec![millis(ttl), millis(WRITER_INTENT_TTL)]),
         };
         let reply = self.run_shared(key, op, token, &args).await?;
         acquire_reply(redis::from_redis_value(reply).map_err(BackendError::new)?)
@@ -547,7 +531,7 @@ impl LockBackend for RedisBackend {
         ttl: Duration,
         ticket_ttl: Duration,
     ) -> Result<Acquire, BackendError> {
-        let args = [millis(ttl), millis(FENCE_COUNTER_TTL), millis(ticket_ttl)];
+        let args = [millis(ttl), millis(ticket_ttl)];
         let reply = self.run_fair(key, "acquire", token, &args).await?;
         acquire_reply(redis::from_redis_value(reply).map_err(BackendError::new)?)
     }

@@ -1,14 +1,13 @@
 -- Fair mode: a first-come-first-served line of expiring tickets in front of a lock.
 -- KEYS[1]  lock key (value: owner token)
--- KEYS[2]  fencing counter
+-- KEYS[2]  the fencing counter of the lock's slot
 -- KEYS[3]  line: a list of tickets (owner tokens) in arrival order
 -- KEYS[4]  ticket expiries: a hash of ticket -> expiry (ms, Redis server time)
 -- ARGV[1]  operation: 'acquire', 'release' or 'leave'
 -- ARGV[2]  owner token (the caller's ticket)
 -- ARGV[3]  the lock's announcement channel
 -- ARGV[4]  lease TTL in ms                     (acquire)
--- ARGV[5]  fencing counter TTL in ms           (acquire)
--- ARGV[6]  ticket TTL in ms                    (acquire)
+-- ARGV[5]  ticket TTL in ms                    (acquire)
 -- returns  acquire: {1, fence} when taken; {0, ms} when not: wait at most ms before asking again
 --          release: 1 when the caller's lock was deleted, else 0
 --          leave:   1
@@ -52,11 +51,9 @@ if op == 'acquire' then
       redis.call('LPOP', KEYS[3])
       redis.call('HDEL', KEYS[4], token)
     end
-    local fence = redis.call('INCR', KEYS[2])
-    redis.call('PEXPIRE', KEYS[2], ARGV[5])
-    return {1, fence}
+    return {1, redis.call('INCR', KEYS[2])}
   end
-  local ticket_ttl = tonumber(ARGV[6])
+  local ticket_ttl = tonumber(ARGV[5])
   if redis.call('HSET', KEYS[4], token, now + ticket_ttl) == 1 then
     redis.call('RPUSH', KEYS[3], token)
   end

@@ -2,13 +2,12 @@
 -- KEYS[1]  the exclusive lock key (a writer's owner token, as for a mutex)
 -- KEYS[2]  shared holders: a sorted set of owner token -> lease expiry (ms, Redis server time)
 -- KEYS[3]  a waiting writer's intent (its token), which bars new readers while it lives
--- KEYS[4]  fencing counter (writers only)
+-- KEYS[4]  the fencing counter of the lock's slot (writers only)
 -- ARGV[1]  operation: 'read', 'permit', 'write', 'extend' or 'release'
 -- ARGV[2]  owner token
 -- ARGV[3]  the lock's announcement channel
 -- ARGV[4]  lease TTL in ms                                  (read, permit, write, extend)
 -- ARGV[5]  permits (permit); writer intent TTL in ms (write)
--- ARGV[6]  fencing counter TTL in ms                        (write)
 -- returns  read / permit / write: {1, fence} when held (fence 0 for shared holds);
 --                                 {0, ms} when busy: wait at most ms before asking again
 --          extend / release:      1 when the caller's shared hold was extended / released, else 0
@@ -20,9 +19,7 @@ local op, token = ARGV[1], ARGV[2]
 -- the common case of a writer: no readers, nobody waiting to write; no clock needed
 if op == 'write' and redis.call('EXISTS', KEYS[2]) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
   if redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[4]) then
-    local fence = redis.call('INCR', KEYS[4])
-    redis.call('PEXPIRE', KEYS[4], ARGV[6])
-    return {1, fence}
+    return {1, redis.call('INCR', KEYS[4])}
   end
 end
 
@@ -94,9 +91,7 @@ elseif op == 'write' then
   local announce = intent and '*' or ''
   redis.call('DEL', KEYS[3])
   redis.call('SET', KEYS[1], token .. announce, 'PX', ARGV[4])
-  local fence = redis.call('INCR', KEYS[4])
-  redis.call('PEXPIRE', KEYS[4], ARGV[6])
-  return {1, fence}
+  return {1, redis.call('INCR', KEYS[4])}
 elseif op == 'extend' then
   local expiry = redis.call('ZSCORE', KEYS[2], token)
   if not expiry then

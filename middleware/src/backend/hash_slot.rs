@@ -1,0 +1,120 @@
+//! Redis Cluster hash slots, and the fencing counter that serves each slot.
+//!
+//! Fencing tokens come from one counter per hash slot rather than one per lock: a counter
+//! shared by every lock of a slot is strictly increasing for each of them, and there are at
+//! most 16384 counters however many locks come and go, so nothing piles up and nothing needs
+//! an expiry. The counter of a slot lives in that same slot (its hash tag is chosen so), which
+//! keeps every transaction and script on one slot, as Redis Cluster requires.
+
+use std::sync::LazyLock;
+
+/// How many hash slots Redis Cluster has.
+const SLOTS: usize = 16384;
+
+/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag — the part between
+/// the first `{` and the next `}`, when that part is not empty — or of the whole key.
+pub(crate) fn slot(key: &str) -> usize {
+    usize::from(crc16(hash_tag(key).as_bytes())) % SLOTS
+}
+
+/// The key of the fencing counter that serves lock key `lock_key`: `tower-lock:fence:{T}`,
+/// where the tag `T` hashes to the lock key's own slot.
+pub(crate) fn fence_counter_key(lock_key: &str) -> String {
+    format!("tower-lock:fence:{{{}}}", TAG_OF_SLOT[slot(lock_key)])
+}
+
+fn hash_tag(key: &str) -> &str {
+    let Some(open) = key.find('{') else {
+        return key;
+    };
+    match key[open + 1..].find('}') {
+        Some(0) | None => key,
+        Some(len) => &key[open + 1..open + 1 + len],
+    }
+}
+
+fn crc16(bytes: &[u8]) -> u16 {
+    bytes.iter().fold(0, |crc, &byte| {
+        (crc << 8) ^ CRC16_TABLE[usize::from((crc >> 8) as u8 ^ byte)]
+    })
+}
+
+/// CRC16 (XMODEM, polynomial 0x1021) of every byte, for a byte-at-a-time CRC.
+const CRC16_TABLE: [u16; 256] = {
+    let mut table = [0; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let mut crc = (byte as u16) << 8;
+        let mut bit = 0;
+        while bit < 8 {
+            crc = if crc & 0x8000 == 0 {
+                crc << 1
+            } else {
+                (crc << 1) ^ 0x1021
+            };
+            bit += 1;
+        }
+        table[byte] = crc;
+        byte += 1;
+    }
+    table
+};
+
+/// For each slot, the smallest number whose decimal form hashes to it (all slots are covered
+/// below 110,000; built once, in about a millisecond).
+static TAG_OF_SLOT: LazyLock<Box<[u32]>> = LazyLock::new(|| {
+    let mut tags = vec![u32::MAX; SLOTS].into_boxed_slice();
+    let mut missing = SLOTS;
+    let mut candidate: u32 = 0;
+    while missing > 0 {
+        let slot = slot(&candidate.to_string());
+        if tags[slot] == u32::MAX {
+            tags[slot] = candidate;
+            missing -= 1;
+        }
+        candidate += 1;
+    }
+    tags
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc16_is_the_xmodem_variant_redis_uses() {
+        assert_eq!(crc16(b"123456789"), 0x31c3);
+    }
+
+    #[test]
+    fn slots_match_redis_cluster_keyslot() {
+        // What `CLUSTER KEYSLOT` answered on a cluster-enabled Redis 7.0.
+        let keyslot = [
+            ("foo", 12182),
+            ("bar", 5061),
+            ("{user1000}.following", 3443),
+            ("foo{}{bar}", 8363), // an empty tag: the whole key is hashed
+            ("foo{{bar}}zap", 4015),
+            ("{lock:coupon:42}", 3682),
+            ("tower-lock:fence:{12345}", 5228),
+        ];
+        for (key, expected) in keyslot {
+            assert_eq!(slot(key), expected, "{key}");
+        }
+    }
+
+    #[test]
+    fn every_counter_lives_in_the_slot_of_the_locks_it_serves() {
+        for lock_key in ["{lock:coupon:42}", "{lock:a}", "{x}", "plain", "{}weird"] {
+            assert_eq!(
+                slot(&fence_counter_key(lock_key)),
+                slot(lock_key),
+                "{lock_key}"
+            );
+        }
+        assert!(
+            (0..SLOTS).all(|slot| self::slot(&TAG_OF_SLOT[slot].to_string()) == slot),
+            "one tag per slot"
+        );
+    }
+}
