@@ -168,12 +168,17 @@ impl AppState {
         let Some(url) = &options.redis_url else {
             return Ok(Self::embedded(work, settings, !options.no_lock));
         };
-        let connection =
-            redis::aio::ConnectionManager::new(redis::Client::open(url.as_str())?).await?;
-        let locking = if options.no_lock {
-            Locking::Off
+        // With the lock on, the store shares the lock backend's connection: the claim's own
+        // commands and its lock's travel together.
+        let (connection, locking) = if options.no_lock {
+            let client = redis::Client::open(url.as_str())?;
+            (
+                redis::aio::ConnectionManager::new(client).await?,
+                Locking::Off,
+            )
         } else {
-            Locking::Redis(RedisBackend::connect(url.as_str()).await?)
+            let backend = RedisBackend::connect(url.as_str()).await?;
+            (backend.connection(), Locking::Redis(backend))
         };
         Ok(Self {
             store: CouponStore::Redis(RedisStore::new(connection)),

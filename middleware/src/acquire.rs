@@ -75,6 +75,16 @@ pub(crate) async fn acquire<B: LockBackend>(
     let deadline = Instant::now() + patience;
     if hold != Hold::Exclusive {
         // Shared shapes: every waiter asks for itself (readers can share), woken by any release.
+        // Only a request that found the lock busy enters the waiting room (which subscribes to
+        // the lock's announcements); its first wait attempt asks again, so no release between
+        // the two is missed.
+        match attempts.once(false).await? {
+            Ok(acquired) => return Ok(acquired),
+            Err(holder_ttl) if patience.is_zero() => {
+                return Err(NotObtained::Busy { holder_ttl });
+            }
+            Err(_) => {}
+        }
         let place = backend
             .waiting_room()
             .map(|room| room.take_ticket(name, token));

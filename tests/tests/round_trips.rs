@@ -1,5 +1,5 @@
-//! An uncontended request costs exactly two Redis round trips: the acquire transaction and
-//! the release script, nothing else.
+//! An uncontended request costs exactly two Redis round trips: the acquire and the release,
+//! nothing else — no subscription, no announcement.
 
 use std::future::Future;
 
@@ -11,9 +11,13 @@ use tower_lock::{LockGuard, LockLayer, RedisBackend};
 const REQUESTS: usize = 10;
 const SENTINEL: &str = "end-of-test";
 
-/// A claim route locked on `coupon:{id}` that answers with its fencing token; one request has
-/// already loaded the scripts into Redis's cache.
-async fn claims(backend: RedisBackend) -> axum::Router {
+fn coupon_lock(backend: RedisBackend) -> LockLayer<RedisBackend, KeyTemplate> {
+    LockLayer::new(backend, KeyTemplate::parse("coupon:{path id}").unwrap())
+}
+
+/// A claim route under `lock` that answers with its fencing token; one request has already
+/// loaded the scripts into Redis's cache.
+async fn claims(lock: LockLayer<RedisBackend, KeyTemplate>) -> axum::Router {
     let app = axum::Router::new()
         .route(
             "/coupons/{id}/claim",
@@ -23,10 +27,7 @@ async fn claims(backend: RedisBackend) -> axum::Router {
                 },
             ),
         )
-        .route_layer(LockLayer::new(
-            backend,
-            KeyTemplate::parse("coupon:{path id}").unwrap(),
-        ));
+        .route_layer(lock);
     send(&app, post("/coupons/0/claim")).await;
     app
 }
@@ -73,7 +74,10 @@ fn command(line: &str) -> String {
 #[tokio::test]
 async fn an_uncontended_request_costs_one_transaction_and_one_script() {
     let redis = RedisServer::start();
-    let app = claims(RedisBackend::connect(redis.url()).await.unwrap()).await;
+    let app = claims(coupon_lock(
+        RedisBackend::connect(redis.url()).await.unwrap(),
+    ))
+    .await;
 
     let ((), lines) = monitored(&redis, async {
         for i in 1..=REQUESTS {
@@ -122,7 +126,7 @@ async fn without_fencing_an_uncontended_request_sends_a_plain_set_and_one_script
         .await
         .unwrap()
         .fencing(false);
-    let app = claims(backend).await;
+    let app = claims(coupon_lock(backend)).await;
 
     let (reply, sent) = monitored(&redis, send(&app, post("/coupons/1/claim"))).await;
 
@@ -136,5 +140,32 @@ async fn without_fencing_an_uncontended_request_sends_a_plain_set_and_one_script
     assert!(
         sent.iter().all(|line| !line.contains("tower-lock:fence")),
         "no fencing counter: {sent:#?}"
+    );
+}
+
+#[tokio::test]
+async fn an_uncontended_write_lock_costs_two_scripts_and_subscribes_to_nothing() {
+    let redis = RedisServer::start();
+    let backend = RedisBackend::connect(redis.url()).await.unwrap();
+    let app = claims(coupon_lock(backend).read_write()).await;
+
+    let ((), lines) = monitored(&redis, async {
+        for i in 1..=REQUESTS {
+            let reply = send(&app, post(&format!("/coupons/{i}/claim"))).await;
+            assert_eq!(reply.status, 200);
+        }
+    })
+    .await;
+
+    let commands: Vec<_> = lines
+        .iter()
+        .filter(|line| !line.contains(" lua]"))
+        .map(|line| command(line))
+        .collect();
+    assert_eq!(
+        commands,
+        ["EVALSHA", "EVALSHA"].repeat(REQUESTS),
+        "per request: the write acquire, then the release; a request that finds the lock free \
+         does not enter the waiting room, so nothing subscribes: {lines:#?}"
     );
 }

@@ -9,8 +9,6 @@ pub use crate::waiting::WaitingRoom;
 pub use counting::{CallCounts, CountingBackend};
 
 mod counting;
-#[cfg(feature = "redis")]
-mod hash_slot;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;

@@ -5,15 +5,14 @@
 -- KEYS[4]  ticket expiries: a hash of ticket -> expiry (ms, Redis server time)
 -- ARGV[1]  operation: 'acquire', 'release' or 'leave'
 -- ARGV[2]  owner token (the caller's ticket)
--- ARGV[3]  the lock's announcement channel
--- ARGV[4]  lease TTL in ms                     (acquire)
--- ARGV[5]  ticket TTL in ms                    (acquire)
+-- ARGV[3]  lease TTL in ms                     (acquire)
+-- ARGV[4]  ticket TTL in ms                    (acquire)
 -- returns  acquire: {1, fence} when taken; {0, ms} when not: wait at most ms before asking again
 --          release: 1 when the caller's lock was deleted, else 0
 --          leave:   1
--- A release (or a first ticket leaving a free lock) announces the next live ticket on the
--- channel, so only its holder wakes. The line expires when no ticket has been refreshed for
--- two ticket TTLs, so abandoned lines do not pile up.
+-- A release (or a first ticket leaving a free lock) announces the next live ticket on the lock
+-- key's channel (the key followed by ':free'), so only its holder wakes. The line expires when
+-- no ticket has been refreshed for two ticket TTLs, so abandoned lines do not pile up.
 local function now_ms()
   local time = redis.call('TIME')
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -37,7 +36,7 @@ end
 local function announce_next(now)
   local first = first_ticket(now)
   if first then
-    redis.call('PUBLISH', ARGV[3], first)
+    redis.call('PUBLISH', KEYS[1] .. ':free', first)
   end
 end
 
@@ -46,14 +45,14 @@ local now = now_ms()
 
 if op == 'acquire' then
   local first = first_ticket(now)
-  if (not first or first == token) and redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[4]) then
+  if (not first or first == token) and redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[3]) then
     if first then
       redis.call('LPOP', KEYS[3])
       redis.call('HDEL', KEYS[4], token)
     end
     return {1, redis.call('INCR', KEYS[2])}
   end
-  local ticket_ttl = tonumber(ARGV[5])
+  local ticket_ttl = tonumber(ARGV[4])
   if redis.call('HSET', KEYS[4], token, now + ticket_ttl) == 1 then
     redis.call('RPUSH', KEYS[3], token)
   end

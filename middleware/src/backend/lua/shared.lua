@@ -5,20 +5,19 @@
 -- KEYS[4]  the fencing counter of the lock's slot (writers only)
 -- ARGV[1]  operation: 'read', 'permit', 'write', 'extend' or 'release'
 -- ARGV[2]  owner token
--- ARGV[3]  the lock's announcement channel
--- ARGV[4]  lease TTL in ms                                  (read, permit, write, extend)
--- ARGV[5]  permits (permit); writer intent TTL in ms (write)
+-- ARGV[3]  lease TTL in ms                                  (read, permit, write, extend)
+-- ARGV[4]  permits (permit); writer intent TTL in ms (write)
 -- returns  read / permit / write: {1, fence} when held (fence 0 for shared holds);
 --                                 {0, ms} when busy: wait at most ms before asking again
 --          extend / release:      1 when the caller's shared hold was extended / released, else 0
 -- Expired shared holds are dropped before every decision, so a crashed reader or permit
--- holder blocks nobody past its lease. Every shared release is announced; a writer releases
--- through release.lua like a mutex.
+-- holder blocks nobody past its lease. Every shared release is announced on the lock key's
+-- channel (the key followed by ':free'); a writer releases through release.lua like a mutex.
 local op, token = ARGV[1], ARGV[2]
 
 -- the common case of a writer: no readers, nobody waiting to write; no clock needed
 if op == 'write' and redis.call('EXISTS', KEYS[2]) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
-  if redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[4]) then
+  if redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[3]) then
     return {1, redis.call('INCR', KEYS[4])}
   end
 end
@@ -45,7 +44,7 @@ local function mark_waited()
 end
 
 local function hold_shared()
-  local ttl = tonumber(ARGV[4])
+  local ttl = tonumber(ARGV[3])
   redis.call('ZADD', KEYS[2], now + ttl, token)
   if redis.call('PTTL', KEYS[2]) < ttl then
     redis.call('PEXPIRE', KEYS[2], ttl)
@@ -65,7 +64,7 @@ if op == 'read' then
   end
   return hold_shared()
 elseif op == 'permit' then
-  if redis.call('ZCARD', KEYS[2]) < tonumber(ARGV[5]) then
+  if redis.call('ZCARD', KEYS[2]) < tonumber(ARGV[4]) then
     return hold_shared()
   end
   return {0, first_expiry()}
@@ -76,7 +75,7 @@ elseif op == 'write' then
   if holder >= 0 or readers > 0 or (intent and intent ~= token) then
     -- the first waiting writer bars new readers, so a stream of them cannot starve it
     if not intent or intent == token then
-      redis.call('SET', KEYS[3], token, 'PX', ARGV[5])
+      redis.call('SET', KEYS[3], token, 'PX', ARGV[4])
     end
     if holder >= 0 then
       mark_waited()
@@ -90,23 +89,23 @@ elseif op == 'write' then
   -- readers held back by our intent wait for this writer's release: have it announced
   local announce = intent and '*' or ''
   redis.call('DEL', KEYS[3])
-  redis.call('SET', KEYS[1], token .. announce, 'PX', ARGV[4])
+  redis.call('SET', KEYS[1], token .. announce, 'PX', ARGV[3])
   return {1, redis.call('INCR', KEYS[4])}
 elseif op == 'extend' then
   local expiry = redis.call('ZSCORE', KEYS[2], token)
   if not expiry then
     return 0
   end
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), token)
-  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[4]) then
-    redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), token)
+  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
   end
   return 1
 elseif op == 'release' then
   if redis.call('ZREM', KEYS[2], token) == 0 then
     return 0
   end
-  redis.call('PUBLISH', ARGV[3], '')
+  redis.call('PUBLISH', KEYS[1] .. ':free', '')
   return 1
 end
 return redis.error_reply('unknown operation ' .. tostring(op))

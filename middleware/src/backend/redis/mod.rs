@@ -1,18 +1,22 @@
 //! The Redis backend: one round trip per operation, over a self-healing connection.
 
 use std::fmt;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{
-    Client, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisError, Script, Value,
-};
+use redis::{Client, Cmd, FromRedisValue, IntoConnectionInfo, RedisError};
 
-use super::hash_slot::fence_counter_key;
 use super::{Acquire, AcquireMany, BackendError, Hold, LockBackend};
 use crate::OwnerToken;
-use crate::waiting::{BoxFuture, Subscriptions, WaitingRoom};
+use crate::waiting::WaitingRoom;
+use keys::{FenceCounter, LockKey};
+use script::{LuaScript, Scripts};
+
+mod announcements;
+mod hash_slot;
+mod keys;
+mod script;
 
 /// Locks in Redis, shared by every process that talks to the same server.
 ///
@@ -31,7 +35,8 @@ use crate::waiting::{BoxFuture, Subscriptions, WaitingRoom};
 /// reconnects on its own after Redis restarts. While Redis is unreachable, calls fail (the
 /// layer answers 503, or lets requests through with `fail_open()`).
 ///
-/// Releases are announced with `PUBLISH` on the channel `{<prefix><key>}:free`. A backend made
+/// Releases are announced with `PUBLISH` on the channel `{<prefix><key>}:free`, only when
+/// somebody waits (the waiters mark the lock). A backend made
 /// by [`connect`](Self::connect) keeps one more connection (RESP3) that subscribes to the
 /// channels of the locks its waiters wait for, so waiters sleep until a release instead of
 /// polling; it resubscribes by itself after a reconnect, and waiters retry on timers meanwhile.
@@ -53,19 +58,18 @@ pub struct RedisBackend {
     fencing: bool,
 }
 
-struct Scripts {
-    busy: Script,
-    extend: Script,
-    release: Script,
-    fair: Script,
-    shared: Script,
-    many: Script,
-}
-
 /// How long to wait for a TCP connection to Redis before counting it as down.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
 /// The longest pause between two reconnection attempts, so a restarted Redis is picked up fast.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_millis(500);
+/// How long a waiting writer's intent bars new readers unless the writer renews it.
+const WRITER_INTENT_TTL: Duration = Duration::from_secs(2);
+
+fn manager_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECTION_TIMEOUT))
+        .set_max_delay(MAX_RECONNECT_DELAY)
+}
 
 impl RedisBackend {
     /// Connects to the Redis server at `url` (e.g. `redis://127.0.0.1:6379/0`).
@@ -75,7 +79,7 @@ impl RedisBackend {
     pub async fn connect(url: impl IntoConnectionInfo) -> Result<Self, RedisError> {
         let client = Client::open(url)?;
         let manager = ConnectionManager::new_with_config(client.clone(), manager_config()).await?;
-        let room = announcements(&client).await?;
+        let room = announcements::waiting_room(&client).await?;
         Ok(Self {
             room: Some(room),
             ..Self::from_connection(manager)
@@ -87,14 +91,7 @@ impl RedisBackend {
     pub fn from_connection(connection: ConnectionManager) -> Self {
         Self {
             connection,
-            scripts: Arc::new(Scripts {
-                busy: Script::new(include_str!("lua/busy.lua")),
-                extend: Script::new(include_str!("lua/extend.lua")),
-                release: Script::new(include_str!("lua/release.lua")),
-                fair: Script::new(include_str!("lua/fair.lua")),
-                shared: Script::new(include_str!("lua/shared.lua")),
-                many: Script::new(include_str!("lua/many.lua")),
-            }),
+            scripts: Arc::new(Scripts::new()),
             room: None,
             fencing: true,
         }
@@ -120,130 +117,33 @@ impl RedisBackend {
 }
 
 impl RedisBackend {
+    /// The connection the backend sends its commands on (a cheap clone). Give it to the rest of
+    /// your Redis code, so that the lock's commands and yours travel together on one
+    /// multiplexed connection instead of two.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redis::RedisError> {
+    /// let backend = tower_lock::RedisBackend::connect("redis://127.0.0.1:6379").await?;
+    /// let mut connection = backend.connection();
+    /// let stock: Option<i64> = redis::cmd("GET").arg("stock:42").query_async(&mut connection).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn connection(&self) -> ConnectionManager {
+        self.connection.clone()
+    }
+
     /// The Redis key of lock `name` (the layer's prefix and the key, e.g. `lock:coupon:42`):
     /// `{lock:coupon:42}`. Its value is the holder's owner token.
     pub fn lock_key(name: &str) -> String {
-        lock_key(name)
+        LockKey::lock(name).to_string()
     }
 }
 
 impl fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBackend").finish_non_exhaustive()
-    }
-}
-
-fn lock_key(name: &str) -> String {
-    format!("{{{name}}}")
-}
-
-fn line_key(name: &str) -> String {
-    format!("{{{name}}}:line")
-}
-
-fn tickets_key(name: &str) -> String {
-    format!("{{{name}}}:tickets")
-}
-
-fn shared_key(name: &str) -> String {
-    format!("{{{name}}}:shared")
-}
-
-fn intent_key(name: &str) -> String {
-    format!("{{{name}}}:intent")
-}
-
-/// How long a waiting writer's intent bars new readers unless the writer renews it.
-const WRITER_INTENT_TTL: Duration = Duration::from_secs(2);
-
-/// Where releases of lock `name` are announced: its lock key followed by `:free` (the release
-/// script derives it the same way).
-fn channel(name: &str) -> String {
-    format!("{{{name}}}:free")
-}
-
-fn name_of_channel(channel: &str) -> Option<&str> {
-    channel.strip_prefix('{')?.strip_suffix("}:free")
-}
-
-fn manager_config() -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(CONNECTION_TIMEOUT))
-        .set_max_delay(MAX_RECONNECT_DELAY)
-}
-
-/// Opens the subscriber connection (RESP3, so pushes arrive with the channel they belong to)
-/// and the waiting room it feeds.
-async fn announcements(client: &Client) -> Result<Arc<WaitingRoom>, RedisError> {
-    let info = client.get_connection_info().clone();
-    let settings = info
-        .redis_settings()
-        .clone()
-        .set_protocol(ProtocolVersion::RESP3);
-    let resp3 = Client::open(info.set_redis_settings(settings))?;
-    let room_slot: Arc<OnceLock<Weak<WaitingRoom>>> = Arc::default();
-    let deliver = {
-        let room_slot = Arc::clone(&room_slot);
-        move |push: PushInfo| {
-            if let Some(room) = room_slot.get().and_then(Weak::upgrade) {
-                route(&room, push);
-            }
-            Ok::<(), ()>(())
-        }
-    };
-    let config = manager_config()
-        .set_push_sender(deliver)
-        .set_automatic_resubscription();
-    let subscriber = ConnectionManager::new_with_config(resp3, config).await?;
-    let room = WaitingRoom::remote(Subscriber(subscriber));
-    room_slot.set(Arc::downgrade(&room)).ok();
-    Ok(room)
-}
-
-/// Routes one push from the subscriber connection to the waiters of its lock.
-fn route(room: &WaitingRoom, push: PushInfo) {
-    let text = |value: &Value| match value {
-        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok().map(str::to_owned),
-        Value::SimpleString(text) => Some(text.clone()),
-        _ => None,
-    };
-    let name = push.data.first().and_then(text);
-    let name = name.as_deref().and_then(name_of_channel);
-    match (push.kind, name) {
-        (PushKind::Message, Some(name)) => {
-            let next = push.data.get(1).and_then(text);
-            room.announce(name, next.as_deref().and_then(OwnerToken::parse));
-        }
-        (PushKind::Subscribe, Some(name)) => room.subscription_confirmed(name),
-        (PushKind::Disconnection, _) => room.disconnected(),
-        _ => {}
-    }
-}
-
-/// How long a subscription command may take before the waiters poll instead.
-const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
-
-struct Subscriber(ConnectionManager);
-
-impl Subscriptions for Subscriber {
-    fn subscribe(&mut self, name: &str) -> BoxFuture<bool> {
-        let (mut connection, channel) = (self.0.clone(), channel(name));
-        Box::pin(async move {
-            let subscribed =
-                tokio::time::timeout(SUBSCRIBE_TIMEOUT, connection.subscribe(&channel));
-            matches!(subscribed.await, Ok(Ok(())))
-        })
-    }
-
-    fn unsubscribe(&mut self, name: &str) -> BoxFuture<()> {
-        let (mut connection, channel) = (self.0.clone(), channel(name));
-        Box::pin(async move {
-            let unsubscribed =
-                tokio::time::timeout(SUBSCRIBE_TIMEOUT, connection.unsubscribe(&channel));
-            if !matches!(unsubscribed.await, Ok(Ok(()))) {
-                tracing::debug!(channel, "unsubscribe failed; the next reconnect drops it");
-            }
-        })
     }
 }
 
@@ -256,28 +156,28 @@ impl RedisBackend {
     /// costs a second call, which marks the lock as waited for and reads its remaining lease.
     async fn take(
         &self,
-        key: &str,
+        name: &str,
         token: OwnerToken,
         ttl: Duration,
         waited_for: bool,
     ) -> Result<Acquire, BackendError> {
-        let mut buf = [0; 32];
-        let token = token.encode(&mut buf);
-        let mark = if waited_for { "*" } else { "" };
-        let lock = lock_key(key);
-        let mut set = redis::cmd("SET");
-        set.arg(&lock)
-            .arg([token, mark].concat())
+        let mut buf = [0; 33];
+        let token = token.encode_marked(&mut buf, waited_for);
+        let mut set = Cmd::with_capacity(6, 64 + name.len());
+        set.arg("SET")
+            .arg(LockKey::lock(name))
+            .arg(token)
             .arg("NX")
             .arg("PX")
             .arg(millis(ttl));
         let mut connection = self.connection.clone();
         let taken = if self.fencing {
-            let (taken, fence): (Option<()>, u64) = redis::pipe()
+            let mut incr = Cmd::with_capacity(2, 32);
+            incr.arg("INCR").arg(FenceCounter::of_lock(name));
+            let (taken, fence): (Option<()>, u64) = redis::Pipeline::with_capacity(2)
                 .atomic()
                 .add_command(set)
-                .cmd("INCR")
-                .arg(fence_counter_key(&lock))
+                .add_command(incr)
                 .query_async(&mut connection)
                 .await
                 .map_err(BackendError::new)?;
@@ -292,13 +192,10 @@ impl RedisBackend {
         if let Some(fence) = taken {
             return Ok(Acquire::Acquired { fence });
         }
-        let pttl: i64 = self
-            .scripts
-            .busy
-            .key(&lock)
-            .invoke_async(&mut connection)
-            .await
-            .map_err(BackendError::new)?;
+        let busy = &self.scripts.busy;
+        let mut call = busy.call(1, 0);
+        call.arg(LockKey::lock(name));
+        let pttl: i64 = busy.run(&call, &mut connection).await?;
         let holder_ttl = match pttl {
             // Released between the two commands: ask again at once.
             -2 => Some(Duration::ZERO),
@@ -307,60 +204,52 @@ impl RedisBackend {
         Ok(Acquire::Busy { holder_ttl })
     }
 
-    /// Runs one operation of a script that serves several (`fair.lua`, `shared.lua`): `keys`,
-    /// then the operation, the owner token, the lock's channel, and `args`.
-    async fn run_op(
+    /// Runs operation `op` of `shared.lua` on lock `name`.
+    async fn run_shared<T: FromRedisValue>(
         &self,
-        script: &Script,
-        keys: [String; 4],
-        (key, op): (&str, &str),
+        name: &str,
+        op: &str,
         token: OwnerToken,
         args: &[u64],
-    ) -> Result<Value, BackendError> {
+    ) -> Result<T, BackendError> {
+        let shared = &self.scripts.shared;
+        let mut call = shared.call(4, 2 + args.len());
+        call.arg(LockKey::lock(name))
+            .arg(LockKey::shared(name))
+            .arg(LockKey::intent(name))
+            .arg(FenceCounter::of_lock(name));
+        self.run_op(shared, call, (op, token), args).await
+    }
+
+    /// Runs operation `op` of `fair.lua` on lock `name`.
+    async fn run_fair<T: FromRedisValue>(
+        &self,
+        name: &str,
+        op: &str,
+        token: OwnerToken,
+        args: &[u64],
+    ) -> Result<T, BackendError> {
+        let fair = &self.scripts.fair;
+        let mut call = fair.call(4, 2 + args.len());
+        call.arg(LockKey::lock(name))
+            .arg(FenceCounter::of_lock(name))
+            .arg(LockKey::line(name))
+            .arg(LockKey::tickets(name));
+        self.run_op(fair, call, (op, token), args).await
+    }
+
+    /// Completes a `call` of a script that serves several operations (`shared.lua`,
+    /// `fair.lua`), whose keys are in place: the operation, the owner token, then `args`.
+    async fn run_op<T: FromRedisValue>(
+        &self,
+        script: &LuaScript,
+        mut call: Cmd,
+        (op, token): (&str, OwnerToken),
+        args: &[u64],
+    ) -> Result<T, BackendError> {
         let mut buf = [0; 32];
-        let mut invocation = script.prepare_invoke();
-        for script_key in keys {
-            invocation.key(script_key);
-        }
-        invocation
-            .arg(op)
-            .arg(token.encode(&mut buf))
-            .arg(channel(key));
-        for arg in args {
-            invocation.arg(*arg);
-        }
-        invocation
-            .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(BackendError::new)
-    }
-
-    async fn run_shared(
-        &self,
-        key: &str,
-        op: &str,
-        token: OwnerToken,
-        args: &[u64],
-    ) -> Result<Value, BackendError> {
-        let lock = lock_key(key);
-        let counter = fence_counter_key(&lock);
-        let keys = [lock, shared_key(key), intent_key(key), counter];
-        self.run_op(&self.scripts.shared, keys, (key, op), token, args)
-            .await
-    }
-
-    async fn run_fair(
-        &self,
-        key: &str,
-        op: &str,
-        token: OwnerToken,
-        args: &[u64],
-    ) -> Result<Value, BackendError> {
-        let lock = lock_key(key);
-        let counter = fence_counter_key(&lock);
-        let keys = [lock, counter, line_key(key), tickets_key(key)];
-        self.run_op(&self.scripts.fair, keys, (key, op), token, args)
-            .await
+        call.arg(op).arg(token.encode(&mut buf)).arg(args);
+        script.run(&call, &mut self.connection.clone()).await
     }
 }
 
@@ -415,28 +304,21 @@ impl LockBackend for RedisBackend {
         ttl: Duration,
     ) -> Result<bool, BackendError> {
         let mut buf = [0; 32];
-        let extended: i64 = self
-            .scripts
-            .extend
-            .key(lock_key(key))
+        let extend = &self.scripts.extend;
+        let mut call = extend.call(1, 2);
+        call.arg(LockKey::lock(key))
             .arg(token.encode(&mut buf))
-            .arg(millis(ttl))
-            .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(BackendError::new)?;
+            .arg(millis(ttl));
+        let extended: i64 = extend.run(&call, &mut self.connection.clone()).await?;
         Ok(extended == 1)
     }
 
     async fn release(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
         let mut buf = [0; 32];
-        let deleted: i64 = self
-            .scripts
-            .release
-            .key(lock_key(key))
-            .arg(token.encode(&mut buf))
-            .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(BackendError::new)?;
+        let release = &self.scripts.release;
+        let mut call = release.call(1, 1);
+        call.arg(LockKey::lock(key)).arg(token.encode(&mut buf));
+        let deleted: i64 = release.run(&call, &mut self.connection.clone()).await?;
         Ok(deleted == 1)
     }
 
@@ -453,17 +335,13 @@ impl LockBackend for RedisBackend {
         ttl: Duration,
     ) -> Result<AcquireMany, BackendError> {
         let mut buf = [0; 32];
-        let mut invocation = self.scripts.many.prepare_invoke();
+        let many = &self.scripts.many;
+        let mut call = many.call(2 * keys.len(), 2);
         for key in keys {
-            let lock = lock_key(key);
-            let counter = fence_counter_key(&lock);
-            invocation.key(lock).key(counter);
+            call.arg(LockKey::lock(key)).arg(FenceCounter::of_lock(key));
         }
-        invocation.arg(token.encode(&mut buf)).arg(millis(ttl));
-        let reply: Vec<i64> = invocation
-            .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(BackendError::new)?;
+        call.arg(token.encode(&mut buf)).arg(millis(ttl));
+        let reply: Vec<i64> = many.run(&call, &mut self.connection.clone()).await?;
         match reply.split_first() {
             Some((1, fences)) if fences.len() == keys.len() => Ok(AcquireMany::Acquired {
                 fences: fences
@@ -485,14 +363,19 @@ impl LockBackend for RedisBackend {
         ttl: Duration,
         hold: Hold,
     ) -> Result<Acquire, BackendError> {
-        let (op, args) = match hold {
+        let reply = match hold {
             Hold::Exclusive => return self.take(key, token, ttl, false).await,
-            Hold::Read => ("read", vec![millis(ttl)]),
-            Hold::Permit { permits } => ("permit", vec![millis(ttl), u64::from(permits)]),
-            Hold::Write => ("write", vec![millis(ttl), millis(WRITER_INTENT_TTL)]),
+            Hold::Read => self.run_shared(key, "read", token, &[millis(ttl)]).await?,
+            Hold::Permit { permits } => {
+                let args = [millis(ttl), u64::from(permits)];
+                self.run_shared(key, "permit", token, &args).await?
+            }
+            Hold::Write => {
+                let args = [millis(ttl), millis(WRITER_INTENT_TTL)];
+                self.run_shared(key, "write", token, &args).await?
+            }
         };
-        let reply = self.run_shared(key, op, token, &args).await?;
-        acquire_reply(redis::from_redis_value(reply).map_err(BackendError::new)?)
+        acquire_reply(reply)
     }
 
     async fn extend_hold(
@@ -505,10 +388,10 @@ impl LockBackend for RedisBackend {
         if hold.is_exclusive() {
             return self.extend(key, token, ttl).await;
         }
-        let reply = self
+        let extended: i64 = self
             .run_shared(key, "extend", token, &[millis(ttl)])
             .await?;
-        Ok(redis::from_redis_value::<i64>(reply).map_err(BackendError::new)? == 1)
+        Ok(extended == 1)
     }
 
     async fn release_hold(
@@ -520,8 +403,8 @@ impl LockBackend for RedisBackend {
         if hold.is_exclusive() {
             return self.release(key, token).await;
         }
-        let reply = self.run_shared(key, "release", token, &[]).await?;
-        Ok(redis::from_redis_value::<i64>(reply).map_err(BackendError::new)? == 1)
+        let released: i64 = self.run_shared(key, "release", token, &[]).await?;
+        Ok(released == 1)
     }
 
     async fn acquire_fair(
@@ -532,16 +415,17 @@ impl LockBackend for RedisBackend {
         ticket_ttl: Duration,
     ) -> Result<Acquire, BackendError> {
         let args = [millis(ttl), millis(ticket_ttl)];
-        let reply = self.run_fair(key, "acquire", token, &args).await?;
-        acquire_reply(redis::from_redis_value(reply).map_err(BackendError::new)?)
+        acquire_reply(self.run_fair(key, "acquire", token, &args).await?)
     }
 
     async fn release_fair(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
-        let reply = self.run_fair(key, "release", token, &[]).await?;
-        Ok(redis::from_redis_value::<i64>(reply).map_err(BackendError::new)? == 1)
+        let released: i64 = self.run_fair(key, "release", token, &[]).await?;
+        Ok(released == 1)
     }
 
     async fn leave_fair_queue(&self, key: &str, token: OwnerToken) -> Result<(), BackendError> {
-        self.run_fair(key, "leave", token, &[]).await.map(drop)
+        self.run_fair::<i64>(key, "leave", token, &[])
+            .await
+            .map(drop)
     }
 }

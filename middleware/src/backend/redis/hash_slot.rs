@@ -13,14 +13,28 @@ const SLOTS: usize = 16384;
 
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag — the part between
 /// the first `{` and the next `}`, when that part is not empty — or of the whole key.
-pub(crate) fn slot(key: &str) -> usize {
-    usize::from(crc16(hash_tag(key).as_bytes())) % SLOTS
+pub(super) fn of_key(key: &str) -> usize {
+    slot_of_tag(hash_tag(key))
 }
 
-/// The key of the fencing counter that serves lock key `lock_key`: `tower-lock:fence:{T}`,
-/// where the tag `T` hashes to the lock key's own slot.
-pub(crate) fn fence_counter_key(lock_key: &str) -> String {
-    format!("tower-lock:fence:{{{}}}", TAG_OF_SLOT[slot(lock_key)])
+/// The hash slot of lock `name`'s key, `{name}` (see `LockKey`), without writing the key out.
+pub(super) fn of_lock_key(name: &str) -> usize {
+    match name.find('}') {
+        // `{}…` or `{}`: an empty tag, so the whole key is hashed.
+        Some(0) => of_key(&format!("{{{name}}}")),
+        None if name.is_empty() => of_key("{}"),
+        Some(end) => slot_of_tag(&name[..end]),
+        None => slot_of_tag(name),
+    }
+}
+
+/// The tag of the fencing counter that serves `slot`: a number whose decimal form hashes to it.
+pub(super) fn counter_tag(slot: usize) -> u32 {
+    TAG_OF_SLOT[slot]
+}
+
+fn slot_of_tag(tag: &str) -> usize {
+    usize::from(crc16(tag.as_bytes())) % SLOTS
 }
 
 fn hash_tag(key: &str) -> &str {
@@ -67,7 +81,7 @@ static TAG_OF_SLOT: LazyLock<Box<[u32]>> = LazyLock::new(|| {
     let mut missing = SLOTS;
     let mut candidate: u32 = 0;
     while missing > 0 {
-        let slot = slot(&candidate.to_string());
+        let slot = of_key(&candidate.to_string());
         if tags[slot] == u32::MAX {
             tags[slot] = candidate;
             missing -= 1;
@@ -99,22 +113,23 @@ mod tests {
             ("tower-lock:fence:{12345}", 5228),
         ];
         for (key, expected) in keyslot {
-            assert_eq!(slot(key), expected, "{key}");
+            assert_eq!(of_key(key), expected, "{key}");
         }
     }
 
     #[test]
-    fn every_counter_lives_in_the_slot_of_the_locks_it_serves() {
-        for lock_key in ["{lock:coupon:42}", "{lock:a}", "{x}", "plain", "{}weird"] {
+    fn a_lock_keys_slot_is_found_without_writing_the_key() {
+        for name in ["lock:coupon:42", "lock:a", "", "a}b", "}a", "{a"] {
             assert_eq!(
-                slot(&fence_counter_key(lock_key)),
-                slot(lock_key),
-                "{lock_key}"
+                of_lock_key(name),
+                of_key(&format!("{{{name}}}")),
+                "{name:?}"
             );
         }
-        assert!(
-            (0..SLOTS).all(|slot| self::slot(&TAG_OF_SLOT[slot].to_string()) == slot),
-            "one tag per slot"
-        );
+    }
+
+    #[test]
+    fn every_slot_has_a_counter_tag_that_hashes_to_it() {
+        assert!((0..SLOTS).all(|slot| of_key(&counter_tag(slot).to_string()) == slot));
     }
 }

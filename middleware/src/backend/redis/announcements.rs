@@ -1,0 +1,87 @@
+//! Release announcements: one subscriber connection per backend, routed to its waiting room.
+
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{Client, ProtocolVersion, PushInfo, PushKind, RedisError, Value};
+
+use super::keys::LockKey;
+use super::manager_config;
+use crate::OwnerToken;
+use crate::waiting::{BoxFuture, Subscriptions, WaitingRoom};
+
+/// How long a subscription command may take before the waiters poll instead.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Opens the subscriber connection (RESP3, so pushes arrive with the channel they belong to)
+/// and the waiting room it feeds. The connection resubscribes by itself after a reconnect.
+pub(super) async fn waiting_room(client: &Client) -> Result<Arc<WaitingRoom>, RedisError> {
+    let info = client.get_connection_info().clone();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    let resp3 = Client::open(info.set_redis_settings(settings))?;
+    let room_slot: Arc<OnceLock<Weak<WaitingRoom>>> = Arc::default();
+    let deliver = {
+        let room_slot = Arc::clone(&room_slot);
+        move |push: PushInfo| {
+            if let Some(room) = room_slot.get().and_then(Weak::upgrade) {
+                route(&room, push);
+            }
+            Ok::<(), ()>(())
+        }
+    };
+    let config = manager_config()
+        .set_push_sender(deliver)
+        .set_automatic_resubscription();
+    let subscriber = ConnectionManager::new_with_config(resp3, config).await?;
+    let room = WaitingRoom::remote(Subscriber(subscriber));
+    room_slot.set(Arc::downgrade(&room)).ok();
+    Ok(room)
+}
+
+/// Routes one push from the subscriber connection to the waiters of its lock.
+fn route(room: &WaitingRoom, push: PushInfo) {
+    let text = |value: &Value| match value {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok().map(str::to_owned),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    };
+    let name = push.data.first().and_then(text);
+    let name = name.as_deref().and_then(LockKey::name_of_channel);
+    match (push.kind, name) {
+        (PushKind::Message, Some(name)) => {
+            let next = push.data.get(1).and_then(text);
+            room.announce(name, next.as_deref().and_then(OwnerToken::parse));
+        }
+        (PushKind::Subscribe, Some(name)) => room.subscription_confirmed(name),
+        (PushKind::Disconnection, _) => room.disconnected(),
+        _ => {}
+    }
+}
+
+struct Subscriber(ConnectionManager);
+
+impl Subscriptions for Subscriber {
+    fn subscribe(&mut self, name: &str) -> BoxFuture<bool> {
+        let (mut connection, channel) = (self.0.clone(), LockKey::channel(name).to_string());
+        Box::pin(async move {
+            let subscribed =
+                tokio::time::timeout(SUBSCRIBE_TIMEOUT, connection.subscribe(&channel));
+            matches!(subscribed.await, Ok(Ok(())))
+        })
+    }
+
+    fn unsubscribe(&mut self, name: &str) -> BoxFuture<()> {
+        let (mut connection, channel) = (self.0.clone(), LockKey::channel(name).to_string());
+        Box::pin(async move {
+            let unsubscribed =
+                tokio::time::timeout(SUBSCRIBE_TIMEOUT, connection.unsubscribe(&channel));
+            if !matches!(unsubscribed.await, Ok(Ok(()))) {
+                tracing::debug!(channel, "unsubscribe failed; the next reconnect drops it");
+            }
+        })
+    }
+}
