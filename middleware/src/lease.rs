@@ -1,7 +1,7 @@
 //! The lease of a held lock: its local deadline, renewal while the handler runs, and the
 //! signal that it was lost.
 
-use std::future::{Future, pending};
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -127,29 +127,37 @@ pub(crate) async fn keep<B: LockBackend>(
     let retry_after_failure = (interval / 3).max(Duration::from_millis(10));
     let mut next_renewal = Instant::now() + interval;
     loop {
-        let renewal = async {
-            if !plan.renew {
-                return pending().await;
+        // Until the next renewal is due, one timer: the renewal's, or the deadline's when
+        // there is no renewal before it.
+        let deadline = lease.deadline();
+        if !plan.renew || next_renewal >= deadline {
+            sleep_until(deadline).await;
+            lease.end(true);
+            return LostBecause::Expired;
+        }
+        sleep_until(next_renewal).await;
+        let sent = Instant::now();
+        if sent >= deadline {
+            // The process stalled past the deadline (a pause): too late to renew.
+            lease.end(true);
+            return LostBecause::Expired;
+        }
+        let extend = async {
+            let mut all_ours = true;
+            for name in guard.names() {
+                all_ours &= backend
+                    .extend_hold(name, guard.token(), plan.ttl, guard.hold())
+                    .await?;
             }
-            sleep_until(next_renewal).await;
-            let sent = Instant::now();
-            let extend = async {
-                let mut all_ours = true;
-                for name in guard.names() {
-                    all_ours &= backend
-                        .extend_hold(name, guard.token(), plan.ttl, guard.hold())
-                        .await?;
-                }
-                Ok::<_, crate::BackendError>(all_ours)
-            };
-            (sent, timeout(plan.store_timeout, extend).await)
+            Ok::<_, crate::BackendError>(all_ours)
         };
         tokio::select! {
-            () = sleep_until(lease.deadline()) => {
+            biased;
+            () = sleep_until(deadline) => {
                 lease.end(true);
                 return LostBecause::Expired;
             }
-            (sent, outcome) = renewal => match outcome {
+            outcome = timeout(plan.store_timeout, extend) => match outcome {
                 Ok(Ok(true)) => {
                     lease.renewed(sent, plan.ttl);
                     next_renewal = sent + interval;

@@ -208,7 +208,10 @@ fn lock_names<B, K: KeyExtractor>(
         .into_iter()
         .map(|key| {
             validate_key(&key, config.max_key_len)?;
-            Ok(format!("{}{key}", config.prefix))
+            let mut name = String::with_capacity(config.prefix.len() + key.len());
+            name.push_str(&config.prefix);
+            name.push_str(&key);
+            Ok(name)
         })
         .collect::<Result<Vec<_>, _>>()?;
     names.sort_unstable();
