@@ -13,6 +13,11 @@ use crate::{Acquire, AcquireMany, Backoff, BusyPolicy, Hold, LockBackend, OwnerT
 /// intent (2 s) must be renewed before it lapses.
 const SHARED_REFRESH: Duration = Duration::from_millis(500);
 
+/// Notified mode: how long the ticket of a process's head of line lives in the store's queue
+/// unless renewed (the head renews it every third of that). A crashed process holds up the
+/// other processes' turns for at most this long.
+pub(crate) const HEAD_TICKET_TTL: Duration = Duration::from_secs(2);
+
 /// How a request's lock was not taken.
 #[derive(Debug)]
 pub(crate) enum NotObtained {
@@ -29,18 +34,6 @@ pub(crate) struct AcquirePlan {
     pub(crate) policy: BusyPolicy,
     pub(crate) backoff: Backoff,
     pub(crate) store_timeout: Duration,
-}
-
-impl AcquirePlan {
-    pub(crate) fn is_fair(&self) -> bool {
-        matches!(
-            self.policy,
-            BusyPolicy::Wait {
-                mode: WaitMode::Fair { .. },
-                ..
-            }
-        )
-    }
 }
 
 /// The lock is ours: its fencing token, and when the successful attempt was sent (the lease
@@ -68,7 +61,7 @@ pub(crate) async fn acquire<B: LockBackend>(
     } = plan.policy
     else {
         return attempts
-            .once(false)
+            .once(Ask::Plain)
             .await?
             .map_err(|holder_ttl| NotObtained::Busy { holder_ttl });
     };
@@ -78,7 +71,7 @@ pub(crate) async fn acquire<B: LockBackend>(
         // Only a request that found the lock busy enters the waiting room (which subscribes to
         // the lock's announcements); its first wait attempt asks again, so no release between
         // the two is missed.
-        match attempts.once(false).await? {
+        match attempts.once(Ask::Plain).await? {
             Ok(acquired) => return Ok(acquired),
             Err(holder_ttl) if patience.is_zero() => {
                 return Err(NotObtained::Busy { holder_ttl });
@@ -88,26 +81,20 @@ pub(crate) async fn acquire<B: LockBackend>(
         let place = backend
             .waiting_room()
             .map(|room| room.take_ticket(name, token));
-        let (acquired, _) = attempts
-            .wait(place.as_ref(), deadline, Some(SHARED_REFRESH))
-            .await?;
-        return Ok(acquired);
+        return attempts
+            .wait(place.as_ref(), deadline, Some(SHARED_REFRESH), Ask::Plain)
+            .await;
     }
     match (mode, backend.waiting_room()) {
         (WaitMode::Fair { ticket_ttl }, room) => {
             let place = room.map(|room| room.take_ticket(name, token));
-            let ticket = Ticket::new(backend, name, token, plan.store_timeout);
-            let acquired = attempts
-                .wait(place.as_ref(), deadline, Some(ticket_ttl / 3))
-                .await;
-            if acquired.is_ok() {
-                ticket.used();
-            }
-            acquired.map(|(acquired, _)| acquired)
+            attempts
+                .wait_ticketed(place.as_ref(), deadline, ticket_ttl)
+                .await
         }
         (WaitMode::Notified, Some(room)) => {
             if !room.has_line(name) {
-                match attempts.once(false).await? {
+                match attempts.once(Ask::Plain).await? {
                     Ok(acquired) => return Ok(acquired),
                     Err(holder_ttl) if patience.is_zero() => {
                         return Err(NotObtained::Busy { holder_ttl });
@@ -115,7 +102,7 @@ pub(crate) async fn acquire<B: LockBackend>(
                     Err(_) => {}
                 }
             }
-            let place = room.join_line(name);
+            let place = room.join_line(name, token);
             let Ok(taken) = timeout_at(deadline, place.turn()).await else {
                 return attempts.once_more_busy().await;
             };
@@ -125,15 +112,26 @@ pub(crate) async fn acquire<B: LockBackend>(
                 let remaining = deadline.saturating_duration_since(Instant::now());
                 let _ = timeout(plan.ttl.min(remaining), place.released().notified()).await;
             }
-            let (acquired, announced) = attempts.wait(Some(&place), deadline, None).await?;
-            place.leave_holding(announced);
+            let acquired = attempts
+                .wait_ticketed(Some(&place), deadline, HEAD_TICKET_TTL)
+                .await?;
+            place.leave_holding();
             Ok(acquired)
         }
         (WaitMode::Polling | WaitMode::Notified, _) => {
-            let (acquired, _) = attempts.wait(None, deadline, None).await?;
-            Ok(acquired)
+            attempts.wait(None, deadline, None, Ask::Plain).await
         }
     }
+}
+
+/// How an attempt asks the store for an exclusive lock.
+#[derive(Clone, Copy, Debug)]
+enum Ask {
+    /// Take it if it is free.
+    Plain,
+    /// Take it if it is free and this ticket is first in its queue; else hold a place in the
+    /// queue for this long ([`LockBackend::acquire_fair`]).
+    Ticketed(Duration),
 }
 
 /// Acquire attempts for one request.
@@ -147,15 +145,11 @@ struct Attempts<'a, B> {
 
 impl<B: LockBackend> Attempts<'_, B> {
     /// One attempt: `Ok(Ok(acquired))`, `Ok(Err(holder_ttl))` when busy, or the store failed.
-    /// `followers`: local waiters line up behind this one (see `Place::has_followers`).
-    async fn once(
-        &self,
-        followers: bool,
-    ) -> Result<Result<Acquired, Option<Duration>>, NotObtained> {
+    async fn once(&self, ask: Ask) -> Result<Result<Acquired, Option<Duration>>, NotObtained> {
         let (backend, name, token, plan) = (self.backend, self.name, self.token, self.plan);
         let (ttl, store_timeout) = (plan.ttl, plan.store_timeout);
         let sent = Instant::now();
-        let answer = match plan.policy {
+        let answer = match ask {
             _ if self.hold != Hold::Exclusive => {
                 timeout(
                     store_timeout,
@@ -163,24 +157,14 @@ impl<B: LockBackend> Attempts<'_, B> {
                 )
                 .await
             }
-            BusyPolicy::Wait {
-                mode: WaitMode::Fair { ticket_ttl },
-                ..
-            } => {
+            Ask::Ticketed(ticket_ttl) => {
                 timeout(
                     store_timeout,
                     backend.acquire_fair(name, token, ttl, ticket_ttl),
                 )
                 .await
             }
-            _ if followers => {
-                timeout(
-                    store_timeout,
-                    backend.acquire_with_followers(name, token, ttl),
-                )
-                .await
-            }
-            _ => timeout(store_timeout, backend.acquire(name, token, ttl)).await,
+            Ask::Plain => timeout(store_timeout, backend.acquire(name, token, ttl)).await,
         };
         match answer {
             Ok(Ok(Acquire::Acquired { fence })) => Ok(Ok((fence, sent))),
@@ -198,7 +182,7 @@ impl<B: LockBackend> Attempts<'_, B> {
 
     /// The wait is over: one last look, for an accurate `Retry-After`.
     async fn once_more_busy(&self) -> Result<Acquired, NotObtained> {
-        match self.once(false).await? {
+        match self.once(Ask::Plain).await? {
             Ok(acquired) => Ok(acquired),
             Err(holder_ttl) => Err(NotObtained::Busy { holder_ttl }),
         }
@@ -207,25 +191,27 @@ impl<B: LockBackend> Attempts<'_, B> {
     /// Attempts until acquired or `deadline`. Between attempts it sleeps until `place` hears a
     /// release announced (armed before each attempt, so none is missed) or the holder's lease
     /// runs out — or, without live announcements, for a backoff delay. `refresh` caps each
-    /// sleep (fair tickets must be renewed). Returns whether the successful attempt asked for
-    /// its release to be announced (there were followers).
+    /// sleep (tickets and intents must be renewed).
     async fn wait(
         &self,
         place: Option<&Place>,
         deadline: Instant,
         refresh: Option<Duration>,
-    ) -> Result<(Acquired, bool), NotObtained> {
+        ask: Ask,
+    ) -> Result<Acquired, NotObtained> {
         let mut attempt: u32 = 0;
         loop {
             let mut announced = pin!(place.map(|place| place.released().notified()));
             if let Some(announced) = announced.as_mut().as_pin_mut() {
                 announced.enable();
             }
-            let followers = place.is_some_and(Place::has_followers);
-            let holder_ttl = match self.once(followers).await? {
-                Ok(acquired) => return Ok((acquired, followers)),
+            let holder_ttl = match self.once(ask).await? {
+                Ok(acquired) => return Ok(acquired),
                 Err(holder_ttl) => holder_ttl,
             };
+            if let (Ask::Ticketed(_), Some(place)) = (ask, place) {
+                place.enqueued();
+            }
             let remaining = deadline.saturating_duration_since(Instant::now());
             let live = place.is_some_and(Place::announcements_live);
             let delay = if live {
@@ -248,11 +234,31 @@ impl<B: LockBackend> Attempts<'_, B> {
             attempt = attempt.saturating_add(1);
         }
     }
+
+    /// [`wait`](Self::wait) with ticketed attempts, renewing the ticket every third of
+    /// `ticket_ttl` and withdrawing it if the wait ends without the lock (or is dropped).
+    async fn wait_ticketed(
+        &self,
+        place: Option<&Place>,
+        deadline: Instant,
+        ticket_ttl: Duration,
+    ) -> Result<Acquired, NotObtained> {
+        let ticket = Ticket::new(self.backend, self.name, self.token, self.plan.store_timeout);
+        let refresh = Some(ticket_ttl / 3);
+        let acquired = self
+            .wait(place, deadline, refresh, Ask::Ticketed(ticket_ttl))
+            .await;
+        if acquired.is_ok() {
+            ticket.used();
+        }
+        acquired
+    }
 }
 
 /// An attempt that failed or timed out may still have taken the lock in the store (the reply
 /// was lost, not the command). Give it back in the background so it does not block the key
 /// until its TTL; the compare-and-delete makes this harmless when we never held it.
+/// (A ticket is withdrawn by its own guard, [`Ticket`].)
 fn give_back<B: LockBackend>(
     backend: &Arc<B>,
     name: &str,
@@ -261,24 +267,15 @@ fn give_back<B: LockBackend>(
     plan: AcquirePlan,
 ) -> NotObtained {
     let (backend, name) = (Arc::clone(backend), name.to_owned());
-    let fair = plan.is_fair() && hold == Hold::Exclusive;
     tokio::spawn(async move {
-        let outcome = timeout(plan.store_timeout, async {
-            if fair {
-                backend.leave_fair_queue(&name, token).await?;
-                backend.release_fair(&name, token).await
-            } else {
-                backend.release_hold(&name, token, hold).await
-            }
-        })
-        .await;
+        let outcome = timeout(plan.store_timeout, backend.release_hold(&name, token, hold)).await;
         tracing::debug!(lock = name, ?outcome, "gave back a possibly taken lock");
     });
     NotObtained::StoreUnavailable
 }
 
-/// A fair-mode ticket in the store's queue: withdrawn in the background when the waiter gives
-/// up or is dropped, so it does not hold up the line until it expires.
+/// A ticket in the store's queue: withdrawn in the background when the waiter gives up or is
+/// dropped, so it does not hold up the line until it expires.
 struct Ticket<B: LockBackend> {
     backend: Arc<B>,
     name: String,

@@ -203,14 +203,6 @@ pub(crate) struct HeldLock<B: LockBackend> {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Release {
     pub(crate) store_timeout: Duration,
-    /// Announce the release to the next fair-mode ticket only.
-    pub(crate) fair: bool,
-}
-
-impl Release {
-    fn fair_for(&self, guard: &LockGuard) -> bool {
-        self.fair && guard.hold() == Hold::Exclusive
-    }
 }
 
 impl<B: LockBackend> HeldLock<B> {
@@ -272,11 +264,8 @@ pub(crate) async fn release<B: LockBackend>(backend: &B, guard: &LockGuard, how:
 
 async fn release_one<B: LockBackend>(backend: &B, guard: &LockGuard, name: &str, how: Release) {
     let (token, timeout) = (guard.token(), how.store_timeout);
-    let outcome = if how.fair_for(guard) {
-        tokio::time::timeout(timeout, backend.release_fair(name, token)).await
-    } else {
-        tokio::time::timeout(timeout, backend.release_hold(name, token, guard.hold())).await
-    };
+    let outcome =
+        tokio::time::timeout(timeout, backend.release_hold(name, token, guard.hold())).await;
     match outcome {
         Ok(Ok(true)) => tracing::trace!(lock = name, "released"),
         Ok(Ok(false)) => tracing::warn!(
@@ -306,7 +295,6 @@ mod tests {
     const TTL: Duration = Duration::from_secs(30);
     const PLAIN: Release = Release {
         store_timeout: Duration::from_secs(1),
-        fair: false,
     };
 
     fn guard(name: &str, token: OwnerToken, fence: u64) -> LockGuard {

@@ -194,8 +194,9 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
     /// keeping the wait timeout. A waiter's ticket expires after `ticket_ttl` (3 s is a good
     /// start) unless refreshed, so a crashed waiter holds up the line at most that long.
     ///
-    /// Every layer locking the same keys must be fair, or none: a fair release wakes only the
-    /// next ticket.
+    /// Waiters in notified mode queue in the same line (one ticket per process), but a
+    /// request's first attempt and polling waiters do not: for strict order, make every layer
+    /// locking the same keys fair.
     pub fn fair(self, ticket_ttl: Duration) -> Self {
         let timeout = match self.config.plan.policy {
             BusyPolicy::Wait { timeout, .. } => timeout,

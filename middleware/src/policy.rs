@@ -51,8 +51,9 @@ impl Default for BusyPolicy {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WaitMode {
     /// Sleep until the release is announced (or the holder's lease runs out). Waiters for one
-    /// key in one process line up, and only the first contends in the store. Backends without
-    /// announcements poll instead.
+    /// key in one process line up, and only the first contends in the store, holding a ticket
+    /// in the key's queue there, so that processes take turns. Backends without announcements
+    /// poll instead.
     #[default]
     Notified,
     /// Retry on a timer, with [`Backoff`]: the baseline, and the fallback while announcements

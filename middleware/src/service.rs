@@ -133,7 +133,6 @@ where
     tracing::trace!(lock = guard.name(), fence = guard.fence(), "acquired");
     let release = Release {
         store_timeout: config.plan.store_timeout,
-        fair: config.plan.is_fair(),
     };
     let lock = HeldLock::new(
         Arc::clone(&config.backend),

@@ -39,15 +39,6 @@ impl OwnerToken {
     pub fn encode<'a>(&self, buf: &'a mut [u8; 32]) -> &'a str {
         self.0.simple().encode_lower(buf)
     }
-
-    /// The token, followed by `*` when `marked`: how a store writes the holder of a lock that
-    /// somebody waits for.
-    pub(crate) fn encode_marked<'a>(&self, buf: &'a mut [u8; 33], marked: bool) -> &'a str {
-        self.0.simple().encode_lower(&mut buf[..32]);
-        buf[32] = b'*';
-        let len = if marked { 33 } else { 32 };
-        std::str::from_utf8(&buf[..len]).expect("hex digits and `*` are ASCII")
-    }
 }
 
 impl Default for OwnerToken {

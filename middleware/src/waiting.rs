@@ -8,8 +8,10 @@
 //! the backend's one subscriber connection) or until the holder's lease runs out, whichever
 //! comes first: a lost announcement costs at most one lease-bounded retry.
 //!
-//! In fair mode every waiter holds a ticket in the store's queue; a release announces the next
-//! ticket, and only the waiter holding it is woken.
+//! The store keeps a queue of tickets per lock, and a release announces the first ticket: only
+//! the waiter holding it is woken, and only it may take the lock. In fair mode every waiter
+//! holds a ticket; in notified mode the head of each process's line does, so processes take
+//! turns instead of the busiest one winning every race.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -64,8 +66,12 @@ enum Subscription {
 
 #[derive(Debug)]
 struct Waiters {
-    /// Local waiters in arrival order; the front one contends in the store.
-    line: VecDeque<(u64, Arc<Notify>)>,
+    /// Local waiters in arrival order, with their owner tokens; the front one contends in the
+    /// store.
+    line: VecDeque<(u64, OwnerToken, Arc<Notify>)>,
+    /// The head of the line holds a ticket in the store's queue: announcements naming other
+    /// tickets need not wake it (it is named when its turn comes).
+    head_enqueued: bool,
     /// Release announcements for the head (a stored permit is not lost between attempts).
     released: Arc<Notify>,
     /// Fair-mode waiters by ticket.
@@ -141,16 +147,28 @@ impl WaitingRoom {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Lock `name` was released; `next` is the fair queue's next ticket, if the store keeps one.
+    /// Lock `name` was released; `next` is the first ticket of its queue, the only waiter that
+    /// may take it (`None`: anybody may).
+    ///
+    /// A named ticket's holder is woken; so is the head of the line when it holds no ticket
+    /// yet, so that it takes one instead of sleeping through the other processes' turns.
     pub(crate) fn announce(&self, name: &str, next: Option<OwnerToken>) {
         let names = self.names();
         let Some(waiters) = names.get(name) else {
             return;
         };
-        match next.and_then(|ticket| waiters.tickets.get(&ticket)) {
-            Some(ticket) => ticket.notify_one(),
-            None if next.is_some() => {}
-            None => waiters.wake_everyone(),
+        let Some(next) = next else {
+            waiters.wake_everyone();
+            return;
+        };
+        if let Some(ticket) = waiters.tickets.get(&next) {
+            ticket.notify_one();
+        } else if waiters
+            .line
+            .front()
+            .is_some_and(|(_, head, _)| *head == next || !waiters.head_enqueued)
+        {
+            waiters.released.notify_one();
         }
     }
 
@@ -176,11 +194,13 @@ impl WaitingRoom {
         }
     }
 
-    /// Joins the local line for `name`.
-    pub(crate) fn join_line(self: &Arc<Self>, name: &str) -> Place {
+    /// Joins the local line for `name`, as the waiter owning `token`.
+    pub(crate) fn join_line(self: &Arc<Self>, name: &str, token: OwnerToken) -> Place {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let turn = Arc::new(Notify::new());
-        let released = self.enter(name, |waiters| waiters.line.push_back((id, turn.clone())));
+        let released = self.enter(name, |waiters| {
+            waiters.line.push_back((id, token, turn.clone()));
+        });
         Place {
             room: Arc::clone(self),
             name: name.to_owned(),
@@ -218,6 +238,7 @@ impl WaitingRoom {
             };
             Waiters {
                 line: VecDeque::new(),
+                head_enqueued: false,
                 released: Arc::new(Notify::new()),
                 tickets: HashMap::new(),
                 subscription,
@@ -236,11 +257,14 @@ impl WaitingRoom {
         };
         match member {
             Member::InLine { id, .. } => {
-                let was_head = waiters.line.front().is_some_and(|(head, _)| head == id);
-                waiters.line.retain(|(other, _)| other != id);
-                if was_head && let Some((_, next)) = waiters.line.front() {
-                    waiters.taken_by_previous_head = holding;
-                    next.notify_one();
+                let was_head = waiters.line.front().is_some_and(|(head, ..)| head == id);
+                waiters.line.retain(|(other, ..)| other != id);
+                if was_head {
+                    waiters.head_enqueued = false;
+                    if let Some((.., next)) = waiters.line.front() {
+                        waiters.taken_by_previous_head = holding;
+                        next.notify_one();
+                    }
                 }
             }
             Member::Ticket(ticket) => {
@@ -270,11 +294,13 @@ impl WaitingRoom {
             .is_some_and(|waiters| !waiters.line.is_empty())
     }
 
-    /// Whether `id` heads its line with others behind it.
-    fn has_followers(&self, name: &str, id: u64) -> bool {
-        self.names().get(name).is_some_and(|waiters| {
-            waiters.line.len() > 1 && waiters.line.front().is_some_and(|(head, _)| *head == id)
-        })
+    /// `id`, heading its line, holds a ticket in the store's queue.
+    fn head_enqueued(&self, name: &str, id: u64) {
+        if let Some(waiters) = self.names().get_mut(name)
+            && waiters.line.front().is_some_and(|(head, ..)| *head == id)
+        {
+            waiters.head_enqueued = true;
+        }
     }
 
     /// `Some(taken)` once `id` heads its line, where `taken` says the previous head left
@@ -282,7 +308,7 @@ impl WaitingRoom {
     fn head_news(&self, name: &str, id: u64) -> Option<bool> {
         let mut names = self.names();
         let waiters = names.get_mut(name)?;
-        let is_head = waiters.line.front().is_some_and(|(head, _)| *head == id);
+        let is_head = waiters.line.front().is_some_and(|(head, ..)| *head == id);
         is_head.then(|| std::mem::take(&mut waiters.taken_by_previous_head))
     }
 
@@ -341,21 +367,18 @@ impl Place {
         }
     }
 
-    /// Whether this waiter heads its line with others behind it: then its acquire must make
-    /// the store announce the release ([`LockBackend::acquire_with_followers`]).
-    ///
-    /// [`LockBackend::acquire_with_followers`]: crate::LockBackend::acquire_with_followers
-    pub(crate) fn has_followers(&self) -> bool {
-        match &self.member {
-            Member::InLine { id, .. } => self.room.has_followers(&self.name, *id),
-            Member::Ticket(_) => false,
+    /// The store answered busy to this waiter's ticketed attempt, so its ticket is in the
+    /// store's queue: as head of its line, it sleeps through announcements naming others.
+    pub(crate) fn enqueued(&self) {
+        if let Member::InLine { id, .. } = &self.member {
+            self.room.head_enqueued(&self.name, *id);
         }
     }
 
-    /// Leaves the line holding the lock. `announced`: the release will be announced, so the
-    /// next waiter may wait for it without asking the store.
-    pub(crate) fn leave_holding(mut self, announced: bool) {
-        self.room.leave(&self.name, &self.member, announced);
+    /// Leaves the line holding the lock, taken by a ticketed attempt: its release will be
+    /// announced, so the next waiter may wait for it without asking the store.
+    pub(crate) fn leave_holding(mut self) {
+        self.room.leave(&self.name, &self.member, true);
         self.left = true;
     }
 
@@ -386,9 +409,9 @@ mod tests {
     #[tokio::test]
     async fn the_first_waiter_is_head_and_hands_over_in_arrival_order() {
         let room = WaitingRoom::local();
-        let first = room.join_line("k");
-        let second = room.join_line("k");
-        let third = room.join_line("k");
+        let first = room.join_line("k", OwnerToken::new());
+        let second = room.join_line("k", OwnerToken::new());
+        let third = room.join_line("k", OwnerToken::new());
         first.turn().await;
         let second_turn = tokio::spawn(async move {
             second.turn().await;
@@ -413,12 +436,12 @@ mod tests {
     #[tokio::test]
     async fn a_head_that_leaves_holding_the_lock_tells_the_next_one() {
         let room = WaitingRoom::local();
-        let first = room.join_line("k");
-        let second = room.join_line("k");
-        let third = room.join_line("k");
+        let first = room.join_line("k", OwnerToken::new());
+        let second = room.join_line("k", OwnerToken::new());
+        let third = room.join_line("k", OwnerToken::new());
         assert!(!first.turn().await, "nobody held it before the first head");
 
-        first.leave_holding(true);
+        first.leave_holding();
         assert!(second.turn().await, "the lock is known to be busy");
         drop(second);
 
@@ -431,9 +454,9 @@ mod tests {
     #[tokio::test]
     async fn a_waiter_that_leaves_the_middle_of_the_line_does_not_disturb_it() {
         let room = WaitingRoom::local();
-        let head = room.join_line("k");
-        let middle = room.join_line("k");
-        let last = room.join_line("k");
+        let head = room.join_line("k", OwnerToken::new());
+        let middle = room.join_line("k", OwnerToken::new());
+        let last = room.join_line("k", OwnerToken::new());
 
         drop(middle);
         drop(head);
@@ -446,7 +469,7 @@ mod tests {
     #[tokio::test]
     async fn an_announcement_before_the_wait_is_not_lost() {
         let room = WaitingRoom::local();
-        let place = room.join_line("k");
+        let place = room.join_line("k", OwnerToken::new());
 
         room.announce("k", None);
 
@@ -472,10 +495,58 @@ mod tests {
         assert!(first_woken.is_err(), "the other ticket sleeps on");
     }
 
+    #[tokio::test]
+    async fn a_head_without_a_ticket_wakes_for_another_processs_ticket_to_take_its_own() {
+        let room = WaitingRoom::local();
+        let head = room.join_line("k", OwnerToken::new());
+
+        room.announce("k", Some(OwnerToken::new()));
+
+        tokio::time::timeout(Duration::from_secs(1), head.released().notified())
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_enqueued_head_sleeps_through_other_tickets_and_wakes_when_named() {
+        let room = WaitingRoom::local();
+        let token = OwnerToken::new();
+        let head = room.join_line("k", token);
+        head.turn().await;
+        head.enqueued();
+
+        room.announce("k", Some(OwnerToken::new()));
+        let woken =
+            tokio::time::timeout(Duration::from_millis(50), head.released().notified()).await;
+        assert!(woken.is_err(), "another process's turn");
+
+        room.announce("k", Some(token));
+        tokio::time::timeout(Duration::from_secs(1), head.released().notified())
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_next_head_holds_no_ticket_until_it_asks() {
+        let room = WaitingRoom::local();
+        let first = room.join_line("k", OwnerToken::new());
+        let second = room.join_line("k", OwnerToken::new());
+        first.turn().await;
+        first.enqueued();
+
+        first.leave_holding();
+        second.turn().await;
+        room.announce("k", Some(OwnerToken::new()));
+
+        tokio::time::timeout(Duration::from_secs(1), second.released().notified())
+            .await
+            .unwrap();
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_name_is_forgotten_after_its_last_waiter_leaves_and_the_linger_passes() {
         let room = WaitingRoom::local();
-        drop(room.join_line("k"));
+        drop(room.join_line("k", OwnerToken::new()));
         assert_eq!(room.waiting_names(), 1);
 
         tokio::time::sleep(LINGER + Duration::from_millis(1)).await;
@@ -486,9 +557,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_waiter_who_returns_within_the_linger_keeps_the_name() {
         let room = WaitingRoom::local();
-        drop(room.join_line("k"));
+        drop(room.join_line("k", OwnerToken::new()));
         tokio::time::sleep(LINGER / 2).await;
-        let again = room.join_line("k");
+        let again = room.join_line("k", OwnerToken::new());
 
         tokio::time::sleep(LINGER).await;
 

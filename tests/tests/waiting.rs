@@ -17,8 +17,13 @@ use tower_lock::{Acquire, LockBackend, LockLayer, OwnerToken, RedisBackend};
 const HOLD_TTL: Duration = Duration::from_secs(3);
 
 /// A "process": its own backend (own connections, own subscriber) and its own app, reporting
-/// which request (`x-id`) got the lock.
-async fn process(redis: &RedisServer, fair: bool, order: mpsc::UnboundedSender<String>) -> Router {
+/// which request (`x-id`) got the lock, and holding it for `hold`.
+async fn process(
+    redis: &RedisServer,
+    fair: bool,
+    hold: Duration,
+    order: mpsc::UnboundedSender<String>,
+) -> Router {
     let backend = RedisBackend::connect(redis.url()).await.unwrap();
     let mut layer = LockLayer::new(backend, header("x-key")).wait(Duration::from_secs(20));
     if fair {
@@ -31,6 +36,7 @@ async fn process(redis: &RedisServer, fair: bool, order: mpsc::UnboundedSender<S
                 order
                     .send(request.headers()["x-id"].to_str().unwrap().to_owned())
                     .unwrap();
+                tokio::time::sleep(hold).await;
             }),
         )
         .route_layer(layer)
@@ -85,7 +91,7 @@ async fn until_subscribed(redis: &RedisServer, count: i64) {
 async fn a_waiter_is_woken_by_the_announced_release() {
     let redis = RedisServer::start();
     let (order, mut served) = mpsc::unbounded_channel();
-    let app = process(&redis, false, order).await;
+    let app = process(&redis, false, Duration::ZERO, order).await;
     let holder_backend = RedisBackend::connect(redis.url()).await.unwrap();
     let holder = hold(&holder_backend).await;
     let waiter = request(&app, 1);
@@ -107,7 +113,7 @@ async fn a_waiter_is_woken_by_the_announced_release() {
 async fn a_waiter_still_gets_the_lock_when_the_release_is_never_announced() {
     let redis = RedisServer::start();
     let (order, _served) = mpsc::unbounded_channel();
-    let app = process(&redis, false, order).await;
+    let app = process(&redis, false, Duration::ZERO, order).await;
     let holder_backend = RedisBackend::connect(redis.url()).await.unwrap();
     hold(&holder_backend).await;
     let waiter = request(&app, 1);
@@ -131,7 +137,7 @@ async fn a_waiter_still_gets_the_lock_when_the_release_is_never_announced() {
 async fn a_killed_subscriber_connection_does_not_strand_its_waiters() {
     let redis = RedisServer::start();
     let (order, _served) = mpsc::unbounded_channel();
-    let app = process(&redis, false, order).await;
+    let app = process(&redis, false, Duration::ZERO, order).await;
     let holder_backend = RedisBackend::connect(redis.url()).await.unwrap();
     let holder = hold(&holder_backend).await;
     let waiter = request(&app, 1);
@@ -174,8 +180,8 @@ async fn fair_mode_serves_two_processes_in_arrival_order() {
     let redis = RedisServer::start();
     let (order, mut served) = mpsc::unbounded_channel();
     let processes = [
-        process(&redis, true, order.clone()).await,
-        process(&redis, true, order).await,
+        process(&redis, true, Duration::ZERO, order.clone()).await,
+        process(&redis, true, Duration::ZERO, order).await,
     ];
     let holder_backend = RedisBackend::connect(redis.url()).await.unwrap();
     let holder = OwnerToken::new();
@@ -189,13 +195,46 @@ async fn fair_mode_serves_two_processes_in_arrival_order() {
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
 
-    holder_backend.release_fair("lock:k", holder).await.unwrap();
+    holder_backend.release("lock:k", holder).await.unwrap();
     for waiter in waiters {
         assert_eq!(waiter.await.unwrap(), StatusCode::OK);
     }
 
     let order: Vec<String> = (0..12).map(|_| served.try_recv().unwrap()).collect();
     assert_eq!(order, (0..12).map(|id| id.to_string()).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn notified_processes_take_turns_instead_of_the_releaser_winning_every_race() {
+    let redis = RedisServer::start();
+    let (order, mut served) = mpsc::unbounded_channel();
+    let hold_each = Duration::from_millis(20);
+    let processes = [
+        process(&redis, false, hold_each, order.clone()).await,
+        process(&redis, false, hold_each, order).await,
+    ];
+    let holder_backend = RedisBackend::connect(redis.url()).await.unwrap();
+    let holder = hold(&holder_backend).await;
+    let mut waiters = Vec::new();
+    for id in 0..12 {
+        waiters.push(request(&processes[id % 2], id));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    holder_backend.release("lock:k", holder).await.unwrap();
+    for waiter in waiters {
+        assert_eq!(waiter.await.unwrap(), StatusCode::OK);
+    }
+
+    let by_process: String = (0..12)
+        .map(
+            |_| match served.try_recv().unwrap().parse::<usize>().unwrap() % 2 {
+                0 => 'A',
+                _ => 'B',
+            },
+        )
+        .collect();
+    assert_eq!(by_process, "ABABABABABAB", "each process in turn");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -40,11 +40,11 @@ pub struct CountingBackend<B> {
 /// Calls counted by a [`CountingBackend`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CallCounts {
-    /// Acquire attempts of every kind (mutex, with followers, fair, shaped, several keys).
+    /// Acquire attempts of every kind (mutex, ticketed, shaped, several keys).
     pub acquires: u64,
     /// Lease renewals.
     pub extends: u64,
-    /// Releases, and fair-mode tickets withdrawn.
+    /// Releases, and tickets withdrawn.
     pub releases: u64,
 }
 
@@ -106,16 +106,6 @@ impl<B: LockBackend> LockBackend for CountingBackend<B> {
     ) -> Result<Acquire, BackendError> {
         self.count(ACQUIRES);
         self.inner.acquire(key, token, ttl).await
-    }
-
-    async fn acquire_with_followers(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-    ) -> Result<Acquire, BackendError> {
-        self.count(ACQUIRES);
-        self.inner.acquire_with_followers(key, token, ttl).await
     }
 
     async fn extend(
@@ -188,11 +178,6 @@ impl<B: LockBackend> LockBackend for CountingBackend<B> {
     ) -> Result<Acquire, BackendError> {
         self.count(ACQUIRES);
         self.inner.acquire_fair(key, token, ttl, ticket_ttl).await
-    }
-
-    async fn release_fair(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
-        self.count(RELEASES);
-        self.inner.release_fair(key, token).await
     }
 
     async fn leave_fair_queue(&self, key: &str, token: OwnerToken) -> Result<(), BackendError> {

@@ -82,7 +82,7 @@ impl FenceCounter {
 #[derive(Debug, Default)]
 struct KeyState {
     holder: Option<Holder>,
-    /// Fair-mode tickets in arrival order, with their expiry.
+    /// Tickets in arrival order, with their expiry (see `acquire_fair`).
     tickets: VecDeque<(OwnerToken, Instant)>,
     /// Shared holds (readers, permits) with their lease expiry.
     shared: Vec<(OwnerToken, Instant)>,
@@ -329,11 +329,13 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn release(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
-        let released = self
-            .with_existing_key(key, |entry, now| entry.release(token, now))
-            .unwrap_or(false);
+        let (released, next) = self
+            .with_existing_key(key, |entry, now| {
+                (entry.release(token, now), entry.next_ticket(now))
+            })
+            .unwrap_or((false, None));
         if released {
-            self.room.announce(key, None);
+            self.room.announce(key, next);
         }
         Ok(released)
     }
@@ -469,31 +471,17 @@ impl LockBackend for MemoryBackend {
         }))
     }
 
-    async fn release_fair(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
-        let (released, next) = self
-            .with_existing_key(key, |entry, now| {
-                (entry.release(token, now), entry.next_ticket(now))
-            })
-            .unwrap_or((false, None));
-        if let (true, Some(next)) = (released, next) {
-            self.room.announce(key, Some(next));
-        }
-        Ok(released)
-    }
-
     async fn leave_fair_queue(&self, key: &str, token: OwnerToken) -> Result<(), BackendError> {
-        let next = self
-            .with_existing_key(key, |entry, now| {
-                entry.tickets.retain(|(ticket, _)| *ticket != token);
-                entry
-                    .live_holder(now)
-                    .is_none()
-                    .then(|| entry.next_ticket(now))
-                    .flatten()
-            })
-            .flatten();
-        if let Some(next) = next {
-            self.room.announce(key, Some(next));
+        // The lock is free: the next ticket, if any, may take it now.
+        let free = self.with_existing_key(key, |entry, now| {
+            entry.tickets.retain(|(ticket, _)| *ticket != token);
+            entry
+                .live_holder(now)
+                .is_none()
+                .then(|| entry.next_ticket(now))
+        });
+        if let Some(Some(next)) = free {
+            self.room.announce(key, next);
         }
         Ok(())
     }

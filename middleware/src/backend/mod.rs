@@ -102,19 +102,6 @@ pub trait LockBackend: Send + Sync + 'static {
         ttl: Duration,
     ) -> impl Future<Output = Result<Acquire, BackendError>> + Send;
 
-    /// Like [`acquire`](Self::acquire), for a caller at the head of a line of local waiters:
-    /// the backend must announce this lock's release even if nobody asks it again before then
-    /// (the next waiter in line waits for the announcement without asking). Backends that
-    /// always announce releases need not override it.
-    fn acquire_with_followers(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-    ) -> impl Future<Output = Result<Acquire, BackendError>> + Send {
-        self.acquire(key, token, ttl)
-    }
-
     /// Resets the lease of lock `key` to `ttl` from now, if `token` still owns it. Returns
     /// whether it did; `false` means the lease is lost (expired, or taken by someone else).
     fn extend(
@@ -124,8 +111,9 @@ pub trait LockBackend: Send + Sync + 'static {
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, BackendError>> + Send;
 
-    /// Deletes the lock if `token` still owns it, and announces the release to waiters.
-    /// Returns whether it did.
+    /// Deletes the lock if `token` still owns it, and announces the release to waiters: to the
+    /// holder of the first ticket in the key's queue (see [`acquire_fair`](Self::acquire_fair))
+    /// if there is one, else to anybody. Returns whether it did.
     fn release(
         &self,
         key: &str,
@@ -217,18 +205,22 @@ pub trait LockBackend: Send + Sync + 'static {
     /// Where this backend's waiters wait for release announcements. Backends without one
     /// (the default) make waiters poll with backoff.
     ///
-    /// A backend that returns a room promises to announce releases of locks taken with
-    /// [`acquire_with_followers`](Self::acquire_with_followers): the next waiter in line waits
-    /// for that announcement without asking (up to a lease). A wrapper around another backend
-    /// must therefore forward both methods, or neither ([`CountingBackend`] forwards all).
+    /// A backend that returns a room implements [`acquire_fair`](Self::acquire_fair) and
+    /// [`leave_fair_queue`](Self::leave_fair_queue) (the head of each process's line of waiters
+    /// holds a ticket), and promises to announce the release of every lock taken by, or found
+    /// busy by, `acquire_fair`: the next waiter waits for that announcement without asking (up
+    /// to a lease). A wrapper around another backend must therefore forward all three methods,
+    /// or none ([`CountingBackend`] forwards all).
     fn waiting_room(&self) -> Option<&Arc<WaitingRoom>> {
         None
     }
 
-    /// Fair mode: takes the lock only if it is free and `token` is first in the key's queue of
-    /// tickets; otherwise puts `token` in the queue (or refreshes its ticket for `ticket_ttl`)
-    /// and reports busy, with how long to wait at most before asking again. Tickets that are
-    /// not refreshed expire, so a crashed waiter blocks the queue for at most `ticket_ttl`.
+    /// Takes the lock only if it is free and `token` is first in the key's queue of tickets (or
+    /// the queue is empty); otherwise puts `token` in the queue (or refreshes its ticket for
+    /// `ticket_ttl`) and reports busy, with how long to wait at most before asking again.
+    /// Tickets that are not refreshed expire, so a crashed waiter blocks the queue for at most
+    /// `ticket_ttl`. Fair mode's waiters all ask this way; in notified mode, the head of each
+    /// process's line does, so processes take turns.
     fn acquire_fair(
         &self,
         key: &str,
@@ -240,17 +232,7 @@ pub trait LockBackend: Send + Sync + 'static {
         async { Err(BackendError::new("this lock backend has no fair mode")) }
     }
 
-    /// Fair mode: releases like [`release`](Self::release), and announces the release to the
-    /// holder of the next ticket only.
-    fn release_fair(
-        &self,
-        key: &str,
-        token: OwnerToken,
-    ) -> impl Future<Output = Result<bool, BackendError>> + Send {
-        self.release(key, token)
-    }
-
-    /// Fair mode: withdraws `token`'s ticket (the waiter gave up), waking the next ticket if
+    /// Withdraws `token`'s ticket (the waiter gave up), waking the next ticket if
     /// the lock is free.
     fn leave_fair_queue(
         &self,

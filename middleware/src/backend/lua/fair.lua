@@ -1,18 +1,20 @@
--- Fair mode: a first-come-first-served line of expiring tickets in front of a lock.
--- KEYS[1]  lock key (value: owner token)
+-- A first-come-first-served line of expiring tickets in front of a lock: every waiter in fair
+-- mode holds a ticket, and in notified mode each process's head of line does.
+-- KEYS[1]  lock key (value: owner token; followed by '*' when waited for)
 -- KEYS[2]  the fencing counter of the lock's slot
 -- KEYS[3]  line: a list of tickets (owner tokens) in arrival order
 -- KEYS[4]  ticket expiries: a hash of ticket -> expiry (ms, Redis server time)
--- ARGV[1]  operation: 'acquire', 'release' or 'leave'
+-- ARGV[1]  operation: 'acquire' or 'leave'
 -- ARGV[2]  owner token (the caller's ticket)
 -- ARGV[3]  lease TTL in ms                     (acquire)
 -- ARGV[4]  ticket TTL in ms                    (acquire)
 -- returns  acquire: {1, fence} when taken; {0, ms} when not: wait at most ms before asking again
---          release: 1 when the caller's lock was deleted, else 0
 --          leave:   1
--- A release (or a first ticket leaving a free lock) announces the next live ticket on the lock
--- key's channel (the key followed by ':free'), so only its holder wakes. The line expires when
--- no ticket has been refreshed for two ticket TTLs, so abandoned lines do not pile up.
+-- A lock taken here, and a lock found busy here, is marked as waited for, so its release
+-- (release.lua) announces the first ticket on the lock key's channel (the key followed by
+-- ':free'): only its holder wakes. A first ticket leaving a free lock announces the next one.
+-- The line expires when no ticket has been refreshed for two ticket TTLs, so abandoned lines
+-- do not pile up.
 local function now_ms()
   local time = redis.call('TIME')
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -34,10 +36,7 @@ local function first_ticket(now)
 end
 
 local function announce_next(now)
-  local first = first_ticket(now)
-  if first then
-    redis.call('PUBLISH', KEYS[1] .. ':free', first)
-  end
+  redis.call('PUBLISH', KEYS[1] .. ':free', first_ticket(now) or '')
 end
 
 local op, token = ARGV[1], ARGV[2]
@@ -45,7 +44,7 @@ local now = now_ms()
 
 if op == 'acquire' then
   local first = first_ticket(now)
-  if (not first or first == token) and redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[3]) then
+  if (not first or first == token) and redis.call('SET', KEYS[1], token .. '*', 'NX', 'PX', ARGV[3]) then
     if first then
       redis.call('LPOP', KEYS[3])
       redis.call('HDEL', KEYS[4], token)
@@ -58,6 +57,10 @@ if op == 'acquire' then
   end
   redis.call('PEXPIRE', KEYS[3], 2 * ticket_ttl)
   redis.call('PEXPIRE', KEYS[4], 2 * ticket_ttl)
+  local holder = redis.call('GET', KEYS[1])
+  if holder and string.sub(holder, -1) ~= '*' then
+    redis.call('APPEND', KEYS[1], '*')
+  end
   local wait = redis.call('PTTL', KEYS[1])
   if wait < 0 then
     -- free, but promised to the first ticket: until it is used or expires
@@ -65,13 +68,6 @@ if op == 'acquire' then
     wait = first and (tonumber(redis.call('HGET', KEYS[4], first)) - now) or 0
   end
   return {0, wait}
-elseif op == 'release' then
-  if redis.call('GET', KEYS[1]) ~= token then
-    return 0
-  end
-  redis.call('DEL', KEYS[1])
-  announce_next(now)
-  return 1
 elseif op == 'leave' then
   redis.call('LREM', KEYS[3], 1, token)
   redis.call('HDEL', KEYS[4], token)

@@ -38,7 +38,8 @@ impl<'a> LockKey<'a> {
         }
     }
 
-    /// Fair mode: the line of tickets, in arrival order.
+    /// The line of tickets in arrival order: fair mode's waiters, and each process's head of
+    /// line in notified mode.
     pub(super) fn line(name: &'a str) -> Self {
         Self {
             name,
@@ -46,7 +47,7 @@ impl<'a> LockKey<'a> {
         }
     }
 
-    /// Fair mode: each ticket's expiry.
+    /// Each ticket's expiry.
     pub(super) fn tickets(name: &'a str) -> Self {
         Self {
             name,

@@ -36,7 +36,8 @@ mod script;
 /// layer answers 503, or lets requests through with `fail_open()`).
 ///
 /// Releases are announced with `PUBLISH` on the channel `{<prefix><key>}:free`, only when
-/// somebody waits (the waiters mark the lock). A backend made
+/// somebody waits (the waiters mark the lock), naming the first ticket of the lock's queue
+/// (`{<prefix><key>}:line`) when it has one. A backend made
 /// by [`connect`](Self::connect) keeps one more connection (RESP3) that subscribes to the
 /// channels of the locks its waiters wait for, so waiters sleep until a release instead of
 /// polling; it resubscribes by itself after a reconnect, and waiters retry on timers meanwhile.
@@ -148,7 +149,7 @@ impl fmt::Debug for RedisBackend {
 }
 
 impl RedisBackend {
-    /// Acquires; `waited_for` marks the lock so that its release is announced.
+    /// Acquires.
     ///
     /// One round trip: `SET NX PX`, with fencing in a `MULTI` with the `INCR` of the slot's
     /// fencing counter, so the token is issued atomically with the lock. (A busy attempt
@@ -159,10 +160,9 @@ impl RedisBackend {
         name: &str,
         token: OwnerToken,
         ttl: Duration,
-        waited_for: bool,
     ) -> Result<Acquire, BackendError> {
-        let mut buf = [0; 33];
-        let token = token.encode_marked(&mut buf, waited_for);
+        let mut buf = [0; 32];
+        let token = token.encode(&mut buf);
         let mut set = Cmd::with_capacity(6, 64 + name.len());
         set.arg("SET")
             .arg(LockKey::lock(name))
@@ -285,16 +285,7 @@ impl LockBackend for RedisBackend {
         token: OwnerToken,
         ttl: Duration,
     ) -> Result<Acquire, BackendError> {
-        self.take(key, token, ttl, false).await
-    }
-
-    async fn acquire_with_followers(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-    ) -> Result<Acquire, BackendError> {
-        self.take(key, token, ttl, true).await
+        self.take(key, token, ttl).await
     }
 
     async fn extend(
@@ -316,8 +307,11 @@ impl LockBackend for RedisBackend {
     async fn release(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
         let mut buf = [0; 32];
         let release = &self.scripts.release;
-        let mut call = release.call(1, 1);
-        call.arg(LockKey::lock(key)).arg(token.encode(&mut buf));
+        let mut call = release.call(3, 1);
+        call.arg(LockKey::lock(key))
+            .arg(LockKey::line(key))
+            .arg(LockKey::tickets(key))
+            .arg(token.encode(&mut buf));
         let deleted: i64 = release.run(&call, &mut self.connection.clone()).await?;
         Ok(deleted == 1)
     }
@@ -364,7 +358,7 @@ impl LockBackend for RedisBackend {
         hold: Hold,
     ) -> Result<Acquire, BackendError> {
         let reply = match hold {
-            Hold::Exclusive => return self.take(key, token, ttl, false).await,
+            Hold::Exclusive => return self.take(key, token, ttl).await,
             Hold::Read => self.run_shared(key, "read", token, &[millis(ttl)]).await?,
             Hold::Permit { permits } => {
                 let args = [millis(ttl), u64::from(permits)];
@@ -416,11 +410,6 @@ impl LockBackend for RedisBackend {
     ) -> Result<Acquire, BackendError> {
         let args = [millis(ttl), millis(ticket_ttl)];
         acquire_reply(self.run_fair(key, "acquire", token, &args).await?)
-    }
-
-    async fn release_fair(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
-        let released: i64 = self.run_fair(key, "release", token, &[]).await?;
-        Ok(released == 1)
     }
 
     async fn leave_fair_queue(&self, key: &str, token: OwnerToken) -> Result<(), BackendError> {
