@@ -169,6 +169,8 @@ impl Pairs {
                 assert!(taken.is_some(), "a distinct key is free");
                 let _: i64 = release
                     .key(&lock)
+                    .key(format!("{lock}:line"))
+                    .key(format!("{lock}:tickets"))
                     .arg(&token)
                     .invoke_async(&mut connection)
                     .await
@@ -334,8 +336,10 @@ pub async fn redis_benchmark(url: &str, concurrency: usize) -> Vec<(String, f64)
             [
                 "EVALSHA",
                 Script::new(release).get_hash(),
-                "1",
+                "3",
                 "{rb:__rand_int__}",
+                "{rb:__rand_int__}:line",
+                "{rb:__rand_int__}:tickets",
                 "token",
             ]
             .map(str::to_owned)
