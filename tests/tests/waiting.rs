@@ -264,3 +264,36 @@ async fn sixty_four_notified_contenders_across_two_processes_never_overlap() {
 
     assert_eq!(occupancy.most(), 1);
 }
+
+#[tokio::test]
+async fn without_fencing_a_waiter_that_queued_gets_no_token_either() {
+    let redis = RedisServer::start();
+    let backend = RedisBackend::connect(redis.url())
+        .await
+        .unwrap()
+        .fencing(false);
+    let (holder, waiter) = (OwnerToken::new(), OwnerToken::new());
+    let ticket_ttl = Duration::from_secs(3);
+    let held = backend.acquire("lock:k", holder, HOLD_TTL).await.unwrap();
+    let queued = backend
+        .acquire_fair("lock:k", waiter, HOLD_TTL, ticket_ttl)
+        .await
+        .unwrap();
+
+    backend.release("lock:k", holder).await.unwrap();
+    let taken = backend
+        .acquire_fair("lock:k", waiter, HOLD_TTL, ticket_ttl)
+        .await
+        .unwrap();
+
+    assert_eq!(held, Acquire::Acquired { fence: 0 });
+    assert!(matches!(queued, Acquire::Busy { .. }), "{queued:?}");
+    assert_eq!(taken, Acquire::Acquired { fence: 0 });
+    let mut connection = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let counters: Vec<String> = connection.keys("tower-lock:fence:*").await.unwrap();
+    assert!(counters.is_empty(), "no fencing counter: {counters:?}");
+}

@@ -8,6 +8,7 @@
 -- ARGV[2]  owner token (the caller's ticket)
 -- ARGV[3]  lease TTL in ms                     (acquire)
 -- ARGV[4]  ticket TTL in ms                    (acquire)
+-- ARGV[5]  '1' to issue a fencing token, else the fence is 0   (acquire)
 -- returns  acquire: {1, fence} when taken; {0, ms} when not: wait at most ms before asking again
 --          leave:   1
 -- A lock taken here, and a lock found busy here, is marked as waited for, so its release
@@ -49,7 +50,7 @@ if op == 'acquire' then
       redis.call('LPOP', KEYS[3])
       redis.call('HDEL', KEYS[4], token)
     end
-    return {1, redis.call('INCR', KEYS[2])}
+    return {1, ARGV[5] == '1' and redis.call('INCR', KEYS[2]) or 0}
   end
   local ticket_ttl = tonumber(ARGV[4])
   if redis.call('HSET', KEYS[4], token, now + ticket_ttl) == 1 then

@@ -408,7 +408,7 @@ impl LockBackend for RedisBackend {
         ttl: Duration,
         ticket_ttl: Duration,
     ) -> Result<Acquire, BackendError> {
-        let args = [millis(ttl), millis(ticket_ttl)];
+        let args = [millis(ttl), millis(ticket_ttl), u64::from(self.fencing)];
         acquire_reply(self.run_fair(key, "acquire", token, &args).await?)
     }
 
