@@ -171,6 +171,7 @@ impl Pairs {
                     .key(&lock)
                     .key(format!("{lock}:line"))
                     .key(format!("{lock}:tickets"))
+                    .key(RAW_FENCE_COUNTER)
                     .arg(&token)
                     .invoke_async(&mut connection)
                     .await
@@ -336,10 +337,11 @@ pub async fn redis_benchmark(url: &str, concurrency: usize) -> Vec<(String, f64)
             [
                 "EVALSHA",
                 Script::new(release).get_hash(),
-                "3",
+                "4",
                 "{rb:__rand_int__}",
                 "{rb:__rand_int__}:line",
                 "{rb:__rand_int__}:tickets",
+                RAW_FENCE_COUNTER,
                 "token",
             ]
             .map(str::to_owned)

@@ -14,9 +14,20 @@ use crate::{Acquire, AcquireMany, Backoff, BusyPolicy, Hold, LockBackend, OwnerT
 const SHARED_REFRESH: Duration = Duration::from_millis(500);
 
 /// Notified mode: how long the ticket of a process's head of line lives in the store's queue
-/// unless renewed (the head renews it every third of that). A crashed process holds up the
-/// other processes' turns for at most this long.
+/// unless renewed (the head renews it every third of that), at the least. A crashed process
+/// holds up the other processes' turns for at most this long.
 pub(crate) const HEAD_TICKET_TTL: Duration = Duration::from_secs(2);
+
+/// Notified mode: the head's ticket TTL for leases of `ttl`. Renewed every third, the ticket
+/// always outlives a lease, so a release may hand the lock straight to it (see
+/// [`LockBackend::acquire_fair`]); a crashed process then holds up the others for at most
+/// one and a half leases, about what a crashed holder does.
+pub(crate) fn head_ticket_ttl(ttl: Duration) -> Duration {
+    HEAD_TICKET_TTL.max(ttl * 3 / 2 + TICKET_SLACK)
+}
+
+/// Room for the time between a head's renewal being due and the store receiving it.
+const TICKET_SLACK: Duration = Duration::from_millis(200);
 
 /// How a request's lock was not taken.
 #[derive(Debug)]
@@ -61,7 +72,7 @@ pub(crate) async fn acquire<B: LockBackend>(
     } = plan.policy
     else {
         return attempts
-            .once(Ask::Plain)
+            .once(Ask::Plain, Instant::now())
             .await?
             .map_err(|holder_ttl| NotObtained::Busy { holder_ttl });
     };
@@ -71,7 +82,7 @@ pub(crate) async fn acquire<B: LockBackend>(
         // Only a request that found the lock busy enters the waiting room (which subscribes to
         // the lock's announcements); its first wait attempt asks again, so no release between
         // the two is missed.
-        match attempts.once(Ask::Plain).await? {
+        match attempts.once(Ask::Plain, Instant::now()).await? {
             Ok(acquired) => return Ok(acquired),
             Err(holder_ttl) if patience.is_zero() => {
                 return Err(NotObtained::Busy { holder_ttl });
@@ -94,7 +105,7 @@ pub(crate) async fn acquire<B: LockBackend>(
         }
         (WaitMode::Notified, Some(room)) => {
             if !room.has_line(name) {
-                match attempts.once(Ask::Plain).await? {
+                match attempts.once(Ask::Plain, Instant::now()).await? {
                     Ok(acquired) => return Ok(acquired),
                     Err(holder_ttl) if patience.is_zero() => {
                         return Err(NotObtained::Busy { holder_ttl });
@@ -102,21 +113,16 @@ pub(crate) async fn acquire<B: LockBackend>(
                     Err(_) => {}
                 }
             }
+            // Once at the head of the local line, it asks at once, even when the previous head
+            // just took the lock: its ticket is then in the store's queue when that lock is
+            // released, and the release hands the lock straight to it.
             let place = room.join_line(name, token);
-            let Ok(taken) = timeout_at(deadline, place.turn()).await else {
+            if timeout_at(deadline, place.turn()).await.is_err() {
                 return attempts.once_more_busy().await;
-            };
-            // The previous head just took the lock: wait for its release (at most one lease)
-            // before asking, instead of asking to hear "busy".
-            if taken && place.announcements_live() {
-                let remaining = deadline.saturating_duration_since(Instant::now());
-                let _ = timeout(plan.ttl.min(remaining), place.released().notified()).await;
             }
-            let acquired = attempts
-                .wait_ticketed(Some(&place), deadline, HEAD_TICKET_TTL)
-                .await?;
-            place.leave_holding();
-            Ok(acquired)
+            attempts
+                .wait_ticketed(Some(&place), deadline, head_ticket_ttl(plan.ttl))
+                .await
         }
         (WaitMode::Polling | WaitMode::Notified, _) => {
             attempts.wait(None, deadline, None, Ask::Plain).await
@@ -144,11 +150,15 @@ struct Attempts<'a, B> {
 }
 
 impl<B: LockBackend> Attempts<'_, B> {
-    /// One attempt: `Ok(Ok(acquired))`, `Ok(Err(holder_ttl))` when busy, or the store failed.
-    async fn once(&self, ask: Ask) -> Result<Result<Acquired, Option<Duration>>, NotObtained> {
+    /// One attempt, sent at `sent`: `Ok(Ok(acquired))`, `Ok(Err(holder_ttl))` when busy, or
+    /// the store failed.
+    async fn once(
+        &self,
+        ask: Ask,
+        sent: Instant,
+    ) -> Result<Result<Acquired, Option<Duration>>, NotObtained> {
         let (backend, name, token, plan) = (self.backend, self.name, self.token, self.plan);
         let (ttl, store_timeout) = (plan.ttl, plan.store_timeout);
-        let sent = Instant::now();
         let answer = match ask {
             _ if self.hold != Hold::Exclusive => {
                 timeout(
@@ -182,7 +192,7 @@ impl<B: LockBackend> Attempts<'_, B> {
 
     /// The wait is over: one last look, for an accurate `Retry-After`.
     async fn once_more_busy(&self) -> Result<Acquired, NotObtained> {
-        match self.once(Ask::Plain).await? {
+        match self.once(Ask::Plain, Instant::now()).await? {
             Ok(acquired) => Ok(acquired),
             Err(holder_ttl) => Err(NotObtained::Busy { holder_ttl }),
         }
@@ -205,7 +215,8 @@ impl<B: LockBackend> Attempts<'_, B> {
             if let Some(announced) = announced.as_mut().as_pin_mut() {
                 announced.enable();
             }
-            let holder_ttl = match self.once(ask).await? {
+            let sent = Instant::now();
+            let holder_ttl = match self.once(ask, sent).await? {
                 Ok(acquired) => return Ok(acquired),
                 Err(holder_ttl) => holder_ttl,
             };
@@ -230,6 +241,11 @@ impl<B: LockBackend> Attempts<'_, B> {
                     let _ = timeout(delay, announced).await;
                 }
                 _ => sleep(delay).await,
+            }
+            // A release handed the lock to our ticket, after the busy answer to the attempt
+            // sent at `sent`: its lease started later than that.
+            if let Some(fence) = place.and_then(|place| place.handed(self.token)) {
+                return Ok((fence, sent));
             }
             attempt = attempt.saturating_add(1);
         }

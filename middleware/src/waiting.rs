@@ -8,8 +8,9 @@
 //! the backend's one subscriber connection) or until the holder's lease runs out, whichever
 //! comes first: a lost announcement costs at most one lease-bounded retry.
 //!
-//! The store keeps a queue of tickets per lock, and a release announces the first ticket: only
-//! the waiter holding it is woken, and only it may take the lock. In fair mode every waiter
+//! The store keeps a queue of tickets per lock, and a release goes to the first ticket: only
+//! the waiter holding it is woken, and only it may take the lock — or already holds it, when
+//! the store handed the lock over in the release itself. In fair mode every waiter
 //! holds a ticket; in notified mode the head of each process's line does, so processes take
 //! turns instead of the busiest one winning every race.
 
@@ -49,6 +50,39 @@ pub struct WaitingRoom {
     next_id: AtomicU64,
 }
 
+/// What a release announcement says about the lock's next holder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Announcement {
+    /// Anybody may take it.
+    Free,
+    /// Only the waiter holding this ticket may take it.
+    Next(OwnerToken),
+    /// The release handed it to this ticket, with this fence: its waiter holds it.
+    Handed { to: OwnerToken, fence: u64 },
+}
+
+impl From<Option<OwnerToken>> for Announcement {
+    /// The first ticket of the lock's queue, if it has one.
+    fn from(next: Option<OwnerToken>) -> Self {
+        next.map_or(Self::Free, Self::Next)
+    }
+}
+
+impl Announcement {
+    /// Reads a release announcement's message: `''`, `'<ticket>'` or `'<ticket> <fence>'`.
+    /// `None` when it is none of these.
+    pub(crate) fn parse(message: &str) -> Option<Self> {
+        match message.split_once(' ') {
+            None if message.is_empty() => Some(Self::Free),
+            None => OwnerToken::parse(message).map(Self::Next),
+            Some((to, fence)) => Some(Self::Handed {
+                to: OwnerToken::parse(to)?,
+                fence: fence.parse().ok()?,
+            }),
+        }
+    }
+}
+
 #[derive(Debug)]
 enum Command {
     Subscribe(String),
@@ -79,8 +113,8 @@ struct Waiters {
     subscription: Subscription,
     /// Bumped whenever the last member leaves, so a lingering cleanup knows it is stale.
     generation: u64,
-    /// The previous head left holding the lock: the new head knows it is busy without asking.
-    taken_by_previous_head: bool,
+    /// The last ticket a release handed the lock to, with its fence, until its waiter hears.
+    handed: Option<(OwnerToken, u64)>,
 }
 
 impl Waiters {
@@ -147,19 +181,25 @@ impl WaitingRoom {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Lock `name` was released; `next` is the first ticket of its queue, the only waiter that
-    /// may take it (`None`: anybody may).
+    /// Lock `name` was released: wakes whoever it concerns.
     ///
     /// A named ticket's holder is woken; so is the head of the line when it holds no ticket
     /// yet, so that it takes one instead of sleeping through the other processes' turns.
-    pub(crate) fn announce(&self, name: &str, next: Option<OwnerToken>) {
-        let names = self.names();
-        let Some(waiters) = names.get(name) else {
+    pub(crate) fn announce(&self, name: &str, announcement: Announcement) {
+        let mut names = self.names();
+        let Some(waiters) = names.get_mut(name) else {
             return;
         };
-        let Some(next) = next else {
-            waiters.wake_everyone();
-            return;
+        let next = match announcement {
+            Announcement::Free => {
+                waiters.wake_everyone();
+                return;
+            }
+            Announcement::Next(next) => next,
+            Announcement::Handed { to, fence } => {
+                waiters.handed = Some((to, fence));
+                to
+            }
         };
         if let Some(ticket) = waiters.tickets.get(&next) {
             ticket.notify_one();
@@ -170,6 +210,15 @@ impl WaitingRoom {
         {
             waiters.released.notify_one();
         }
+    }
+
+    /// The fence of the lock a release handed to `token`, once (`None` if it was not).
+    fn take_handed(&self, name: &str, token: OwnerToken) -> Option<u64> {
+        let mut names = self.names();
+        let handed = &mut names.get_mut(name)?.handed;
+        handed
+            .take_if(|(to, _)| *to == token)
+            .map(|(_, fence)| fence)
     }
 
     /// The store confirmed (again) that announcements for `name` reach us.
@@ -206,7 +255,6 @@ impl WaitingRoom {
             name: name.to_owned(),
             member: Member::InLine { id, turn },
             released,
-            left: false,
         }
     }
 
@@ -221,7 +269,6 @@ impl WaitingRoom {
             name: name.to_owned(),
             member: Member::Ticket(ticket),
             released: notify,
-            left: false,
         }
     }
 
@@ -243,14 +290,14 @@ impl WaitingRoom {
                 tickets: HashMap::new(),
                 subscription,
                 generation: 0,
-                taken_by_previous_head: false,
+                handed: None,
             }
         });
         add(waiters);
         waiters.released.clone()
     }
 
-    fn leave(self: &Arc<Self>, name: &str, member: &Member, holding: bool) {
+    fn leave(self: &Arc<Self>, name: &str, member: &Member) {
         let mut names = self.names();
         let Some(waiters) = names.get_mut(name) else {
             return;
@@ -262,7 +309,6 @@ impl WaitingRoom {
                 if was_head {
                     waiters.head_enqueued = false;
                     if let Some((.., next)) = waiters.line.front() {
-                        waiters.taken_by_previous_head = holding;
                         next.notify_one();
                     }
                 }
@@ -303,13 +349,10 @@ impl WaitingRoom {
         }
     }
 
-    /// `Some(taken)` once `id` heads its line, where `taken` says the previous head left
-    /// holding the lock (and clears that news); `None` while others are ahead.
-    fn head_news(&self, name: &str, id: u64) -> Option<bool> {
-        let mut names = self.names();
-        let waiters = names.get_mut(name)?;
-        let is_head = waiters.line.front().is_some_and(|(head, ..)| *head == id);
-        is_head.then(|| std::mem::take(&mut waiters.taken_by_previous_head))
+    fn is_head(&self, name: &str, id: u64) -> bool {
+        self.names()
+            .get(name)
+            .is_some_and(|waiters| waiters.line.front().is_some_and(|(head, ..)| *head == id))
     }
 
     fn is_live(&self, name: &str) -> bool {
@@ -349,20 +392,15 @@ pub(crate) struct Place {
     name: String,
     member: Member,
     released: Arc<Notify>,
-    left: bool,
 }
 
 impl Place {
-    /// Resolves when this waiter is at the head of its local line (at once in fair mode), to
-    /// whether the previous head just took the lock: then it is busy, no need to ask.
-    pub(crate) async fn turn(&self) -> bool {
+    /// Resolves when this waiter is at the head of its local line (at once in fair mode).
+    pub(crate) async fn turn(&self) {
         let Member::InLine { id, turn } = &self.member else {
-            return false;
+            return;
         };
-        loop {
-            if let Some(taken) = self.room.head_news(&self.name, *id) {
-                return taken;
-            }
+        while !self.room.is_head(&self.name, *id) {
             turn.notified().await;
         }
     }
@@ -375,17 +413,16 @@ impl Place {
         }
     }
 
-    /// Leaves the line holding the lock, taken by a ticketed attempt: its release will be
-    /// announced, so the next waiter may wait for it without asking the store.
-    pub(crate) fn leave_holding(mut self) {
-        self.room.leave(&self.name, &self.member, true);
-        self.left = true;
-    }
-
     /// The announcements this waiter listens to. Arm the `notified()` future (with `enable`)
     /// before asking the store, so an announcement in between is not missed.
     pub(crate) fn released(&self) -> &Notify {
         &self.released
+    }
+
+    /// The fence of the lock, if a release handed it to this waiter's `token` (then it holds
+    /// the lock, and must release it).
+    pub(crate) fn handed(&self, token: OwnerToken) -> Option<u64> {
+        self.room.take_handed(&self.name, token)
     }
 
     /// Whether announcements for this lock currently reach us; if not, retry on a timer.
@@ -396,9 +433,7 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        if !self.left {
-            self.room.leave(&self.name, &self.member, false);
-        }
+        self.room.leave(&self.name, &self.member);
     }
 }
 
@@ -426,7 +461,7 @@ mod tests {
             .unwrap()
             .unwrap();
 
-        assert_eq!(room.head_news("k", 2), None);
+        assert!(!room.is_head("k", 2), "the third waits behind the second");
         drop(second);
         tokio::time::timeout(Duration::from_secs(1), third.turn())
             .await
@@ -434,21 +469,47 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_head_that_leaves_holding_the_lock_tells_the_next_one() {
+    async fn a_lock_handed_to_a_ticket_is_known_to_that_waiter_only_and_once() {
         let room = WaitingRoom::local();
-        let first = room.join_line("k", OwnerToken::new());
-        let second = room.join_line("k", OwnerToken::new());
-        let third = room.join_line("k", OwnerToken::new());
-        assert!(!first.turn().await, "nobody held it before the first head");
+        let (head_token, other_token) = (OwnerToken::new(), OwnerToken::new());
+        let head = room.join_line("k", head_token);
+        let other = room.take_ticket("k", other_token);
+        head.turn().await;
+        head.enqueued();
 
-        first.leave_holding();
-        assert!(second.turn().await, "the lock is known to be busy");
-        drop(second);
-
-        assert!(
-            !third.turn().await,
-            "the second head gave up without the lock"
+        room.announce(
+            "k",
+            Announcement::Handed {
+                to: head_token,
+                fence: 7,
+            },
         );
+
+        tokio::time::timeout(Duration::from_secs(1), head.released().notified())
+            .await
+            .unwrap();
+        assert_eq!(other.handed(other_token), None);
+        assert_eq!(head.handed(head_token), Some(7));
+        assert_eq!(head.handed(head_token), None, "told once");
+    }
+
+    #[test]
+    fn announcements_are_read_from_their_messages() {
+        let token = OwnerToken::new();
+        let mut buf = [0; 32];
+        let text = token.encode(&mut buf).to_owned();
+
+        assert_eq!(Announcement::parse(""), Some(Announcement::Free));
+        assert_eq!(Announcement::parse(&text), Some(Announcement::Next(token)));
+        assert_eq!(
+            Announcement::parse(&format!("{text} 42")),
+            Some(Announcement::Handed {
+                to: token,
+                fence: 42
+            })
+        );
+        assert_eq!(Announcement::parse("not-a-token"), None);
+        assert_eq!(Announcement::parse(&format!("{text} -1")), None);
     }
 
     #[tokio::test]
@@ -471,7 +532,7 @@ mod tests {
         let room = WaitingRoom::local();
         let place = room.join_line("k", OwnerToken::new());
 
-        room.announce("k", None);
+        room.announce("k", Announcement::Free);
 
         tokio::time::timeout(Duration::from_secs(1), place.released().notified())
             .await
@@ -485,7 +546,7 @@ mod tests {
         let first = room.take_ticket("k", a);
         let second = room.take_ticket("k", b);
 
-        room.announce("k", Some(b));
+        room.announce("k", Announcement::Next(b));
 
         tokio::time::timeout(Duration::from_secs(1), second.released().notified())
             .await
@@ -500,7 +561,7 @@ mod tests {
         let room = WaitingRoom::local();
         let head = room.join_line("k", OwnerToken::new());
 
-        room.announce("k", Some(OwnerToken::new()));
+        room.announce("k", Announcement::Next(OwnerToken::new()));
 
         tokio::time::timeout(Duration::from_secs(1), head.released().notified())
             .await
@@ -515,12 +576,12 @@ mod tests {
         head.turn().await;
         head.enqueued();
 
-        room.announce("k", Some(OwnerToken::new()));
+        room.announce("k", Announcement::Next(OwnerToken::new()));
         let woken =
             tokio::time::timeout(Duration::from_millis(50), head.released().notified()).await;
         assert!(woken.is_err(), "another process's turn");
 
-        room.announce("k", Some(token));
+        room.announce("k", Announcement::Next(token));
         tokio::time::timeout(Duration::from_secs(1), head.released().notified())
             .await
             .unwrap();
@@ -534,9 +595,9 @@ mod tests {
         first.turn().await;
         first.enqueued();
 
-        first.leave_holding();
+        drop(first);
         second.turn().await;
-        room.announce("k", Some(OwnerToken::new()));
+        room.announce("k", Announcement::Next(OwnerToken::new()));
 
         tokio::time::timeout(Duration::from_secs(1), second.released().notified())
             .await

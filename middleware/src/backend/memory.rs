@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::{Acquire, AcquireMany, BackendError, Hold, LockBackend};
 use crate::OwnerToken;
-use crate::waiting::WaitingRoom;
+use crate::waiting::{Announcement, WaitingRoom};
 
 /// Locks held in this process's memory: expiring leases, owner-checked release and fencing
 /// tokens, as the Redis backend keeps them, but visible to one process only.
@@ -82,8 +82,8 @@ impl FenceCounter {
 #[derive(Debug, Default)]
 struct KeyState {
     holder: Option<Holder>,
-    /// Tickets in arrival order, with their expiry (see `acquire_fair`).
-    tickets: VecDeque<(OwnerToken, Instant)>,
+    /// Tickets in arrival order (see `acquire_fair`).
+    tickets: VecDeque<Ticket>,
     /// Shared holds (readers, permits) with their lease expiry.
     shared: Vec<(OwnerToken, Instant)>,
     /// A waiting writer's intent, barring new readers until it expires.
@@ -92,6 +92,15 @@ struct KeyState {
 
 /// How long a waiting writer's intent bars new readers unless the writer renews it.
 const WRITER_INTENT_TTL: Duration = Duration::from_secs(2);
+
+/// A waiter's place in a lock's queue.
+#[derive(Debug)]
+struct Ticket {
+    token: OwnerToken,
+    expires_at: Instant,
+    /// The lease it asked for: a release hands the lock over with it.
+    lease: Duration,
+}
 
 #[derive(Debug)]
 struct Holder {
@@ -226,11 +235,28 @@ impl KeyState {
         while self
             .tickets
             .front()
-            .is_some_and(|(_, expires_at)| *expires_at <= now)
+            .is_some_and(|ticket| ticket.expires_at <= now)
         {
             self.tickets.pop_front();
         }
-        self.tickets.front().map(|(ticket, _)| *ticket)
+        self.tickets.front().map(|ticket| ticket.token)
+    }
+
+    /// After a release: the lock goes to the first live ticket, handed to it when the ticket
+    /// outlives the lease it asked for, else announced for it to take.
+    fn pass_on(&mut self, fences: &mut FenceCounter, now: Instant) -> Announcement {
+        let Some(next) = self.next_ticket(now) else {
+            return Announcement::Free;
+        };
+        let lease = match self.tickets.front() {
+            Some(first) if first.expires_at - now >= first.lease => first.lease,
+            _ => return Announcement::Next(next),
+        };
+        self.tickets.pop_front();
+        Announcement::Handed {
+            to: next,
+            fence: self.take(next, lease, fences, now),
+        }
     }
 
     /// Hands the lock to `token`; returns its new fence.
@@ -278,11 +304,19 @@ impl MemoryBackend {
         key: &str,
         change: impl FnOnce(&mut KeyState, Instant) -> T,
     ) -> Option<T> {
+        self.with_existing_key_and_fences(key, |entry, _, now| change(entry, now))
+    }
+
+    /// [`with_existing_key`](Self::with_existing_key), for changes that may issue fences.
+    fn with_existing_key_and_fences<T>(
+        &self,
+        key: &str,
+        change: impl FnOnce(&mut KeyState, &mut FenceCounter, Instant) -> T,
+    ) -> Option<T> {
         let now = Instant::now();
-        self.lock_state()
-            .keys
-            .get_mut(key)
-            .map(|entry| change(entry, now))
+        let mut state = self.lock_state();
+        let State { keys, fences, .. } = &mut *state;
+        keys.get_mut(key).map(|entry| change(entry, fences, now))
     }
 
     /// Runs `change` on `key`'s state (created if missing) with the map swept as needed.
@@ -329,15 +363,17 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn release(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
-        let (released, next) = self
-            .with_existing_key(key, |entry, now| {
-                (entry.release(token, now), entry.next_ticket(now))
+        let announcement = self
+            .with_existing_key_and_fences(key, |entry, fences, now| {
+                entry
+                    .release(token, now)
+                    .then(|| entry.pass_on(fences, now))
             })
-            .unwrap_or((false, None));
-        if released {
-            self.room.announce(key, next);
+            .flatten();
+        if let Some(announcement) = announcement {
+            self.room.announce(key, announcement);
         }
-        Ok(released)
+        Ok(announcement.is_some())
     }
 
     fn waiting_room(&self) -> Option<&Arc<WaitingRoom>> {
@@ -427,7 +463,7 @@ impl LockBackend for MemoryBackend {
             })
             .unwrap_or(false);
         if released {
-            self.room.announce(key, None);
+            self.room.announce(key, Announcement::Free);
         }
         Ok(released)
     }
@@ -440,6 +476,15 @@ impl LockBackend for MemoryBackend {
         ticket_ttl: Duration,
     ) -> Result<Acquire, BackendError> {
         Ok(self.with_key(key, |entry, fences, now| {
+            if entry
+                .live_holder(now)
+                .is_some_and(|holder| holder.token == token)
+            {
+                // Handed to this ticket by a release: a fresh lease and fence.
+                return Acquire::Acquired {
+                    fence: entry.take(token, ttl, fences, now),
+                };
+            }
             let first = entry.next_ticket(now);
             if entry.live_holder(now).is_none() && first.is_none_or(|first| first == token) {
                 if first.is_some() {
@@ -449,13 +494,18 @@ impl LockBackend for MemoryBackend {
                     fence: entry.take(token, ttl, fences, now),
                 };
             }
+            let ticket = Ticket {
+                token,
+                expires_at: now + ticket_ttl,
+                lease: ttl,
+            };
             match entry
                 .tickets
                 .iter_mut()
-                .find(|(ticket, _)| *ticket == token)
+                .find(|queued| queued.token == token)
             {
-                Some((_, expires_at)) => *expires_at = now + ticket_ttl,
-                None => entry.tickets.push_back((token, now + ticket_ttl)),
+                Some(queued) => *queued = ticket,
+                None => entry.tickets.push_back(ticket),
             }
             let wait = match entry.live_holder(now) {
                 Some(holder) => holder.expires_at - now,
@@ -463,7 +513,7 @@ impl LockBackend for MemoryBackend {
                 None => entry
                     .tickets
                     .front()
-                    .map_or(ticket_ttl, |(_, expires_at)| *expires_at - now),
+                    .map_or(ticket_ttl, |first| first.expires_at - now),
             };
             Acquire::Busy {
                 holder_ttl: Some(wait),
@@ -472,16 +522,17 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn leave_fair_queue(&self, key: &str, token: OwnerToken) -> Result<(), BackendError> {
-        // The lock is free: the next ticket, if any, may take it now.
-        let free = self.with_existing_key(key, |entry, now| {
-            entry.tickets.retain(|(ticket, _)| *ticket != token);
-            entry
-                .live_holder(now)
-                .is_none()
-                .then(|| entry.next_ticket(now))
-        });
-        if let Some(Some(next)) = free {
-            self.room.announce(key, next);
+        // The lock is free, or was handed to the leaver: it goes to the next ticket.
+        let announcement = self
+            .with_existing_key_and_fences(key, |entry, fences, now| {
+                entry.tickets.retain(|ticket| ticket.token != token);
+                let handed_to_leaver = entry.release(token, now);
+                (handed_to_leaver || entry.live_holder(now).is_none())
+                    .then(|| entry.pass_on(fences, now))
+            })
+            .flatten();
+        if let Some(announcement) = announcement {
+            self.room.announce(key, announcement);
         }
         Ok(())
     }
@@ -620,5 +671,51 @@ mod tests {
 
         assert!(again > last, "a swept key's next fence is still larger");
         assert_eq!(store.tracked_keys(), 1);
+    }
+
+    async fn queue(store: &MemoryBackend, token: OwnerToken, ticket_ttl: Duration) {
+        let answer = store
+            .acquire_fair("k", token, TTL, ticket_ttl)
+            .await
+            .unwrap();
+        assert!(matches!(answer, Acquire::Busy { .. }), "{answer:?}");
+    }
+
+    fn holder_of(store: &MemoryBackend) -> Option<OwnerToken> {
+        let state = store.lock_state();
+        let holder = state.keys.get("k")?.live_holder(Instant::now())?;
+        Some(holder.token)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_hands_the_lock_to_a_ticket_that_outlives_its_lease() {
+        let store = MemoryBackend::new();
+        let (holder, long, short) = (OwnerToken::new(), OwnerToken::new(), OwnerToken::new());
+        let held = fence_of(store.acquire("k", holder, TTL).await.unwrap());
+        queue(&store, long, TTL * 2).await;
+        queue(&store, short, TTL / 2).await;
+
+        store.release("k", holder).await.unwrap();
+        assert_eq!(holder_of(&store), Some(long), "handed over");
+        let again = fence_of(store.acquire_fair("k", long, TTL, TTL * 2).await.unwrap());
+        assert!(again > held + 1, "asking again gives a fresh fence");
+
+        store.release("k", long).await.unwrap();
+        assert_eq!(holder_of(&store), None, "a short ticket is only announced");
+        fence_of(store.acquire_fair("k", short, TTL, TTL / 2).await.unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ticket_leaving_with_a_handed_lock_passes_it_on() {
+        let store = MemoryBackend::new();
+        let (holder, first, second) = (OwnerToken::new(), OwnerToken::new(), OwnerToken::new());
+        fence_of(store.acquire("k", holder, TTL).await.unwrap());
+        queue(&store, first, TTL * 2).await;
+        queue(&store, second, TTL * 2).await;
+        store.release("k", holder).await.unwrap();
+
+        store.leave_fair_queue("k", first).await.unwrap();
+
+        assert_eq!(holder_of(&store), Some(second));
     }
 }

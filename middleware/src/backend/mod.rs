@@ -221,6 +221,13 @@ pub trait LockBackend: Send + Sync + 'static {
     /// Tickets that are not refreshed expire, so a crashed waiter blocks the queue for at most
     /// `ticket_ttl`. Fair mode's waiters all ask this way; in notified mode, the head of each
     /// process's line does, so processes take turns.
+    ///
+    /// A backend may hand a released lock straight to the first ticket, when the ticket
+    /// outlives the lease `ttl` it asked for: the lock is then held for `token` with a `ttl`
+    /// lease counted from the release, and the announcement names the ticket and its fence
+    /// (the waiter holds the lock on hearing it, without asking). A ticket that asks again holding
+    /// a lock handed to it gets it (with a fresh `ttl` lease and fence), so a lost announcement
+    /// costs one wait, never the lock.
     fn acquire_fair(
         &self,
         key: &str,
@@ -233,7 +240,7 @@ pub trait LockBackend: Send + Sync + 'static {
     }
 
     /// Withdraws `token`'s ticket (the waiter gave up), waking the next ticket if
-    /// the lock is free.
+    /// the lock is free, and releasing the lock if it was handed to `token` meanwhile.
     fn leave_fair_queue(
         &self,
         key: &str,

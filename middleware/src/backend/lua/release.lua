@@ -1,11 +1,16 @@
--- Release a lock, but only for its owner (compare-and-delete); announce it if anybody waits.
+-- Release a lock, but only for its owner (compare-and-delete); if anybody waits, hand it over
+-- or announce it.
 -- KEYS[1]  lock key; its announcement channel is the key followed by ':free'
 -- KEYS[2]  the lock's line of tickets (fair.lua), in arrival order
--- KEYS[3]  the tickets' expiries (ms, Redis server time)
+-- KEYS[3]  the tickets' terms: '<expiry ms, Redis server time> <lease TTL ms> <fencing 0|1>'
+-- KEYS[4]  the fencing counter of the lock's slot
 -- ARGV[1]  owner token
--- returns  1 when the owner's lock was deleted, 0 when the key is gone or held by another token
--- A lock marked as waited for (its token followed by '*') announces its release: naming the
--- first live ticket of the line, the only waiter that may take it next, or '' (anybody may).
+-- returns  1 when the owner's lock was released, 0 when the key is gone or held by another token
+-- A lock marked as waited for (its token followed by '*') goes to the first live ticket of
+-- the line: when the ticket outlives the lease it asked for, the lock is handed to it here
+-- (announced as '<ticket> <fence>': it holds the lock on hearing this), else the release
+-- announces '<ticket>', the only waiter that may take it next. With no live ticket the
+-- announcement is '' (anybody may take it).
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -14,15 +19,34 @@ end
 if holder ~= ARGV[1] .. '*' then
   return 0
 end
-redis.call('DEL', KEYS[1])
-local next = redis.call('LINDEX', KEYS[2], 0) or ''
-if next ~= '' then
-  local time = redis.call('TIME')
-  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  if tonumber(redis.call('HGET', KEYS[3], next) or '0') <= now then
-    -- expired: fair.lua drops it at the next attempt, and anybody may try
-    next = ''
+local channel = KEYS[1] .. ':free'
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+while true do
+  local next = redis.call('LINDEX', KEYS[2], 0)
+  if not next then
+    break
   end
+  local terms = redis.call('HGET', KEYS[3], next) or ''
+  local expiry = tonumber(string.match(terms, '^%d+') or '0')
+  if expiry > now then
+    local ttl, fencing = string.match(terms, '^%d+ (%d+) (%d)$')
+    if not ttl or expiry - now < tonumber(ttl) then
+      -- the ticket may expire before the lease would: it takes the lock itself, or expires
+      redis.call('DEL', KEYS[1])
+      redis.call('PUBLISH', channel, next)
+      return 1
+    end
+    redis.call('LPOP', KEYS[2])
+    redis.call('HDEL', KEYS[3], next)
+    local fence = fencing == '1' and redis.call('INCR', KEYS[4]) or 0
+    redis.call('SET', KEYS[1], next .. '*', 'PX', ttl)
+    redis.call('PUBLISH', channel, next .. ' ' .. fence)
+    return 1
+  end
+  redis.call('LPOP', KEYS[2])
+  redis.call('HDEL', KEYS[3], next)
 end
-redis.call('PUBLISH', KEYS[1] .. ':free', next)
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', channel, '')
 return 1

@@ -8,8 +8,7 @@ use redis::{Client, ProtocolVersion, PushInfo, PushKind, RedisError, Value};
 
 use super::keys::LockKey;
 use super::manager_config;
-use crate::OwnerToken;
-use crate::waiting::{BoxFuture, Subscriptions, WaitingRoom};
+use crate::waiting::{Announcement, BoxFuture, Subscriptions, WaitingRoom};
 
 /// How long a subscription command may take before the waiters poll instead.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -53,8 +52,10 @@ fn route(room: &WaitingRoom, push: PushInfo) {
     let name = name.as_deref().and_then(LockKey::name_of_channel);
     match (push.kind, name) {
         (PushKind::Message, Some(name)) => {
-            let next = push.data.get(1).and_then(text);
-            room.announce(name, next.as_deref().and_then(OwnerToken::parse));
+            let message = push.data.get(1).and_then(text);
+            // Anything unreadable wakes everyone: they ask the store.
+            let announcement = message.as_deref().and_then(Announcement::parse);
+            room.announce(name, announcement.unwrap_or(Announcement::Free));
         }
         (PushKind::Subscribe, Some(name)) => room.subscription_confirmed(name),
         (PushKind::Disconnection, _) => room.disconnected(),

@@ -36,8 +36,11 @@ mod script;
 /// layer answers 503, or lets requests through with `fail_open()`).
 ///
 /// Releases are announced with `PUBLISH` on the channel `{<prefix><key>}:free`, only when
-/// somebody waits (the waiters mark the lock), naming the first ticket of the lock's queue
-/// (`{<prefix><key>}:line`) when it has one. A backend made
+/// somebody waits (the waiters mark the lock). When the lock's queue (`{<prefix><key>}:line`)
+/// has a ticket that outlives the lease it asked for, the release hands the lock straight to
+/// it and the announcement names the ticket and its fence: the waiter holds the lock on
+/// hearing it, one round trip sooner than asking. Otherwise the announcement names the first
+/// ticket, the only waiter that may take the lock next, or nobody. A backend made
 /// by [`connect`](Self::connect) keeps one more connection (RESP3) that subscribes to the
 /// channels of the locks its waiters wait for, so waiters sleep until a release instead of
 /// polling; it resubscribes by itself after a reconnect, and waiters retry on timers meanwhile.
@@ -307,10 +310,11 @@ impl LockBackend for RedisBackend {
     async fn release(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
         let mut buf = [0; 32];
         let release = &self.scripts.release;
-        let mut call = release.call(3, 1);
+        let mut call = release.call(4, 1);
         call.arg(LockKey::lock(key))
             .arg(LockKey::line(key))
             .arg(LockKey::tickets(key))
+            .arg(FenceCounter::of_lock(key))
             .arg(token.encode(&mut buf));
         let deleted: i64 = release.run(&call, &mut self.connection.clone()).await?;
         Ok(deleted == 1)
@@ -412,9 +416,13 @@ impl LockBackend for RedisBackend {
         acquire_reply(self.run_fair(key, "acquire", token, &args).await?)
     }
 
+    /// Withdraws the ticket; when a release handed the lock to it meanwhile, releases that too
+    /// (passing it on to the next ticket).
     async fn leave_fair_queue(&self, key: &str, token: OwnerToken) -> Result<(), BackendError> {
-        self.run_fair::<i64>(key, "leave", token, &[])
-            .await
-            .map(drop)
+        let handed: i64 = self.run_fair(key, "leave", token, &[]).await?;
+        if handed == 1 {
+            self.release(key, token).await?;
+        }
+        Ok(())
     }
 }

@@ -1,0 +1,163 @@
+//! A release hands the lock straight to the first ticket in its queue, when the ticket
+//! outlives the lease it asked for: the waiter holds the lock on hearing the announcement,
+//! without asking again.
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::post;
+use futures_util::StreamExt;
+use http::{Request, StatusCode};
+use integration_tests::{RedisServer, send};
+use redis::AsyncCommands;
+use redis::aio::{MultiplexedConnection, PubSub};
+use tower_lock::backend::CountingBackend;
+use tower_lock::key::header;
+use tower_lock::{Acquire, LockBackend, LockLayer, OwnerToken, RedisBackend};
+
+const LEASE: Duration = Duration::from_secs(3);
+/// A ticket that outlives a lease.
+const LONG_TICKET: Duration = Duration::from_secs(10);
+
+async fn connection(redis: &RedisServer) -> MultiplexedConnection {
+    redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Listens to lock `k`'s release announcements.
+async fn announcements(redis: &RedisServer) -> PubSub {
+    let mut pubsub = redis.client().get_async_pubsub().await.unwrap();
+    pubsub.subscribe("{lock:k}:free").await.unwrap();
+    pubsub
+}
+
+async fn next_announcement(pubsub: &mut PubSub) -> String {
+    let message = tokio::time::timeout(Duration::from_secs(5), pubsub.on_message().next())
+        .await
+        .expect("an announcement")
+        .unwrap();
+    message.get_payload().unwrap()
+}
+
+async fn fence_of(answer: impl Future<Output = Result<Acquire, tower_lock::BackendError>>) -> u64 {
+    match answer.await.unwrap() {
+        Acquire::Acquired { fence } => fence,
+        busy => panic!("expected the lock, got {busy:?}"),
+    }
+}
+
+async fn queue(backend: &RedisBackend, token: OwnerToken, ticket_ttl: Duration) {
+    let answer = backend
+        .acquire_fair("lock:k", token, LEASE, ticket_ttl)
+        .await
+        .unwrap();
+    assert!(matches!(answer, Acquire::Busy { .. }), "{answer:?}");
+}
+
+#[tokio::test]
+async fn a_release_hands_the_lock_to_the_first_ticket_that_outlives_its_lease() {
+    let redis = RedisServer::start();
+    let backend = RedisBackend::connect(redis.url()).await.unwrap();
+    let (holder, waiter) = (OwnerToken::new(), OwnerToken::new());
+    let held = fence_of(backend.acquire("lock:k", holder, LEASE)).await;
+    queue(&backend, waiter, LONG_TICKET).await;
+    let mut heard = announcements(&redis).await;
+
+    assert!(backend.release("lock:k", holder).await.unwrap());
+
+    let handed = held + 1;
+    assert_eq!(
+        next_announcement(&mut heard).await,
+        format!("{waiter} {handed}")
+    );
+    let mut connection = connection(&redis).await;
+    let value: String = connection.get("{lock:k}").await.unwrap();
+    assert_eq!(value, format!("{waiter}*"), "held for the waiter");
+    let pttl: i64 = connection.pttl("{lock:k}").await.unwrap();
+    assert!(pttl > 0 && pttl <= LEASE.as_millis() as i64, "{pttl}");
+    let line: i64 = connection.llen("{lock:k}:line").await.unwrap();
+    assert_eq!(line, 0, "the ticket was used");
+
+    // A waiter that missed the announcement asks again, and is told it holds the lock.
+    let again = fence_of(backend.acquire_fair("lock:k", waiter, LEASE, LONG_TICKET)).await;
+    assert!(again > handed, "a fresh fence: {again} after {handed}");
+    assert!(backend.release("lock:k", waiter).await.unwrap());
+    let exists: bool = connection.exists("{lock:k}").await.unwrap();
+    assert!(!exists);
+}
+
+#[tokio::test]
+async fn a_ticket_that_may_expire_before_the_lease_is_only_announced() {
+    let redis = RedisServer::start();
+    let backend = RedisBackend::connect(redis.url()).await.unwrap();
+    let (holder, waiter) = (OwnerToken::new(), OwnerToken::new());
+    fence_of(backend.acquire("lock:k", holder, LEASE)).await;
+    queue(&backend, waiter, LEASE / 2).await;
+    let mut heard = announcements(&redis).await;
+
+    assert!(backend.release("lock:k", holder).await.unwrap());
+
+    assert_eq!(next_announcement(&mut heard).await, waiter.to_string());
+    let exists: bool = connection(&redis).await.exists("{lock:k}").await.unwrap();
+    assert!(
+        !exists,
+        "not handed: a crashed waiter could block it for a lease"
+    );
+    fence_of(backend.acquire_fair("lock:k", waiter, LEASE, LEASE / 2)).await;
+}
+
+#[tokio::test]
+async fn a_waiter_that_leaves_holding_a_handed_lock_passes_it_on() {
+    let redis = RedisServer::start();
+    let backend = RedisBackend::connect(redis.url()).await.unwrap();
+    let (holder, first, second) = (OwnerToken::new(), OwnerToken::new(), OwnerToken::new());
+    fence_of(backend.acquire("lock:k", holder, LEASE)).await;
+    queue(&backend, first, LONG_TICKET).await;
+    queue(&backend, second, LONG_TICKET).await;
+    backend.release("lock:k", holder).await.unwrap();
+
+    backend.leave_fair_queue("lock:k", first).await.unwrap();
+
+    let value: String = connection(&redis).await.get("{lock:k}").await.unwrap();
+    assert_eq!(value, format!("{second}*"));
+}
+
+#[tokio::test]
+async fn a_queued_request_holds_the_lock_on_hearing_its_release_without_asking() {
+    let redis = RedisServer::start();
+    let backend = CountingBackend::new(RedisBackend::connect(redis.url()).await.unwrap());
+    let app = Router::new()
+        .route("/", post(|| async {}))
+        .route_layer(LockLayer::new(backend.clone(), header("x-key")).wait(LEASE * 2));
+    let holder = OwnerToken::new();
+    fence_of(backend.inner().acquire("lock:k", holder, LEASE)).await;
+    let request = Request::post("/")
+        .header("x-key", "k")
+        .body(Body::empty())
+        .unwrap();
+    let waiter = tokio::spawn(async move { send(&app, request).await.status });
+    let mut connection = connection(&redis).await;
+    let started = Instant::now();
+    while connection.llen::<_, i64>("{lock:k}:line").await.unwrap() == 0 {
+        assert!(started.elapsed() < LEASE, "the request never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Past the subscription's confirmation and any backoff retry before it (at most 250 ms):
+    // from here on the queued head sleeps until it hears the release.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let asked = backend.counts().acquires;
+
+    backend.inner().release("lock:k", holder).await.unwrap();
+
+    assert_eq!(waiter.await.unwrap(), StatusCode::OK);
+    assert!(started.elapsed() < LEASE, "woken by the release");
+    assert_eq!(
+        backend.counts().acquires,
+        asked,
+        "no acquire after the release: it was handed over"
+    );
+}
