@@ -194,6 +194,11 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
     /// keeping the wait timeout. A waiter's ticket expires after `ticket_ttl` (3 s is a good
     /// start) unless refreshed, so a crashed waiter holds up the line at most that long.
     ///
+    /// When `ticket_ttl` is a little over 1.5 × the lease TTL (the ticket is renewed every third of
+    /// its TTL, so it always outlives a lease), a release hands the lock straight to the next
+    /// waiter, one round trip sooner than the waiter asking for it; with shorter tickets the
+    /// release names the next waiter, which then takes the lock.
+    ///
     /// Waiters in notified mode queue in the same line (one ticket per process), but a
     /// request's first attempt and polling waiters do not: for strict order, make every layer
     /// locking the same keys fair.

@@ -204,3 +204,32 @@ async fn several_keys_are_taken_in_redis_all_or_none() {
         "the set holds c: {single:?}"
     );
 }
+
+#[tokio::test]
+async fn without_fencing_a_writer_gets_no_token_and_no_counter_is_made() {
+    use tower_lock::{Acquire, LockBackend, OwnerToken};
+    let redis = RedisServer::start();
+    let store = RedisBackend::connect(redis.url())
+        .await
+        .unwrap()
+        .fencing(false);
+    let ttl = Duration::from_secs(10);
+
+    let written = store
+        .acquire_hold("lock:w", OwnerToken::new(), ttl, Hold::Write)
+        .await
+        .unwrap();
+
+    assert_eq!(written, Acquire::Acquired { fence: 0 });
+    let mut connection = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let counters: Vec<String> = redis::cmd("KEYS")
+        .arg("tower-lock:fence:*")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert!(counters.is_empty(), "no fencing counter: {counters:?}");
+}

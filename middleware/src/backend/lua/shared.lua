@@ -7,6 +7,7 @@
 -- ARGV[2]  owner token
 -- ARGV[3]  lease TTL in ms                                  (read, permit, write, extend)
 -- ARGV[4]  permits (permit); writer intent TTL in ms (write)
+-- ARGV[5]  '1' to issue a fencing token, else the fence is 0   (write)
 -- returns  read / permit / write: {1, fence} when held (fence 0 for shared holds);
 --                                 {0, ms} when busy: wait at most ms before asking again
 --          extend / release:      1 when the caller's shared hold was extended / released, else 0
@@ -15,10 +16,14 @@
 -- channel (the key followed by ':free'); a writer releases through release.lua like a mutex.
 local op, token = ARGV[1], ARGV[2]
 
+local function fence()
+  return ARGV[5] == '1' and redis.call('INCR', KEYS[4]) or 0
+end
+
 -- the common case of a writer: no readers, nobody waiting to write; no clock needed
 if op == 'write' and redis.call('EXISTS', KEYS[2]) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
   if redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[3]) then
-    return {1, redis.call('INCR', KEYS[4])}
+    return {1, fence()}
   end
 end
 
@@ -90,7 +95,7 @@ elseif op == 'write' then
   local announce = intent and '*' or ''
   redis.call('DEL', KEYS[3])
   redis.call('SET', KEYS[1], token .. announce, 'PX', ARGV[3])
-  return {1, redis.call('INCR', KEYS[4])}
+  return {1, fence()}
 elseif op == 'extend' then
   local expiry = redis.call('ZSCORE', KEYS[2], token)
   if not expiry then

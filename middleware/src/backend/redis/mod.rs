@@ -369,7 +369,11 @@ impl LockBackend for RedisBackend {
                 self.run_shared(key, "permit", token, &args).await?
             }
             Hold::Write => {
-                let args = [millis(ttl), millis(WRITER_INTENT_TTL)];
+                let args = [
+                    millis(ttl),
+                    millis(WRITER_INTENT_TTL),
+                    u64::from(self.fencing),
+                ];
                 self.run_shared(key, "write", token, &args).await?
             }
         };
