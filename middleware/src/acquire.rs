@@ -72,7 +72,7 @@ pub(crate) async fn acquire<B: LockBackend>(
     } = plan.policy
     else {
         return attempts
-            .once(Ask::Plain, Instant::now())
+            .once(Ask::Plain)
             .await?
             .map_err(|holder_ttl| NotObtained::Busy { holder_ttl });
     };
@@ -82,7 +82,7 @@ pub(crate) async fn acquire<B: LockBackend>(
         // Only a request that found the lock busy enters the waiting room (which subscribes to
         // the lock's announcements); its first wait attempt asks again, so no release between
         // the two is missed.
-        match attempts.once(Ask::Plain, Instant::now()).await? {
+        match attempts.once(Ask::Plain).await? {
             Ok(acquired) => return Ok(acquired),
             Err(holder_ttl) if patience.is_zero() => {
                 return Err(NotObtained::Busy { holder_ttl });
@@ -105,7 +105,7 @@ pub(crate) async fn acquire<B: LockBackend>(
         }
         (WaitMode::Notified, Some(room)) => {
             if !room.has_line(name) {
-                match attempts.once(Ask::Plain, Instant::now()).await? {
+                match attempts.once(Ask::Plain).await? {
                     Ok(acquired) => return Ok(acquired),
                     Err(holder_ttl) if patience.is_zero() => {
                         return Err(NotObtained::Busy { holder_ttl });
@@ -150,15 +150,11 @@ struct Attempts<'a, B> {
 }
 
 impl<B: LockBackend> Attempts<'_, B> {
-    /// One attempt, sent at `sent`: `Ok(Ok(acquired))`, `Ok(Err(holder_ttl))` when busy, or
-    /// the store failed.
-    async fn once(
-        &self,
-        ask: Ask,
-        sent: Instant,
-    ) -> Result<Result<Acquired, Option<Duration>>, NotObtained> {
+    /// One attempt: `Ok(Ok(acquired))`, `Ok(Err(holder_ttl))` when busy, or the store failed.
+    async fn once(&self, ask: Ask) -> Result<Result<Acquired, Option<Duration>>, NotObtained> {
         let (backend, name, token, plan) = (self.backend, self.name, self.token, self.plan);
         let (ttl, store_timeout) = (plan.ttl, plan.store_timeout);
+        let sent = Instant::now();
         let answer = match ask {
             _ if self.hold != Hold::Exclusive => {
                 timeout(
@@ -192,7 +188,7 @@ impl<B: LockBackend> Attempts<'_, B> {
 
     /// The wait is over: one last look, for an accurate `Retry-After`.
     async fn once_more_busy(&self) -> Result<Acquired, NotObtained> {
-        match self.once(Ask::Plain, Instant::now()).await? {
+        match self.once(Ask::Plain).await? {
             Ok(acquired) => Ok(acquired),
             Err(holder_ttl) => Err(NotObtained::Busy { holder_ttl }),
         }
@@ -215,8 +211,8 @@ impl<B: LockBackend> Attempts<'_, B> {
             if let Some(announced) = announced.as_mut().as_pin_mut() {
                 announced.enable();
             }
-            let sent = Instant::now();
-            let holder_ttl = match self.once(ask, sent).await? {
+            let asked = Instant::now();
+            let holder_ttl = match self.once(ask).await? {
                 Ok(acquired) => return Ok(acquired),
                 Err(holder_ttl) => holder_ttl,
             };
@@ -242,10 +238,10 @@ impl<B: LockBackend> Attempts<'_, B> {
                 }
                 _ => sleep(delay).await,
             }
-            // A release handed the lock to our ticket, after the busy answer to the attempt
-            // sent at `sent`: its lease started later than that.
+            // A release handed the lock to our ticket after the busy answer to the attempt
+            // made at `asked`: its lease started later than that.
             if let Some(fence) = place.and_then(|place| place.handed(self.token)) {
-                return Ok((fence, sent));
+                return Ok((fence, asked));
             }
             attempt = attempt.saturating_add(1);
         }
