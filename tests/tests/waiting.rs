@@ -16,18 +16,27 @@ use tower_lock::{Acquire, LockBackend, LockLayer, OwnerToken, RedisBackend};
 
 const HOLD_TTL: Duration = Duration::from_secs(3);
 
-/// A "process": its own backend (own connections, own subscriber) and its own app, reporting
-/// which request (`x-id`) got the lock, and holding it for `hold`.
+/// Fair mode's tickets, when they are shorter than 1.5 leases: a release names the next
+/// ticket, which takes the lock itself.
+const SHORT_TICKETS: Duration = Duration::from_secs(3);
+/// Fair mode's tickets, when they outlive a lease: a release hands the lock to the next one.
+const LONG_TICKETS: Duration = Duration::from_secs(10);
+
+/// A "process": its own backend (own connections, own subscriber) and its own app (leases of
+/// `HOLD_TTL`, fair mode with these tickets if `fair`), reporting which request (`x-id`) got
+/// the lock, and holding it for `hold`.
 async fn process(
     redis: &RedisServer,
-    fair: bool,
+    fair: Option<Duration>,
     hold: Duration,
     order: mpsc::UnboundedSender<String>,
 ) -> Router {
     let backend = RedisBackend::connect(redis.url()).await.unwrap();
-    let mut layer = LockLayer::new(backend, header("x-key")).wait(Duration::from_secs(20));
-    if fair {
-        layer = layer.fair(Duration::from_secs(3));
+    let mut layer = LockLayer::new(backend, header("x-key"))
+        .ttl(HOLD_TTL)
+        .wait(Duration::from_secs(20));
+    if let Some(ticket_ttl) = fair {
+        layer = layer.fair(ticket_ttl);
     }
     Router::new()
         .route(
@@ -91,7 +100,7 @@ async fn until_subscribed(redis: &RedisServer, count: i64) {
 async fn a_waiter_is_woken_by_the_announced_release() {
     let redis = RedisServer::start();
     let (order, mut served) = mpsc::unbounded_channel();
-    let app = process(&redis, false, Duration::ZERO, order).await;
+    let app = process(&redis, None, Duration::ZERO, order).await;
     let holder_backend = RedisBackend::connect(redis.url()).await.unwrap();
     let holder = hold(&holder_backend).await;
     let waiter = request(&app, 1);
@@ -113,7 +122,7 @@ async fn a_waiter_is_woken_by_the_announced_release() {
 async fn a_waiter_still_gets_the_lock_when_the_release_is_never_announced() {
     let redis = RedisServer::start();
     let (order, _served) = mpsc::unbounded_channel();
-    let app = process(&redis, false, Duration::ZERO, order).await;
+    let app = process(&redis, None, Duration::ZERO, order).await;
     let holder_backend = RedisBackend::connect(redis.url()).await.unwrap();
     hold(&holder_backend).await;
     let waiter = request(&app, 1);
@@ -137,7 +146,7 @@ async fn a_waiter_still_gets_the_lock_when_the_release_is_never_announced() {
 async fn a_killed_subscriber_connection_does_not_strand_its_waiters() {
     let redis = RedisServer::start();
     let (order, _served) = mpsc::unbounded_channel();
-    let app = process(&redis, false, Duration::ZERO, order).await;
+    let app = process(&redis, None, Duration::ZERO, order).await;
     let holder_backend = RedisBackend::connect(redis.url()).await.unwrap();
     let holder = hold(&holder_backend).await;
     let waiter = request(&app, 1);
@@ -175,18 +184,19 @@ async fn a_killed_subscriber_connection_does_not_strand_its_waiters() {
     );
 }
 
-#[tokio::test]
-async fn fair_mode_serves_two_processes_in_arrival_order() {
+/// Twelve requests queued alternately in two fair processes behind a held lock, with
+/// `ticket_ttl` tickets: the order they were served in.
+async fn fair_order(ticket_ttl: Duration) -> Vec<String> {
     let redis = RedisServer::start();
     let (order, mut served) = mpsc::unbounded_channel();
     let processes = [
-        process(&redis, true, Duration::ZERO, order.clone()).await,
-        process(&redis, true, Duration::ZERO, order).await,
+        process(&redis, Some(ticket_ttl), Duration::ZERO, order.clone()).await,
+        process(&redis, Some(ticket_ttl), Duration::ZERO, order).await,
     ];
     let holder_backend = RedisBackend::connect(redis.url()).await.unwrap();
     let holder = OwnerToken::new();
     holder_backend
-        .acquire_fair("lock:k", holder, HOLD_TTL, Duration::from_secs(3))
+        .acquire_fair("lock:k", holder, HOLD_TTL, ticket_ttl)
         .await
         .unwrap();
     let mut waiters = Vec::new();
@@ -199,9 +209,19 @@ async fn fair_mode_serves_two_processes_in_arrival_order() {
     for waiter in waiters {
         assert_eq!(waiter.await.unwrap(), StatusCode::OK);
     }
+    (0..12).map(|_| served.try_recv().unwrap()).collect()
+}
 
-    let order: Vec<String> = (0..12).map(|_| served.try_recv().unwrap()).collect();
-    assert_eq!(order, (0..12).map(|id| id.to_string()).collect::<Vec<_>>());
+#[tokio::test]
+async fn fair_mode_serves_two_processes_in_arrival_order() {
+    let arrival: Vec<String> = (0..12).map(|id| id.to_string()).collect();
+    assert_eq!(fair_order(SHORT_TICKETS).await, arrival);
+}
+
+#[tokio::test]
+async fn fair_mode_hands_the_lock_over_in_arrival_order_when_tickets_outlive_leases() {
+    let arrival: Vec<String> = (0..12).map(|id| id.to_string()).collect();
+    assert_eq!(fair_order(LONG_TICKETS).await, arrival);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -210,8 +230,8 @@ async fn notified_processes_take_turns_instead_of_the_releaser_winning_every_rac
     let (order, mut served) = mpsc::unbounded_channel();
     let hold_each = Duration::from_millis(20);
     let processes = [
-        process(&redis, false, hold_each, order.clone()).await,
-        process(&redis, false, hold_each, order).await,
+        process(&redis, None, hold_each, order.clone()).await,
+        process(&redis, None, hold_each, order).await,
     ];
     let holder_backend = RedisBackend::connect(redis.url()).await.unwrap();
     let holder = hold(&holder_backend).await;
