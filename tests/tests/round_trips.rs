@@ -147,7 +147,8 @@ async fn without_fencing_an_uncontended_request_sends_a_plain_set_and_one_script
 }
 
 #[tokio::test]
-async fn an_uncontended_write_lock_costs_two_scripts_and_subscribes_to_nothing() {
+async fn an_uncontended_write_lock_costs_one_transaction_and_one_script_and_subscribes_to_nothing()
+{
     let redis = RedisServer::start();
     let backend = RedisBackend::connect(redis.url()).await.unwrap();
     let app = claims(coupon_lock(backend).read_write()).await;
@@ -167,8 +168,9 @@ async fn an_uncontended_write_lock_costs_two_scripts_and_subscribes_to_nothing()
         .collect();
     assert_eq!(
         commands,
-        ["EVALSHA", "EVALSHA"].repeat(REQUESTS),
-        "per request: the write acquire, then the release; a request that finds the lock free \
+        ["MULTI", "SET", "INCR", "GET", "EXEC", "EVALSHA"].repeat(REQUESTS),
+        "per request: the write acquire (SET NX PX, the fencing counter, a look at waiting \
+         writers' intent: no script), then the release; a request that finds the lock free \
          does not enter the waiting room, so nothing subscribes: {lines:#?}"
     );
 }

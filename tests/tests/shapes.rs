@@ -233,3 +233,115 @@ async fn without_fencing_a_writer_gets_no_token_and_no_counter_is_made() {
         .unwrap();
     assert!(counters.is_empty(), "no fencing counter: {counters:?}");
 }
+
+/// The store's view of lock `w`: its key's value and remaining lease, and the writer intent.
+async fn lock_w(redis: &RedisServer) -> (Option<String>, i64, Option<String>) {
+    let mut connection = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::pipe()
+        .get("{lock:w}")
+        .pttl("{lock:w}")
+        .get("{lock:w}:intent")
+        .query_async(&mut connection)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn readers_hold_the_lock_key_so_a_plain_set_nx_fails_until_the_last_one_leaves() {
+    use tower_lock::{Acquire, LockBackend, OwnerToken};
+    let redis = RedisServer::start();
+    let store = RedisBackend::connect(redis.url()).await.unwrap();
+    let (short, long) = (OwnerToken::new(), OwnerToken::new());
+    let read = |token, ttl| store.acquire_hold("lock:w", token, ttl, Hold::Read);
+    assert!(matches!(
+        read(long, Duration::from_secs(20)).await.unwrap(),
+        Acquire::Acquired { .. }
+    ));
+    assert!(matches!(
+        read(short, Duration::from_secs(5)).await.unwrap(),
+        Acquire::Acquired { .. }
+    ));
+
+    let (value, pttl, _) = lock_w(&redis).await;
+    assert_eq!(value.as_deref(), Some("readers"));
+    assert!(
+        pttl > 15_000,
+        "the key lives as long as the longest read: {pttl}"
+    );
+    let mutex = store
+        .acquire("lock:w", OwnerToken::new(), Duration::from_secs(5))
+        .await;
+    assert!(
+        matches!(mutex.unwrap(), Acquire::Busy { .. }),
+        "a plain SET NX fails"
+    );
+
+    store
+        .release_hold("lock:w", long, Hold::Read)
+        .await
+        .unwrap();
+    let (_, pttl, _) = lock_w(&redis).await;
+    assert!(pttl <= 5_000, "now as long as the remaining read: {pttl}");
+    store
+        .release_hold("lock:w", short, Hold::Read)
+        .await
+        .unwrap();
+    let (value, ..) = lock_w(&redis).await;
+    assert_eq!(value, None, "the last reader takes the key with it");
+    let writer = store
+        .acquire_hold(
+            "lock:w",
+            OwnerToken::new(),
+            Duration::from_secs(5),
+            Hold::Write,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(writer, Acquire::Acquired { .. }), "{writer:?}");
+}
+
+#[tokio::test]
+async fn a_writer_that_waited_withdraws_its_intent_when_it_gets_in() {
+    use tower_lock::{Acquire, LockBackend, OwnerToken};
+    let redis = RedisServer::start();
+    let store = RedisBackend::connect(redis.url()).await.unwrap();
+    let ttl = Duration::from_secs(10);
+    let (reader, writer) = (OwnerToken::new(), OwnerToken::new());
+    store
+        .acquire_hold("lock:w", reader, ttl, Hold::Read)
+        .await
+        .unwrap();
+
+    let waited = store
+        .acquire_hold("lock:w", writer, ttl, Hold::Write)
+        .await
+        .unwrap();
+    let (_, _, intent) = lock_w(&redis).await;
+    assert!(matches!(waited, Acquire::Busy { .. }), "{waited:?}");
+    assert_eq!(intent, Some(writer.to_string()), "new readers are barred");
+    store
+        .release_hold("lock:w", reader, Hold::Read)
+        .await
+        .unwrap();
+
+    let taken = store
+        .acquire_hold("lock:w", writer, ttl, Hold::Write)
+        .await
+        .unwrap();
+
+    assert!(matches!(taken, Acquire::Acquired { .. }), "{taken:?}");
+    let (value, _, intent) = lock_w(&redis).await;
+    assert_eq!(
+        intent, None,
+        "readers are no longer barred once the writer is in"
+    );
+    assert_eq!(
+        value,
+        Some(format!("{writer}*")),
+        "its release is announced to the readers it held back"
+    );
+}

@@ -1,15 +1,20 @@
 -- Shared holds: read locks (many readers, or one writer) and semaphore permits (at most N).
--- KEYS[1]  the exclusive lock key (a writer's owner token, as for a mutex)
+-- KEYS[1]  the exclusive lock key: a writer's owner token (as for a mutex), or 'readers' while
+--          readers hold the lock, expiring with the last of them; so a plain `SET NX`, which is
+--          how a writer first asks (no script), fails while anybody holds the lock
 -- KEYS[2]  shared holders: a sorted set of owner token -> lease expiry (ms, Redis server time)
 -- KEYS[3]  a waiting writer's intent (its token), which bars new readers while it lives
 -- KEYS[4]  the fencing counter of the lock's slot (writers only)
--- ARGV[1]  operation: 'read', 'permit', 'write', 'extend' or 'release'
+-- ARGV[1]  operation: 'read', 'permit', 'write', 'wrote', 'extend' or 'release'
 -- ARGV[2]  owner token
 -- ARGV[3]  lease TTL in ms                                  (read, permit, write, extend)
 -- ARGV[4]  permits (permit); writer intent TTL in ms (write)
 -- ARGV[5]  '1' to issue a fencing token, else the fence is 0   (write)
 -- returns  read / permit / write: {1, fence} when held (fence 0 for shared holds);
 --                                 {0, ms} when busy: wait at most ms before asking again
+--          wrote:                 1 (a writer that took KEYS[1] with `SET NX` while its own
+--                                 intent stood: the intent is withdrawn, and the readers it held
+--                                 back hear the writer's release)
 --          extend / release:      1 when the caller's shared hold was extended / released, else 0
 -- Expired shared holds are dropped before every decision, so a crashed reader or permit
 -- holder blocks nobody past its lease. Every shared release is announced on the lock key's
@@ -18,13 +23,6 @@ local op, token = ARGV[1], ARGV[2]
 
 local function fence()
   return ARGV[5] == '1' and redis.call('INCR', KEYS[4]) or 0
-end
-
--- the common case of a writer: no readers, nobody waiting to write; no clock needed
-if op == 'write' and redis.call('EXISTS', KEYS[2]) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
-  if redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[3]) then
-    return {1, fence()}
-  end
 end
 
 local time = redis.call('TIME')
@@ -40,10 +38,14 @@ local function first_expiry()
   return 0
 end
 
+-- the lock key while readers hold it (marked or not)
+local function is_readers(value)
+  return value == 'readers' or value == 'readers*'
+end
+
 -- a waiter for the exclusive holder marks it, so its release is announced
-local function mark_waited()
-  local holder = redis.call('GET', KEYS[1])
-  if holder and string.sub(holder, -1) ~= '*' then
+local function mark_waited(holder)
+  if string.sub(holder, -1) ~= '*' then
     redis.call('APPEND', KEYS[1], '*')
   end
 end
@@ -58,14 +60,20 @@ local function hold_shared()
 end
 
 if op == 'read' then
-  local writer = redis.call('PTTL', KEYS[1])
-  if writer >= 0 then
-    mark_waited()
-    return {0, writer}
+  local holder = redis.call('GET', KEYS[1])
+  if holder and not is_readers(holder) then
+    mark_waited(holder)
+    return {0, redis.call('PTTL', KEYS[1])}
   end
   local intent = redis.call('PTTL', KEYS[3])
   if intent >= 0 then
     return {0, intent}
+  end
+  local ttl = tonumber(ARGV[3])
+  if not holder then
+    redis.call('SET', KEYS[1], 'readers', 'PX', ttl)
+  elseif redis.call('PTTL', KEYS[1]) < ttl then
+    redis.call('PEXPIRE', KEYS[1], ttl)
   end
   return hold_shared()
 elseif op == 'permit' then
@@ -74,17 +82,18 @@ elseif op == 'permit' then
   end
   return {0, first_expiry()}
 elseif op == 'write' then
-  local holder = redis.call('PTTL', KEYS[1])
+  local holder = redis.call('GET', KEYS[1])
+  local writer = holder and not is_readers(holder)
   local readers = redis.call('ZCARD', KEYS[2])
   local intent = redis.call('GET', KEYS[3])
-  if holder >= 0 or readers > 0 or (intent and intent ~= token) then
+  if writer or readers > 0 or (intent and intent ~= token) then
     -- the first waiting writer bars new readers, so a stream of them cannot starve it
     if not intent or intent == token then
       redis.call('SET', KEYS[3], token, 'PX', ARGV[4])
     end
-    if holder >= 0 then
-      mark_waited()
-      return {0, holder}
+    if writer then
+      mark_waited(holder)
+      return {0, redis.call('PTTL', KEYS[1])}
     end
     if readers > 0 then
       return {0, first_expiry()}
@@ -96,19 +105,40 @@ elseif op == 'write' then
   redis.call('DEL', KEYS[3])
   redis.call('SET', KEYS[1], token .. announce, 'PX', ARGV[3])
   return {1, fence()}
+elseif op == 'wrote' then
+  if redis.call('GET', KEYS[3]) == token then
+    redis.call('DEL', KEYS[3])
+    if redis.call('GET', KEYS[1]) == token then
+      redis.call('APPEND', KEYS[1], '*')
+    end
+  end
+  return 1
 elseif op == 'extend' then
   local expiry = redis.call('ZSCORE', KEYS[2], token)
   if not expiry then
     return 0
   end
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), token)
-  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[3]) then
-    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  local ttl = tonumber(ARGV[3])
+  redis.call('ZADD', KEYS[2], now + ttl, token)
+  if redis.call('PTTL', KEYS[2]) < ttl then
+    redis.call('PEXPIRE', KEYS[2], ttl)
+  end
+  if is_readers(redis.call('GET', KEYS[1])) and redis.call('PTTL', KEYS[1]) < ttl then
+    redis.call('PEXPIRE', KEYS[1], ttl)
   end
   return 1
 elseif op == 'release' then
   if redis.call('ZREM', KEYS[2], token) == 0 then
     return 0
+  end
+  if is_readers(redis.call('GET', KEYS[1])) then
+    -- the lock key now lives as long as the longest remaining read
+    local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+    if last[2] then
+      redis.call('PEXPIREAT', KEYS[1], last[2])
+    else
+      redis.call('DEL', KEYS[1])
+    end
   end
   redis.call('PUBLISH', KEYS[1] .. ':free', '')
   return 1

@@ -22,7 +22,9 @@ mod script;
 ///
 /// Each lock is one string key, `{<prefix><key>}`, holding the owner token with a `PX`
 /// expiry, and nothing else: a released or expired lock leaves no key behind. The braces are a
-/// hash tag (a lock's other keys, such as a read-write lock's readers, share it).
+/// hash tag (a lock's other keys, such as a read-write lock's readers, share it). While readers
+/// hold a read-write lock, its key holds `readers` and expires with the last of them, so every
+/// exclusive acquire, a writer's included, is the same plain `SET NX`.
 ///
 /// An acquire is one round trip: `SET NX PX`, in a `MULTI` with the `INCR` of a fencing
 /// counter. There is one counter per Redis Cluster hash slot, `tower-lock:fence:{<n>}` with
@@ -164,29 +166,18 @@ impl RedisBackend {
         token: OwnerToken,
         ttl: Duration,
     ) -> Result<Acquire, BackendError> {
-        let mut buf = [0; 32];
-        let token = token.encode(&mut buf);
-        let mut set = Cmd::with_capacity(6, 64 + name.len());
-        set.arg("SET")
-            .arg(LockKey::lock(name))
-            .arg(token)
-            .arg("NX")
-            .arg("PX")
-            .arg(millis(ttl));
         let mut connection = self.connection.clone();
         let taken = if self.fencing {
-            let mut incr = Cmd::with_capacity(2, 32);
-            incr.arg("INCR").arg(FenceCounter::of_lock(name));
             let (taken, fence): (Option<()>, u64) = redis::Pipeline::with_capacity(2)
                 .atomic()
-                .add_command(set)
-                .add_command(incr)
+                .add_command(set_nx(name, token, ttl))
+                .add_command(fence_incr(name))
                 .query_async(&mut connection)
                 .await
                 .map_err(BackendError::new)?;
             taken.map(|()| fence)
         } else {
-            let taken: Option<()> = set
+            let taken: Option<()> = set_nx(name, token, ttl)
                 .query_async(&mut connection)
                 .await
                 .map_err(BackendError::new)?;
@@ -205,6 +196,53 @@ impl RedisBackend {
             ms => u64::try_from(ms).ok().map(Duration::from_millis),
         };
         Ok(Acquire::Busy { holder_ttl })
+    }
+
+    /// Takes the write side of a read-write lock: like a mutex, a plain `SET NX PX` (readers
+    /// hold the lock key too, so it fails while anybody holds the lock), with the fencing
+    /// counter's `INCR` and a look at the waiting writers' intent in the same transaction. Only
+    /// a writer that finds its own intent standing (it waited) sends a second command, which
+    /// withdraws the intent and has its release announced to the readers it held back; only a
+    /// busy lock goes to `shared.lua`, which queues the intent.
+    async fn take_write(
+        &self,
+        name: &str,
+        token: OwnerToken,
+        ttl: Duration,
+    ) -> Result<Acquire, BackendError> {
+        let mut intent = Cmd::with_capacity(2, 16 + name.len());
+        intent.arg("GET").arg(LockKey::intent(name));
+        let mut pipeline = redis::Pipeline::with_capacity(3);
+        pipeline.atomic().add_command(set_nx(name, token, ttl));
+        if self.fencing {
+            pipeline.add_command(fence_incr(name));
+        }
+        let replies: Vec<redis::Value> = pipeline
+            .add_command(intent)
+            .query_async(&mut self.connection.clone())
+            .await
+            .map_err(BackendError::new)?;
+        let (taken, fence, intent) = match &replies[..] {
+            [taken, intent] => (taken, &redis::Value::Int(0), intent),
+            [taken, fence, intent] => (taken, fence, intent),
+            _ => return Err(BackendError::new("unexpected reply to the write acquire")),
+        };
+        if matches!(taken, redis::Value::Nil) {
+            let args = [
+                millis(ttl),
+                millis(WRITER_INTENT_TTL),
+                u64::from(self.fencing),
+            ];
+            return acquire_reply(self.run_shared(name, "write", token, &args).await?);
+        }
+        let fence = u64::from_redis_value_ref(fence).map_err(BackendError::new)?;
+        let mut buf = [0; 32];
+        if let redis::Value::BulkString(intent) = intent
+            && intent[..] == *token.encode(&mut buf).as_bytes()
+        {
+            self.run_shared::<i64>(name, "wrote", token, &[]).await?;
+        }
+        Ok(Acquire::Acquired { fence })
     }
 
     /// Runs operation `op` of `shared.lua` on lock `name`.
@@ -254,6 +292,26 @@ impl RedisBackend {
         call.arg(op).arg(token.encode(&mut buf)).arg(args);
         script.run(&call, &mut self.connection.clone()).await
     }
+}
+
+/// `SET <lock> <token> NX PX <ttl>`: takes lock `name` if nobody holds it.
+fn set_nx(name: &str, token: OwnerToken, ttl: Duration) -> Cmd {
+    let mut buf = [0; 32];
+    let mut set = Cmd::with_capacity(6, 64 + name.len());
+    set.arg("SET")
+        .arg(LockKey::lock(name))
+        .arg(token.encode(&mut buf))
+        .arg("NX")
+        .arg("PX")
+        .arg(millis(ttl));
+    set
+}
+
+/// `INCR` of the fencing counter of lock `name`'s slot.
+fn fence_incr(name: &str) -> Cmd {
+    let mut incr = Cmd::with_capacity(2, 32);
+    incr.arg("INCR").arg(FenceCounter::of_lock(name));
+    incr
 }
 
 /// Reads an acquire script's `{1, fence}` or `{0, wait ms}`.
@@ -368,14 +426,7 @@ impl LockBackend for RedisBackend {
                 let args = [millis(ttl), u64::from(permits)];
                 self.run_shared(key, "permit", token, &args).await?
             }
-            Hold::Write => {
-                let args = [
-                    millis(ttl),
-                    millis(WRITER_INTENT_TTL),
-                    u64::from(self.fencing),
-                ];
-                self.run_shared(key, "write", token, &args).await?
-            }
+            Hold::Write => return self.take_write(key, token, ttl).await,
         };
         acquire_reply(reply)
     }
