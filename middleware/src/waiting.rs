@@ -340,6 +340,13 @@ impl WaitingRoom {
             .is_some_and(|waiters| !waiters.line.is_empty())
     }
 
+    /// Whether any waiter of this process waits for `name` now (in line or with a ticket).
+    pub(crate) fn has_waiters(&self, name: &str) -> bool {
+        self.names()
+            .get(name)
+            .is_some_and(|waiters| waiters.members() > 0)
+    }
+
     /// `id`, heading its line, holds a ticket in the store's queue.
     fn head_enqueued(&self, name: &str, id: u64) {
         if let Some(waiters) = self.names().get_mut(name)

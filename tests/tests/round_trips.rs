@@ -174,3 +174,73 @@ async fn an_uncontended_write_lock_costs_one_transaction_and_one_script_and_subs
          does not enter the waiting room, so nothing subscribes: {lines:#?}"
     );
 }
+
+#[tokio::test]
+async fn a_waiting_writer_asks_with_one_script_not_a_failing_transaction_first() {
+    use std::time::Duration;
+    use tower_lock::{Hold, LockBackend, OwnerToken};
+    let redis = RedisServer::start();
+    let backend = RedisBackend::connect(redis.url()).await.unwrap();
+    let app = claims(coupon_lock(backend.clone()).read_write()).await;
+    let reader = OwnerToken::new();
+    let ttl = Duration::from_secs(10);
+    backend
+        .acquire_hold("lock:coupon:7", reader, ttl, Hold::Read)
+        .await
+        .unwrap();
+    let writer = tokio::spawn(async move { send(&app, post("/coupons/7/claim")).await.status });
+    let mut connection = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !redis::cmd("EXISTS")
+        .arg("{lock:coupon:7}:intent")
+        .query_async::<bool>(&mut connection)
+        .await
+        .unwrap()
+    {
+        assert!(
+            started.elapsed() < ttl,
+            "the writer never queued its intent"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Once subscribed, the writer asks once more and then sleeps until a release is announced
+    // (or 500 ms pass): let that happen before watching.
+    while redis::cmd("PUBSUB")
+        .arg(&["NUMSUB", "{lock:coupon:7}:free"])
+        .query_async::<(String, i64)>(&mut connection)
+        .await
+        .unwrap()
+        .1
+        == 0
+    {
+        assert!(started.elapsed() < ttl, "the writer never subscribed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let (status, lines) = monitored(&redis, async {
+        backend
+            .release_hold("lock:coupon:7", reader, Hold::Read)
+            .await
+            .unwrap();
+        writer.await.unwrap()
+    })
+    .await;
+
+    assert_eq!(status, 200);
+    let commands: Vec<_> = lines
+        .iter()
+        .filter(|line| !line.contains(" lua]"))
+        .map(|line| command(line))
+        .collect();
+    assert_eq!(
+        commands,
+        ["EVALSHA", "EVALSHA", "EVALSHA"],
+        "the reader's release, then the woken writer's one script (no MULTI that fails \
+         first), then its release: {lines:#?}"
+    );
+}

@@ -203,13 +203,27 @@ impl RedisBackend {
     /// counter's `INCR` and a look at the waiting writers' intent in the same transaction. Only
     /// a writer that finds its own intent standing (it waited) sends a second command, which
     /// withdraws the intent and has its release announced to the readers it held back; only a
-    /// busy lock goes to `shared.lua`, which queues the intent.
+    /// busy lock goes to `shared.lua`, which queues the intent. While this process has waiters
+    /// for the lock (it is contended), a writer asks `shared.lua` straight away: one round trip
+    /// instead of a transaction that fails first.
     async fn take_write(
         &self,
         name: &str,
         token: OwnerToken,
         ttl: Duration,
     ) -> Result<Acquire, BackendError> {
+        let write_args = [
+            millis(ttl),
+            millis(WRITER_INTENT_TTL),
+            u64::from(self.fencing),
+        ];
+        if self
+            .room
+            .as_ref()
+            .is_some_and(|room| room.has_waiters(name))
+        {
+            return acquire_reply(self.run_shared(name, "write", token, &write_args).await?);
+        }
         let mut intent = Cmd::with_capacity(2, 16 + name.len());
         intent.arg("GET").arg(LockKey::intent(name));
         let mut pipeline = redis::Pipeline::with_capacity(3);
@@ -228,12 +242,7 @@ impl RedisBackend {
             _ => return Err(BackendError::new("unexpected reply to the write acquire")),
         };
         if matches!(taken, redis::Value::Nil) {
-            let args = [
-                millis(ttl),
-                millis(WRITER_INTENT_TTL),
-                u64::from(self.fencing),
-            ];
-            return acquire_reply(self.run_shared(name, "write", token, &args).await?);
+            return acquire_reply(self.run_shared(name, "write", token, &write_args).await?);
         }
         let fence = u64::from_redis_value_ref(fence).map_err(BackendError::new)?;
         let mut buf = [0; 32];
