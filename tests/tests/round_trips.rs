@@ -62,6 +62,20 @@ async fn monitored<T>(redis: &RedisServer, during: impl Future<Output = T>) -> (
     (output, lines)
 }
 
+/// Whether a MONITOR line is a command a client sent (not one a script ran).
+fn sent_by_a_client(line: &str) -> bool {
+    !line.contains(" lua]")
+}
+
+/// The names of the commands clients sent, in order.
+fn client_commands(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|line| sent_by_a_client(line))
+        .map(|line| command(line))
+        .collect()
+}
+
 /// The command name of a MONITOR line (`... [0 127.0.0.1:1234] "SET" "key" ...`).
 fn command(line: &str) -> String {
     line.split("] \"")
@@ -91,11 +105,8 @@ async fn an_uncontended_request_costs_one_transaction_and_one_script() {
     })
     .await;
 
-    let sent_by_clients: Vec<_> = lines
-        .iter()
-        .filter(|line| !line.contains(" lua]"))
-        .collect();
-    let commands: Vec<_> = sent_by_clients.iter().map(|line| command(line)).collect();
+    let sent_by_clients: Vec<_> = lines.iter().filter(|line| sent_by_a_client(line)).collect();
+    let commands = client_commands(&lines);
     let one_request = ["MULTI", "SET", "INCR", "EXEC", "EVALSHA"];
     assert_eq!(
         commands,
@@ -161,11 +172,7 @@ async fn an_uncontended_write_lock_costs_one_transaction_and_one_script_and_subs
     })
     .await;
 
-    let commands: Vec<_> = lines
-        .iter()
-        .filter(|line| !line.contains(" lua]"))
-        .map(|line| command(line))
-        .collect();
+    let commands = client_commands(&lines);
     assert_eq!(
         commands,
         ["MULTI", "SET", "INCR", "GET", "EXEC", "EVALSHA"].repeat(REQUESTS),
@@ -232,11 +239,7 @@ async fn a_waiting_writer_asks_with_one_script_not_a_failing_transaction_first()
     .await;
 
     assert_eq!(status, 200);
-    let commands: Vec<_> = lines
-        .iter()
-        .filter(|line| !line.contains(" lua]"))
-        .map(|line| command(line))
-        .collect();
+    let commands = client_commands(&lines);
     assert_eq!(
         commands,
         ["EVALSHA", "EVALSHA", "EVALSHA"],
