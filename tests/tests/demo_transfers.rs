@@ -1,6 +1,6 @@
 //! Transfers between two coupons under a lock on both: across three replicas, 200 concurrent
 //! transfers in both directions neither deadlock nor lose or create stock. Without the lock,
-//! the total drifts.
+//! transfers answered 200 are lost.
 
 use http::StatusCode;
 use integration_tests::{DemoReplica, Http, RedisServer};
@@ -9,9 +9,18 @@ use serde_json::json;
 const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
 const STOCK: i64 = 100;
 
-/// Fires 200 transfers of 1–5 units between `a` and `b`, both ways, over three replicas;
-/// returns the statuses and the stock left on each coupon.
-async fn transfer_storm(args: &[&str]) -> (Vec<StatusCode>, i64, i64) {
+/// Which transfers a storm fires.
+#[derive(Clone, Copy)]
+enum Storm {
+    /// 1–5 units, alternately from `a` to `b` and back.
+    BothWays,
+    /// 1 unit each, from `a` to `b`.
+    OneUnitAToB,
+}
+
+/// Fires 200 transfers between `a` and `b` over three replicas; returns the statuses and the
+/// stock left on each coupon.
+async fn transfer_storm(args: &[&str], storm: Storm) -> (Vec<StatusCode>, i64, i64) {
     let redis = RedisServer::start();
     let url = redis.url();
     let mut all = vec!["--redis-url", url.as_str()];
@@ -28,8 +37,13 @@ async fn transfer_storm(args: &[&str]) -> (Vec<StatusCode>, i64, i64) {
 
     let transfers: Vec<_> = (0..200)
         .map(|i| {
-            let (from, to) = if i % 2 == 0 { ("a", "b") } else { ("b", "a") };
-            let body = json!({ "from": from, "to": to, "amount": 1 + i % 5 });
+            let body = match storm {
+                Storm::BothWays if i % 2 == 1 => {
+                    json!({ "from": "b", "to": "a", "amount": 1 + i % 5 })
+                }
+                Storm::BothWays => json!({ "from": "a", "to": "b", "amount": 1 + i % 5 }),
+                Storm::OneUnitAToB => json!({ "from": "a", "to": "b", "amount": 1 }),
+            };
             let (http, url) = (http.clone(), format!("{}/transfers", replicas[i % 3].url()));
             tokio::spawn(async move { http.post(&url, body).await.status })
         })
@@ -50,7 +64,7 @@ async fn transfer_storm(args: &[&str]) -> (Vec<StatusCode>, i64, i64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_transfers_across_three_replicas_conserve_stock_without_deadlock() {
-    let (statuses, a, b) = transfer_storm(&["--lock-wait-ms", "30000"]).await;
+    let (statuses, a, b) = transfer_storm(&["--lock-wait-ms", "30000"], Storm::BothWays).await;
 
     assert!(
         statuses
@@ -64,12 +78,27 @@ async fn two_hundred_transfers_across_three_replicas_conserve_stock_without_dead
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_the_lock_the_total_drifts() {
-    let (_, a, b) = transfer_storm(&["--no-lock", "--work-ms", "20"]).await;
+async fn with_the_lock_every_answered_transfer_moves_its_unit() {
+    let (statuses, a, b) = transfer_storm(&["--lock-wait-ms", "30000"], Storm::OneUnitAToB).await;
 
-    assert_ne!(
-        a + b,
-        2 * STOCK,
-        "the twin shows lost updates: a {a}, b {b}"
+    let moved = statuses.iter().filter(|s| **s == StatusCode::OK).count() as i64;
+    assert_eq!(
+        (a, b),
+        (STOCK - moved, STOCK + moved),
+        "{moved} transfers answered 200"
+    );
+}
+
+/// The twin: one-unit transfers one way, so a lost update cannot be cancelled out by another
+/// (in a storm both ways, lost units may happen to add up to the same total).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_lock_answered_transfers_are_lost() {
+    let (statuses, a, _) =
+        transfer_storm(&["--no-lock", "--work-ms", "20"], Storm::OneUnitAToB).await;
+
+    let moved = statuses.iter().filter(|s| **s == StatusCode::OK).count() as i64;
+    assert!(
+        a > STOCK - moved,
+        "the twin shows lost updates: {moved} transfers answered 200, yet a only fell to {a}"
     );
 }
