@@ -146,6 +146,14 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// Does the claim's simulated business work: sleeps `work`. Zero work takes no time at all
+    /// (a zero-length sleep would still wait for the timer's next tick, about a millisecond).
+    pub(crate) async fn simulate_work(&self) {
+        if !self.work.is_zero() {
+            tokio::time::sleep(self.work).await;
+        }
+    }
+
     /// The embedded mode: coupons and locks in this process (`lock: false` for the control).
     pub fn embedded(work: Duration, settings: LockSettings, lock: bool) -> Self {
         let locks = MemoryBackend::new();

@@ -87,7 +87,7 @@ pub async fn claim(
     if state.store.has_claim(id, &user).await? {
         return Err(Problem::AlreadyClaimed);
     }
-    tokio::time::sleep(state.work).await;
+    state.simulate_work().await;
     let remaining = stock.remaining - 1;
     if !state
         .store
@@ -142,7 +142,7 @@ pub async fn audit(
         .await?
         .ok_or(Problem::CouponNotFound)?;
     let running = state.store.audit_started().await?;
-    tokio::time::sleep(state.work).await;
+    state.simulate_work().await;
     state.store.audit_finished().await?;
     Ok(Json(json!({
         "coupon_id": id,

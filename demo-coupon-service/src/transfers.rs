@@ -90,7 +90,7 @@ pub async fn transfer(
     if source.remaining < amount {
         return Err(Problem::InsufficientStock);
     }
-    tokio::time::sleep(state.work).await;
+    state.simulate_work().await;
     let (from_remaining, to_remaining) = (source.remaining - amount, target.remaining + amount);
     state.store.set_remaining(from, from_remaining).await?;
     state.store.set_remaining(to, to_remaining).await?;
