@@ -4,21 +4,32 @@
 #
 #   loadtest/bench-http.sh                       # 64 and 1 connections, 10 s each, 3 rounds
 #   loadtest/bench-http.sh --duration 5 --rounds 2 --connections "64 1"
+#   loadtest/bench-http.sh --workload not-found  # claims on coupons that do not exist
+#
+# Workloads: `claim` (default) claims a random coupon of a pool of 20,000, created up front
+# with stock enough for every run, each request as another user: the whole claim runs (read
+# the stock, look for the user's claim, write). `not-found` claims random ids that are no
+# coupon: the handler reads once and answers 404, the lightest request a lock can guard.
 #
 # Starts its own redis-server (or uses REDIS_URL) and one demo replica per mode; prints
 # throughput and p50/p99 for each, the lock/no-lock throughput ratio and the added latency.
 set -euo pipefail
 
-duration=10 rounds=3 connections="64 1"
+duration=10 rounds=3 connections="64 1" workload=claim
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) duration=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --connections) connections=$2; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --workload) workload=$2; shift 2 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
+case "$workload" in
+  claim|not-found) ;;
+  *) echo "unknown workload $workload (claim or not-found)" >&2; exit 2 ;;
+esac
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
@@ -65,15 +76,35 @@ for mode in lock no-lock; do
   wait_until 20 curl -fsS "http://127.0.0.1:$port/healthz"
 done
 
-# Random coupon ids: every claim locks its own key. The coupons do not exist, so both modes
-# run the same handler path (read the stock, answer 404): the difference is the lock.
-echo '{"user_id":"bench"}' >"$work/body.json"
+if [ "$workload" = claim ]; then
+  # Coupons c00000..c19999, each claimable by every user; one user per request body line.
+  echo "creating 20000 coupons"
+  python3 - "${url[lock]}" "$work/users.txt" <<'PY'
+import http.client, sys, urllib.parse
+target = urllib.parse.urlsplit(sys.argv[1])
+connection = http.client.HTTPConnection(target.hostname, target.port)
+for n in range(20000):
+    connection.request("PUT", f"/coupons/c{n:05d}", body='{"stock":1000000000}',
+                       headers={"content-type": "application/json"})
+    response = connection.getresponse()
+    response.read()
+    if response.status != 200:
+        sys.exit(f"creating coupon c{n:05d}: HTTP {response.status}")
+with open(sys.argv[2], "w") as users:
+    users.writelines(f'{{"user_id":"user-{n}"}}\n' for n in range(500000))
+PY
+  ids='c[0-1][0-9]{4}' bodies=(-Z "$work/users.txt")
+else
+  # Random ids that are no coupon: every claim locks its own key, reads once, answers 404.
+  echo '{"user_id":"bench"}' >"$work/body.json"
+  ids='x[0-9]{9}' bodies=(-D "$work/body.json")
+fi
 for c in $connections; do
   for round in $(seq 1 "$rounds"); do
     for mode in lock no-lock; do
-      oha -z "${duration}s" -c "$c" -m POST -T application/json -D "$work/body.json" --no-tui \
+      oha -z "${duration}s" -c "$c" -m POST -T application/json "${bodies[@]}" --no-tui \
         --output-format json -o "$work/$mode-$c-$round.json" \
-        --rand-regex-url "${url[$mode]}/coupons/c[0-9]{9}/claim" 2>/dev/null
+        --rand-regex-url "${url[$mode]}/coupons/$ids/claim" 2>/dev/null
     done
   done
 done
