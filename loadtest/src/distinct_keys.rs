@@ -281,6 +281,33 @@ pub fn median(mut runs: Vec<PairSummary>) -> PairSummary {
     runs.swap_remove(middle)
 }
 
+/// Each implementation's throughput over rslock's in the same round: (impl, median, lowest,
+/// highest) for every implementation but rslock, or nothing when rslock did not run. The
+/// two ran back to back, so a round's ratio is spared most of the host's drift between
+/// rounds, which moves the medians of the table by ±10 % and more.
+pub fn ratios_to_rslock(rounds: &[Vec<PairSummary>]) -> Vec<(&'static str, f64, f64, f64)> {
+    let Some(rslock) = rounds
+        .iter()
+        .find(|runs| runs.first().is_some_and(|run| run.which == "rslock"))
+    else {
+        return Vec::new();
+    };
+    rounds
+        .iter()
+        .filter(|runs| runs.first().is_some_and(|run| run.which != "rslock"))
+        .map(|runs| {
+            let mut ratios: Vec<f64> = runs
+                .iter()
+                .zip(rslock)
+                .map(|(run, baseline)| run.pairs_per_s / baseline.pairs_per_s)
+                .collect();
+            ratios.sort_by(f64::total_cmp);
+            let (lowest, highest) = (ratios[0], ratios[ratios.len() - 1]);
+            (runs[0].which, ratios[ratios.len() / 2], lowest, highest)
+        })
+        .collect()
+}
+
 /// Prints the distinct-keys table, with each row's ratio to raw-scripts at the same C.
 pub fn print_table(rows: &[PairSummary]) {
     println!(

@@ -141,6 +141,7 @@ async fn distinct_keys_grid(args: &Args, url: &str) {
     };
     let duration = Duration::from_secs(args.duration_s);
     let mut rows = Vec::new();
+    let mut ratio_lines = Vec::new();
     for &concurrency in &concurrencies {
         let mut rounds: Vec<Vec<distinct_keys::PairSummary>> =
             impls.iter().map(|_| Vec::new()).collect();
@@ -158,6 +159,11 @@ async fn distinct_keys_grid(args: &Args, url: &str) {
                 rounds[index].push(row);
             }
         }
+        for (which, median, lowest, highest) in distinct_keys::ratios_to_rslock(&rounds) {
+            ratio_lines.push(format!(
+                "  {which:<20} {concurrency:>4} {median:>8.2} {lowest:>6.2}–{highest:.2}"
+            ));
+        }
         for runs in rounds {
             let row = distinct_keys::median(runs);
             if args.json {
@@ -172,6 +178,16 @@ async fn distinct_keys_grid(args: &Args, url: &str) {
             args.duration_s, args.rounds
         );
         distinct_keys::print_table(&rows);
+        if !ratio_lines.is_empty() {
+            println!("\nthroughput over rslock's in the same round (median, lowest–highest):");
+            println!(
+                "  {:<20} {:>4} {:>8} {:>11}",
+                "impl", "C", "median", "range"
+            );
+            for line in &ratio_lines {
+                println!("{line}");
+            }
+        }
         println!("\nredis-benchmark on the same server, each command alone (requests/s):");
         for &concurrency in &concurrencies {
             let figures = distinct_keys::redis_benchmark(url, concurrency).await;
