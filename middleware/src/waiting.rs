@@ -448,6 +448,17 @@ impl Drop for Place {
 mod tests {
     use super::*;
 
+    /// Whether `place` is woken by an announcement within `within`.
+    async fn woken(place: &Place, within: Duration) -> bool {
+        tokio::time::timeout(within, place.released().notified())
+            .await
+            .is_ok()
+    }
+
+    /// Long enough for a wake-up that is due; short enough to wait out one that is not.
+    const DUE: Duration = Duration::from_secs(1);
+    const NOT_DUE: Duration = Duration::from_millis(50);
+
     #[tokio::test]
     async fn the_first_waiter_is_head_and_hands_over_in_arrival_order() {
         let room = WaitingRoom::local();
@@ -492,9 +503,7 @@ mod tests {
             },
         );
 
-        tokio::time::timeout(Duration::from_secs(1), head.released().notified())
-            .await
-            .unwrap();
+        assert!(woken(&head, DUE).await);
         assert_eq!(other.handed(other_token), None);
         assert_eq!(head.handed(head_token), Some(7));
         assert_eq!(head.handed(head_token), None, "told once");
@@ -541,9 +550,7 @@ mod tests {
 
         room.announce("k", Announcement::Free);
 
-        tokio::time::timeout(Duration::from_secs(1), place.released().notified())
-            .await
-            .unwrap();
+        assert!(woken(&place, DUE).await);
     }
 
     #[tokio::test]
@@ -555,12 +562,8 @@ mod tests {
 
         room.announce("k", Announcement::Next(b));
 
-        tokio::time::timeout(Duration::from_secs(1), second.released().notified())
-            .await
-            .unwrap();
-        let first_woken =
-            tokio::time::timeout(Duration::from_millis(50), first.released().notified()).await;
-        assert!(first_woken.is_err(), "the other ticket sleeps on");
+        assert!(woken(&second, DUE).await);
+        assert!(!woken(&first, NOT_DUE).await, "the other ticket sleeps on");
     }
 
     #[tokio::test]
@@ -570,9 +573,7 @@ mod tests {
 
         room.announce("k", Announcement::Next(OwnerToken::new()));
 
-        tokio::time::timeout(Duration::from_secs(1), head.released().notified())
-            .await
-            .unwrap();
+        assert!(woken(&head, DUE).await);
     }
 
     #[tokio::test]
@@ -584,14 +585,10 @@ mod tests {
         head.enqueued();
 
         room.announce("k", Announcement::Next(OwnerToken::new()));
-        let woken =
-            tokio::time::timeout(Duration::from_millis(50), head.released().notified()).await;
-        assert!(woken.is_err(), "another process's turn");
+        assert!(!woken(&head, NOT_DUE).await, "another process's turn");
 
         room.announce("k", Announcement::Next(token));
-        tokio::time::timeout(Duration::from_secs(1), head.released().notified())
-            .await
-            .unwrap();
+        assert!(woken(&head, DUE).await);
     }
 
     #[tokio::test]
@@ -606,9 +603,7 @@ mod tests {
         second.turn().await;
         room.announce("k", Announcement::Next(OwnerToken::new()));
 
-        tokio::time::timeout(Duration::from_secs(1), second.released().notified())
-            .await
-            .unwrap();
+        assert!(woken(&second, DUE).await);
     }
 
     #[tokio::test(start_paused = true)]
