@@ -15,6 +15,7 @@ use tower::{Layer, ServiceExt, service_fn};
 use tower_lock::key::KeyError;
 use tower_lock::{Acquire, LockBackend, LockLayer, OwnerToken, RedisBackend};
 
+use crate::cpu;
 use crate::lockers::TTL;
 use crate::report::percentile;
 
@@ -72,6 +73,11 @@ pub struct PairSummary {
     pub pairs_per_s: f64,
     pub p50_us: u64,
     pub p99_us: u64,
+    /// lockbench's own CPU time per pair (every task, the runtime and the kernel's share of
+    /// its sockets), in µs.
+    pub client_cpu_us: f64,
+    /// The Redis server's CPU time per pair, in µs.
+    pub redis_cpu_us: f64,
 }
 
 type Service = BoxCloneSyncService<Request<()>, Response<String>, Infallible>;
@@ -238,6 +244,7 @@ pub async fn run(
     duration: Duration,
 ) -> PairSummary {
     let pairs = Arc::new(Pairs::connect(which, url).await);
+    let (client_before, redis_before) = (cpu::own(), cpu::redis(url).await);
     let run_id = fastrand::u64(..);
     let start = Instant::now() + Duration::from_millis(100);
     let end = start + duration;
@@ -263,6 +270,12 @@ pub async fn run(
     for task in tasks {
         latencies.extend(task.await.expect("a pairing task finished"));
     }
+    let (client_cpu, redis_cpu) = (
+        cpu::own() - client_before,
+        cpu::redis(url).await - redis_before,
+    );
+    let pairs_done = latencies.len().max(1) as f64;
+    let per_pair = |cpu: Duration| cpu.as_secs_f64() * 1e6 / pairs_done;
     latencies.sort_unstable();
     PairSummary {
         which: which.name(),
@@ -271,14 +284,26 @@ pub async fn run(
         pairs_per_s: latencies.len() as f64 / duration.as_secs_f64(),
         p50_us: percentile(&latencies, 0.50),
         p99_us: percentile(&latencies, 0.99),
+        client_cpu_us: per_pair(client_cpu),
+        redis_cpu_us: per_pair(redis_cpu),
     }
 }
 
-/// The run with the median throughput.
+/// The run with the median throughput, with the median CPU times per pair of all runs.
 pub fn median(mut runs: Vec<PairSummary>) -> PairSummary {
-    runs.sort_by(|a, b| a.pairs_per_s.total_cmp(&b.pairs_per_s));
     let middle = runs.len() / 2;
-    runs.swap_remove(middle)
+    let mut median_of = |field: fn(&PairSummary) -> f64| {
+        runs.sort_by(|a, b| field(a).total_cmp(&field(b)));
+        field(&runs[middle])
+    };
+    let client_cpu_us = median_of(|run| run.client_cpu_us);
+    let redis_cpu_us = median_of(|run| run.redis_cpu_us);
+    runs.sort_by(|a, b| a.pairs_per_s.total_cmp(&b.pairs_per_s));
+    PairSummary {
+        client_cpu_us,
+        redis_cpu_us,
+        ..runs.swap_remove(middle)
+    }
 }
 
 /// Each implementation's throughput over rslock's in the same round: (impl, median, lowest,
@@ -308,11 +333,12 @@ pub fn ratios_to_rslock(rounds: &[Vec<PairSummary>]) -> Vec<(&'static str, f64, 
         .collect()
 }
 
-/// Prints the distinct-keys table, with each row's ratio to raw-scripts at the same C.
+/// Prints the distinct-keys table, with each row's ratio to raw-scripts at the same C and the
+/// CPU time a pair costs lockbench and Redis.
 pub fn print_table(rows: &[PairSummary]) {
     println!(
-        "{:<20} {:>4} {:>11} {:>8} {:>8} {:>10}",
-        "impl", "C", "pairs/s", "p50 µs", "p99 µs", "vs raw"
+        "{:<20} {:>4} {:>11} {:>8} {:>8} {:>10} {:>11} {:>10}",
+        "impl", "C", "pairs/s", "p50 µs", "p99 µs", "vs raw", "client µs", "redis µs"
     );
     for row in rows {
         let raw = rows
@@ -321,8 +347,15 @@ pub fn print_table(rows: &[PairSummary]) {
             .map(|raw| format!("{:.2}", row.pairs_per_s / raw.pairs_per_s))
             .unwrap_or_default();
         println!(
-            "{:<20} {:>4} {:>11.0} {:>8} {:>8} {:>10}",
-            row.which, row.concurrency, row.pairs_per_s, row.p50_us, row.p99_us, raw
+            "{:<20} {:>4} {:>11.0} {:>8} {:>8} {:>10} {:>11.1} {:>10.1}",
+            row.which,
+            row.concurrency,
+            row.pairs_per_s,
+            row.p50_us,
+            row.p99_us,
+            raw,
+            row.client_cpu_us,
+            row.redis_cpu_us
         );
     }
 }

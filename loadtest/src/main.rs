@@ -19,6 +19,7 @@ use clap::Parser;
 use integration_tests::RedisServer;
 
 mod chart;
+mod cpu;
 mod distinct_keys;
 mod hot_key;
 mod lockers;
