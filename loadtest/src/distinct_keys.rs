@@ -26,7 +26,7 @@ const RAW_FENCE_COUNTER: &str = "tower-lock:fence:{0}";
 /// The implementations compared, by their names in the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PairImpl {
-    /// tower-lock's own acquire transaction and release script, called directly: the ceiling
+    /// tower-lock's own acquire pipeline and release script, called directly: the ceiling
     /// of its design.
     RawScripts,
     /// `SET NX PX` and a compare-and-delete script, called directly.
@@ -160,7 +160,6 @@ impl Pairs {
                 let (mut connection, token) = (connection.clone(), OwnerToken::new().to_string());
                 let lock = format!("{{{key}}}");
                 let (taken, _fence): (Option<()>, u64) = redis::pipe()
-                    .atomic()
                     .cmd("SET")
                     .arg(&lock)
                     .arg(&token)
@@ -175,9 +174,6 @@ impl Pairs {
                 assert!(taken.is_some(), "a distinct key is free");
                 let _: i64 = release
                     .key(&lock)
-                    .key(format!("{lock}:line"))
-                    .key(format!("{lock}:tickets"))
-                    .key(RAW_FENCE_COUNTER)
                     .arg(&token)
                     .invoke_async(&mut connection)
                     .await
@@ -397,11 +393,8 @@ pub async fn redis_benchmark(url: &str, concurrency: usize) -> Vec<(String, f64)
             [
                 "EVALSHA",
                 Script::new(release).get_hash(),
-                "4",
+                "1",
                 "{rb:__rand_int__}",
-                "{rb:__rand_int__}:line",
-                "{rb:__rand_int__}:tickets",
-                RAW_FENCE_COUNTER,
                 "token",
             ]
             .map(str::to_owned)

@@ -5,7 +5,9 @@
 -- KEYS[3]  the tickets' terms: '<expiry ms, Redis server time> <lease TTL ms> <fencing 0|1>'
 -- KEYS[4]  the fencing counter of the lock's slot
 -- ARGV[1]  owner token
--- returns  1 when the owner's lock was released, 0 when the key is gone or held by another token
+-- returns  1 when the owner's lock was released, 0 when the key is gone or held by another token,
+--          2 when KEYS[2..4] were left out and the lock is marked as waited for: nothing was
+--          done, call again with them (an uncontended release sends the lock key alone)
 -- A lock marked as waited for (its token followed by '*') goes to the first live ticket of
 -- the line: when the ticket outlives the lease it asked for, the lock is handed to it here
 -- (announced as '<ticket> <fence>': it holds the lock on hearing this), else the release
@@ -18,6 +20,9 @@ if holder == ARGV[1] then
 end
 if holder ~= ARGV[1] .. '*' then
   return 0
+end
+if #KEYS == 1 then
+  return 2
 end
 local channel = KEYS[1] .. ':free'
 local time = redis.call('TIME')

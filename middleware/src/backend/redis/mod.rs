@@ -9,6 +9,7 @@ use redis::{Client, Cmd, FromRedisValue, IntoConnectionInfo, RedisError};
 
 use super::{Acquire, AcquireMany, BackendError, Hold, LockBackend};
 use crate::OwnerToken;
+use crate::lease::drift_margin;
 use crate::waiting::WaitingRoom;
 use keys::{FenceCounter, LockKey};
 use script::{LuaScript, Scripts};
@@ -26,12 +27,14 @@ mod script;
 /// hold a read-write lock, its key holds `readers` and expires with the last of them, so every
 /// exclusive acquire, a writer's included, is the same plain `SET NX`.
 ///
-/// An acquire is one round trip: `SET NX PX`, in a `MULTI` with the `INCR` of a fencing
+/// An acquire is one round trip: `SET NX PX`, pipelined with the `INCR` of a fencing
 /// counter. There is one counter per Redis Cluster hash slot, `tower-lock:fence:{<n>}` with
 /// `<n>` chosen to hash to the lock's own slot, shared by every lock of that slot: at most
 /// 16384 small keys in all, which never expire, so tokens keep increasing for as long as Redis
-/// keeps its data. A release is one `EVALSHA` of a compare-and-delete script (loaded on first
-/// use and again after a server restart).
+/// keeps its data. The token is only handed out when Redis answered within the lease, which
+/// proves the `INCR` ran while the lock was held. A release is one `EVALSHA` of a
+/// compare-and-delete script (loaded on first use and again after a server restart), sent with
+/// the lock key alone unless somebody waits.
 ///
 /// The connection is a redis-rs [`ConnectionManager`]: one multiplexed connection that
 /// reconnects on its own after Redis restarts. While Redis is unreachable, calls fail (the
@@ -156,10 +159,18 @@ impl fmt::Debug for RedisBackend {
 impl RedisBackend {
     /// Acquires.
     ///
-    /// One round trip: `SET NX PX`, with fencing in a `MULTI` with the `INCR` of the slot's
-    /// fencing counter, so the token is issued atomically with the lock. (A busy attempt
-    /// increments the counter too; tokens skip numbers but never go back.) Only a busy answer
-    /// costs a second call, which marks the lock as waited for and reads its remaining lease.
+    /// One round trip: `SET NX PX`, with fencing pipelined with the `INCR` of the slot's
+    /// fencing counter. (A busy attempt increments the counter too; tokens skip numbers but
+    /// never go back.) Only a busy answer costs a second call, which marks the lock as waited
+    /// for and reads its remaining lease.
+    ///
+    /// The two commands are not a transaction: Redis runs the `INCR` after the `SET`, and
+    /// before it answers. When the answer arrives within the lease (by the lease's own
+    /// reckoning, [`drift_margin`] included), the `INCR` ran while the lock was held, so every
+    /// later holder's `INCR` runs after it: tokens increase in the order the lock was held.
+    /// A later answer carries a token that a holder who took the expired lock meanwhile may
+    /// have overtaken, so it is an error (the caller gives the lock back). A `MULTI` would make
+    /// the pair atomic at twice the commands for Redis to run.
     async fn take(
         &self,
         name: &str,
@@ -168,13 +179,16 @@ impl RedisBackend {
     ) -> Result<Acquire, BackendError> {
         let mut connection = self.connection.clone();
         let taken = if self.fencing {
+            let sent = std::time::Instant::now();
             let (taken, fence): (Option<()>, u64) = redis::Pipeline::with_capacity(2)
-                .atomic()
                 .add_command(set_nx(name, token, ttl))
                 .add_command(fence_incr(name))
                 .query_async(&mut connection)
                 .await
                 .map_err(BackendError::new)?;
+            if taken.is_some() {
+                answered_within_lease(name, sent, ttl)?;
+            }
             taken.map(|()| fence)
         } else {
             let taken: Option<()> = set_nx(name, token, ttl)
@@ -199,8 +213,9 @@ impl RedisBackend {
     }
 
     /// Takes the write side of a read-write lock: like a mutex, a plain `SET NX PX` (readers
-    /// hold the lock key too, so it fails while anybody holds the lock), with the fencing
-    /// counter's `INCR` and a look at the waiting writers' intent in the same transaction. Only
+    /// hold the lock key too, so it fails while anybody holds the lock), pipelined with the
+    /// fencing counter's `INCR` (trusted as in [`take`](Self::take)) and a look at the waiting
+    /// writers' intent. Only
     /// a writer that finds its own intent standing (it waited) sends a second command, which
     /// withdraws the intent and has its release announced to the readers it held back; only a
     /// busy lock goes to `shared.lua`, which queues the intent. While this process has waiters
@@ -227,10 +242,11 @@ impl RedisBackend {
         let mut intent = Cmd::with_capacity(2, 16 + name.len());
         intent.arg("GET").arg(LockKey::intent(name));
         let mut pipeline = redis::Pipeline::with_capacity(3);
-        pipeline.atomic().add_command(set_nx(name, token, ttl));
+        pipeline.add_command(set_nx(name, token, ttl));
         if self.fencing {
             pipeline.add_command(fence_incr(name));
         }
+        let sent = std::time::Instant::now();
         let replies: Vec<redis::Value> = pipeline
             .add_command(intent)
             .query_async(&mut self.connection.clone())
@@ -243,6 +259,9 @@ impl RedisBackend {
         };
         if matches!(taken, redis::Value::Nil) {
             return acquire_reply(self.run_shared(name, "write", token, &write_args).await?);
+        }
+        if self.fencing {
+            answered_within_lease(name, sent, ttl)?;
         }
         let fence = u64::from_redis_value_ref(fence).map_err(BackendError::new)?;
         let mut buf = [0; 32];
@@ -301,6 +320,62 @@ impl RedisBackend {
         call.arg(op).arg(token.encode(&mut buf)).arg(args);
         script.run(&call, &mut self.connection.clone()).await
     }
+}
+
+impl RedisBackend {
+    /// Runs `release.lua` for lock `name`, with the keys of its line or without them.
+    async fn run_release(
+        &self,
+        name: &str,
+        token: OwnerToken,
+        line: Line,
+    ) -> Result<i64, BackendError> {
+        let mut buf = [0; 32];
+        let release = &self.scripts.release;
+        let mut call = match line {
+            Line::Unknown => release.call(1, 1),
+            Line::Given => release.call(4, 1),
+        };
+        call.arg(LockKey::lock(name));
+        if line == Line::Given {
+            call.arg(LockKey::line(name))
+                .arg(LockKey::tickets(name))
+                .arg(FenceCounter::of_lock(name));
+        }
+        call.arg(token.encode(&mut buf));
+        release.run(&call, &mut self.connection.clone()).await
+    }
+}
+
+/// Whether a release passes the keys of the lock's line, which handing the lock over needs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Line {
+    /// The lock key alone: `release.lua` answers [`RELEASE_WAITED_FOR`] to a marked lock.
+    Unknown,
+    /// Every key: `release.lua` hands a marked lock over or announces it.
+    Given,
+}
+
+/// `release.lua`'s answer, called with the lock key alone, when the lock is marked as waited
+/// for: it did nothing.
+const RELEASE_WAITED_FOR: i64 = 2;
+
+/// Whether an acquire of lock `name` sent at `sent` with `ttl`, and taken, came back while its
+/// lease certainly ran (the lease's own reckoning): only then did the fencing `INCR` pipelined
+/// after the `SET` run while the lock was held.
+fn answered_within_lease(
+    name: &str,
+    sent: std::time::Instant,
+    ttl: Duration,
+) -> Result<(), BackendError> {
+    let answered_in = sent.elapsed();
+    if answered_in < ttl.saturating_sub(drift_margin(ttl)) {
+        return Ok(());
+    }
+    Err(BackendError::new(format!(
+        "Redis answered the acquire of {name} after {answered_in:?}, too late for its {ttl:?} \
+         lease: the fencing token may be older than a later holder's"
+    )))
 }
 
 /// `SET <lock> <token> NX PX <ttl>`: takes lock `name` if nobody holds it.
@@ -374,17 +449,19 @@ impl LockBackend for RedisBackend {
         Ok(extended == 1)
     }
 
+    /// While no waiter of this process waits for the lock, the release script gets the lock
+    /// key alone and deletes the lock if nobody marked it as waited for; a lock that waiters
+    /// elsewhere marked costs a second call, with the keys of the lock's line, which hands it
+    /// over or announces it. With local waiters, that call is the only one.
     async fn release(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
-        let mut buf = [0; 32];
-        let release = &self.scripts.release;
-        let mut call = release.call(4, 1);
-        call.arg(LockKey::lock(key))
-            .arg(LockKey::line(key))
-            .arg(LockKey::tickets(key))
-            .arg(FenceCounter::of_lock(key))
-            .arg(token.encode(&mut buf));
-        let deleted: i64 = release.run(&call, &mut self.connection.clone()).await?;
-        Ok(deleted == 1)
+        let waited_for_here = self.room.as_ref().is_some_and(|room| room.has_waiters(key));
+        if !waited_for_here {
+            match self.run_release(key, token, Line::Unknown).await? {
+                RELEASE_WAITED_FOR => {}
+                released => return Ok(released == 1),
+            }
+        }
+        Ok(self.run_release(key, token, Line::Given).await? == 1)
     }
 
     fn waiting_room(&self) -> Option<&Arc<WaitingRoom>> {
