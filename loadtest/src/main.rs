@@ -121,6 +121,15 @@ async fn main() {
         );
         return;
     }
+    // Names are checked before a Redis is started: an unknown one exits, which would skip
+    // stopping it.
+    let (hot_key_impls, pair_impls) = match args.scenario {
+        Scenario::HotKey => (chosen(&args.impls, &Impl::HOT_KEY, Impl::name), Vec::new()),
+        Scenario::DistinctKeys => (
+            Vec::new(),
+            chosen(&args.impls, &PairImpl::ALL, PairImpl::name),
+        ),
+    };
     let own_redis = args.redis_url.is_none().then(RedisServer::start);
     let url = args
         .redis_url
@@ -128,13 +137,12 @@ async fn main() {
         .unwrap_or_else(|| own_redis.as_ref().expect("started").url());
 
     match args.scenario {
-        Scenario::HotKey => hot_key_grid(&args, &url).await,
-        Scenario::DistinctKeys => distinct_keys_grid(&args, &url).await,
+        Scenario::HotKey => hot_key_grid(&args, &url, &hot_key_impls).await,
+        Scenario::DistinctKeys => distinct_keys_grid(&args, &url, &pair_impls).await,
     }
 }
 
-async fn distinct_keys_grid(args: &Args, url: &str) {
-    let impls = chosen(&args.impls, &PairImpl::ALL, PairImpl::name);
+async fn distinct_keys_grid(args: &Args, url: &str, impls: &[PairImpl]) {
     let concurrencies = if args.concurrency.is_empty() {
         vec![1, 16, 64]
     } else {
@@ -205,8 +213,7 @@ async fn distinct_keys_grid(args: &Args, url: &str) {
     }
 }
 
-async fn hot_key_grid(args: &Args, url: &str) {
-    let impls = chosen(&args.impls, &Impl::HOT_KEY, Impl::name);
+async fn hot_key_grid(args: &Args, url: &str, impls: &[Impl]) {
     let concurrencies = if args.concurrency.is_empty() {
         vec![8, 64]
     } else {
@@ -221,7 +228,7 @@ async fn hot_key_grid(args: &Args, url: &str) {
     let mut rows = Vec::new();
     for &concurrency in &concurrencies {
         for &hold_ms in &holds {
-            for &which in &impls {
+            for &which in impls {
                 let row = hot_key_once(args, url, which, concurrency, hold_ms, duration).await;
                 if args.json {
                     println!("{}", serde_json::to_string(&row).expect("serializable"));
