@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Cmd, FromRedisValue, IntoConnectionInfo, RedisError};
@@ -179,7 +179,7 @@ impl RedisBackend {
     ) -> Result<Acquire, BackendError> {
         let mut connection = self.connection.clone();
         let taken = if self.fencing {
-            let sent = std::time::Instant::now();
+            let sent = Instant::now();
             let (taken, fence): (Option<()>, u64) = redis::Pipeline::with_capacity(2)
                 .add_command(set_nx(name, token, ttl))
                 .add_command(fence_incr(name))
@@ -215,10 +215,9 @@ impl RedisBackend {
     /// Takes the write side of a read-write lock: like a mutex, a plain `SET NX PX` (readers
     /// hold the lock key too, so it fails while anybody holds the lock), pipelined with the
     /// fencing counter's `INCR` (trusted as in [`take`](Self::take)) and a look at the waiting
-    /// writers' intent. Only
-    /// a writer that finds its own intent standing (it waited) sends a second command, which
-    /// withdraws the intent and has its release announced to the readers it held back; only a
-    /// busy lock goes to `shared.lua`, which queues the intent. While this process has waiters
+    /// writers' intent. Only a writer that finds its own intent standing (it waited) sends a
+    /// second command, which withdraws the intent and has its release announced to the readers
+    /// it held back; only a busy lock goes to `shared.lua`, which queues the intent. While this process has waiters
     /// for the lock (it is contended), a writer asks `shared.lua` straight away: one round trip
     /// instead of a transaction that fails first.
     async fn take_write(
@@ -246,7 +245,7 @@ impl RedisBackend {
         if self.fencing {
             pipeline.add_command(fence_incr(name));
         }
-        let sent = std::time::Instant::now();
+        let sent = Instant::now();
         let replies: Vec<redis::Value> = pipeline
             .add_command(intent)
             .query_async(&mut self.connection.clone())
@@ -307,6 +306,29 @@ impl RedisBackend {
         self.run_op(fair, call, (op, token), args).await
     }
 
+    /// Runs `release.lua` for lock `name`, with the keys of its line or without them.
+    async fn run_release(
+        &self,
+        name: &str,
+        token: OwnerToken,
+        keys: ReleaseKeys,
+    ) -> Result<i64, BackendError> {
+        let mut buf = [0; 32];
+        let release = &self.scripts.release;
+        let mut call = match keys {
+            ReleaseKeys::LockOnly => release.call(1, 1),
+            ReleaseKeys::WithLine => release.call(4, 1),
+        };
+        call.arg(LockKey::lock(name));
+        if keys == ReleaseKeys::WithLine {
+            call.arg(LockKey::line(name))
+                .arg(LockKey::tickets(name))
+                .arg(FenceCounter::of_lock(name));
+        }
+        call.arg(token.encode(&mut buf));
+        release.run(&call, &mut self.connection.clone()).await
+    }
+
     /// Completes a `call` of a script that serves several operations (`shared.lua`,
     /// `fair.lua`), whose keys are in place: the operation, the owner token, then `args`.
     async fn run_op<T: FromRedisValue>(
@@ -322,38 +344,13 @@ impl RedisBackend {
     }
 }
 
-impl RedisBackend {
-    /// Runs `release.lua` for lock `name`, with the keys of its line or without them.
-    async fn run_release(
-        &self,
-        name: &str,
-        token: OwnerToken,
-        line: Line,
-    ) -> Result<i64, BackendError> {
-        let mut buf = [0; 32];
-        let release = &self.scripts.release;
-        let mut call = match line {
-            Line::Unknown => release.call(1, 1),
-            Line::Given => release.call(4, 1),
-        };
-        call.arg(LockKey::lock(name));
-        if line == Line::Given {
-            call.arg(LockKey::line(name))
-                .arg(LockKey::tickets(name))
-                .arg(FenceCounter::of_lock(name));
-        }
-        call.arg(token.encode(&mut buf));
-        release.run(&call, &mut self.connection.clone()).await
-    }
-}
-
-/// Whether a release passes the keys of the lock's line, which handing the lock over needs.
+/// The keys a release passes: those of the lock's line are needed to hand the lock over.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Line {
+enum ReleaseKeys {
     /// The lock key alone: `release.lua` answers [`RELEASE_WAITED_FOR`] to a marked lock.
-    Unknown,
+    LockOnly,
     /// Every key: `release.lua` hands a marked lock over or announces it.
-    Given,
+    WithLine,
 }
 
 /// `release.lua`'s answer, called with the lock key alone, when the lock is marked as waited
@@ -363,11 +360,7 @@ const RELEASE_WAITED_FOR: i64 = 2;
 /// Whether an acquire of lock `name` sent at `sent` with `ttl`, and taken, came back while its
 /// lease certainly ran (the lease's own reckoning): only then did the fencing `INCR` pipelined
 /// after the `SET` run while the lock was held.
-fn answered_within_lease(
-    name: &str,
-    sent: std::time::Instant,
-    ttl: Duration,
-) -> Result<(), BackendError> {
+fn answered_within_lease(name: &str, sent: Instant, ttl: Duration) -> Result<(), BackendError> {
     let answered_in = sent.elapsed();
     if answered_in < ttl.saturating_sub(drift_margin(ttl)) {
         return Ok(());
@@ -456,12 +449,12 @@ impl LockBackend for RedisBackend {
     async fn release(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
         let waited_for_here = self.room.as_ref().is_some_and(|room| room.has_waiters(key));
         if !waited_for_here {
-            match self.run_release(key, token, Line::Unknown).await? {
+            match self.run_release(key, token, ReleaseKeys::LockOnly).await? {
                 RELEASE_WAITED_FOR => {}
                 released => return Ok(released == 1),
             }
         }
-        Ok(self.run_release(key, token, Line::Given).await? == 1)
+        Ok(self.run_release(key, token, ReleaseKeys::WithLine).await? == 1)
     }
 
     fn waiting_room(&self) -> Option<&Arc<WaitingRoom>> {
