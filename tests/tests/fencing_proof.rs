@@ -144,8 +144,8 @@ async fn without_the_fence_a_claim_that_outlived_its_lease_oversells() {
     assert_eq!(coupon["oversold"], 1, "{coupon}");
 }
 
-/// Replica one takes claim `a`'s lock and is frozen (SIGSTOP) past its lease; replica two
-/// claims for `b`; then replica one thaws and goes on with `a`.
+/// Replica one takes claim `a`'s lock and, while its handler works, is frozen (SIGSTOP) past
+/// its lease; replica two claims for `b`; then replica one thaws and goes on with `a`.
 async fn paused_holder(fence: bool) -> (Reply, Reply, Value) {
     let scenario = Scenario::new();
     let mut args = vec![
@@ -165,6 +165,9 @@ async fn paused_holder(fence: bool) -> (Reply, Reply, Value) {
 
     let first = scenario.claim(&frozen, "a");
     scenario.wait_for_lock(true).await;
+    // Let the replica read the acquire's answer (its handler then works for 800 ms): frozen
+    // before that, it would hear the answer only after the lease and refuse the lock itself.
+    tokio::time::sleep(Duration::from_millis(100)).await;
     frozen.pause();
     scenario.wait_for_lock(false).await;
     let second = scenario.claim(&other, "b").await.unwrap();
