@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use crate::redis_stats;
+
 /// Linux's clock tick for `/proc/<pid>/stat` times (`getconf CLK_TCK`; 100 on every
 /// mainstream architecture).
 const TICKS_PER_SECOND: u64 = 100;
@@ -29,17 +31,8 @@ fn ticks(stat: &str) -> Option<u64> {
 /// User + system CPU time of the Redis server so far, from `INFO cpu`'s `used_cpu_user` and
 /// `used_cpu_sys`.
 pub async fn redis(url: &str) -> Duration {
-    let client = redis::Client::open(url).expect("a valid Redis URL");
-    let mut connection = client
-        .get_multiplexed_async_connection()
+    let seconds: f64 = redis_stats::info(url, "cpu")
         .await
-        .expect("Redis reachable");
-    let info: String = redis::cmd("INFO")
-        .arg("cpu")
-        .query_async(&mut connection)
-        .await
-        .expect("INFO answers");
-    let seconds: f64 = info
         .lines()
         .filter_map(|line| {
             let value = line

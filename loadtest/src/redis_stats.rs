@@ -8,19 +8,24 @@ const NOT_LOCKING: [&str; 7] = [
     "info", "hello", "client", "ping", "select", "command", "config",
 ];
 
-/// Calls per command so far.
-pub async fn command_calls(url: &str) -> HashMap<String, u64> {
+/// The text of `INFO <section>` from the Redis at `url`.
+pub async fn info(url: &str, section: &str) -> String {
     let client = redis::Client::open(url).expect("a valid Redis URL");
     let mut connection = client
         .get_multiplexed_async_connection()
         .await
         .expect("Redis reachable");
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
+    redis::cmd("INFO")
+        .arg(section)
         .query_async(&mut connection)
         .await
-        .expect("INFO answers");
-    stats
+        .expect("INFO answers")
+}
+
+/// Calls per command so far.
+pub async fn command_calls(url: &str) -> HashMap<String, u64> {
+    info(url, "commandstats")
+        .await
         .lines()
         .filter_map(|line| {
             let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
