@@ -11,6 +11,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::request::Parts;
 use axum::routing::{MethodRouter, get, post, put};
+use tower_lock::backend::{Semaphores, SharedLocks};
 use tower_lock::key::{KeyExtractor, KeyTemplate, many};
 use tower_lock::{LockBackend, LockLayer, MemoryBackend, OnLost, RedisBackend};
 
@@ -212,7 +213,7 @@ fn lock_layer<B: LockBackend, K: KeyExtractor>(
 
 /// The coupon routes' locks: a read-write lock on `coupon:{id}` (reading a coupon shares it,
 /// resetting or claiming takes it alone), and a semaphore admitting `audit_permits` audits.
-fn with_locks<B: LockBackend + Clone>(
+fn with_locks<B: SharedLocks + Semaphores + Clone>(
     backend: B,
     settings: LockSettings,
     routes: Routes,

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tower_lock::LockGuard;
+use tower_lock::{FencingToken, LockGuard};
 
 use crate::AppState;
 use crate::problem::Problem;
@@ -75,7 +75,8 @@ pub async fn claim(
     let fence = lock
         .as_ref()
         .filter(|_| state.lock.fence_writes)
-        .map(|Extension(lock)| lock.fence());
+        .and_then(|Extension(lock)| lock.fence())
+        .map(FencingToken::get);
     let stock = state
         .store
         .stock(id, fence)

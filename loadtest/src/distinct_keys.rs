@@ -12,8 +12,9 @@ use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::{Layer, ServiceExt, service_fn};
+use tower_lock::backend::{Attempt, LockBackend, LockRequest};
 use tower_lock::key::KeyError;
-use tower_lock::{Acquire, LockBackend, LockLayer, OwnerToken, RedisBackend};
+use tower_lock::{LockLayer, Locker, OwnerToken, RedisBackend};
 
 use crate::cpu;
 use crate::lockers::TTL;
@@ -35,6 +36,8 @@ pub enum PairImpl {
     TowerLock,
     /// tower-lock's `RedisBackend` with `fencing(false)`.
     TowerLockNofence,
+    /// tower-lock's engine: `Locker::with_lock` around no work.
+    TowerLockEngine,
     /// tower-lock's `LockService` around a trivial inner service (no HTTP).
     TowerLockService,
     /// rslock's `lock` and `unlock`.
@@ -42,11 +45,12 @@ pub enum PairImpl {
 }
 
 impl PairImpl {
-    pub const ALL: [PairImpl; 6] = [
+    pub const ALL: [PairImpl; 7] = [
         PairImpl::RawScripts,
         PairImpl::SeedMinimal,
         PairImpl::TowerLock,
         PairImpl::TowerLockNofence,
+        PairImpl::TowerLockEngine,
         PairImpl::TowerLockService,
         PairImpl::Rslock,
     ];
@@ -57,6 +61,7 @@ impl PairImpl {
             PairImpl::SeedMinimal => "seed-minimal",
             PairImpl::TowerLock => "tower-lock",
             PairImpl::TowerLockNofence => "tower-lock-nofence",
+            PairImpl::TowerLockEngine => "tower-lock-engine",
             PairImpl::TowerLockService => "tower-lock-service",
             PairImpl::Rslock => "rslock",
         }
@@ -92,6 +97,7 @@ enum Pairs {
         release: Arc<Script>,
     },
     Backend(RedisBackend),
+    Engine(Locker<RedisBackend>),
     Service(Service),
     Rslock(rslock::LockManager),
 }
@@ -117,7 +123,7 @@ impl Pairs {
             PairImpl::RawScripts => Pairs::Raw {
                 connection: plain().await,
                 release: Arc::new(Script::new(include_str!(
-                    "../../middleware/src/backend/lua/release.lua"
+                    "../../middleware/src/backend/redis/lua/release.lua"
                 ))),
             },
             PairImpl::SeedMinimal => Pairs::Seed {
@@ -135,6 +141,11 @@ impl Pairs {
                     .expect("Redis reachable")
                     .fencing(false),
             ),
+            PairImpl::TowerLockEngine => {
+                let backend = RedisBackend::connect(url).await.expect("Redis reachable");
+                let locker = Locker::builder(backend).ttl(TTL).reject().build();
+                Pairs::Engine(locker.expect("valid settings"))
+            }
             PairImpl::TowerLockService => {
                 let backend = RedisBackend::connect(url).await.expect("Redis reachable");
                 let inner = service_fn(|_: Request<()>| async {
@@ -202,16 +213,19 @@ impl Pairs {
                     .expect("Redis answers");
             }
             Pairs::Backend(backend) => {
-                let token = OwnerToken::new();
-                let answer = backend
-                    .acquire(key, token, TTL)
+                let request = LockRequest::new(OwnerToken::new(), TTL);
+                let answer = backend.acquire(key, request).await;
+                let Ok(Attempt::Acquired(grant)) = answer else {
+                    panic!("a distinct key is free: {answer:?}");
+                };
+                backend
+                    .release(key, &grant.lease)
                     .await
                     .expect("Redis answers");
-                assert!(
-                    matches!(answer, Acquire::Acquired { .. }),
-                    "a distinct key is free"
-                );
-                backend.release(key, token).await.expect("Redis answers");
+            }
+            Pairs::Engine(locker) => {
+                let locked = locker.with_lock(key, |_| async {}).await;
+                locked.expect("a distinct key is free");
             }
             Pairs::Service(service) => {
                 let request = Request::builder()
@@ -370,7 +384,7 @@ pub async fn redis_benchmark(url: &str, concurrency: usize) -> Vec<(String, f64)
         .get_multiplexed_async_connection()
         .await
         .expect("Redis reachable");
-    let release = include_str!("../../middleware/src/backend/lua/release.lua");
+    let release = include_str!("../../middleware/src/backend/redis/lua/release.lua");
     let _: String = redis::cmd("SCRIPT")
         .arg("LOAD")
         .arg(release)

@@ -9,7 +9,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
 
-use crate::lockers::{Impl, Locker};
+use crate::lockers::{Contender, Impl};
 
 /// What one process runs.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -130,7 +130,7 @@ pub async fn run(plan: Plan) -> Measured {
     });
     let listener = tokio::spawn(Arc::clone(&acquisitions).hear_peer());
     let calls = Arc::new(AtomicU64::new(0));
-    let locker = Arc::new(Locker::connect(plan.which, &plan.redis_url).await);
+    let locker = Arc::new(Contender::connect(plan.which, &plan.redis_url).await);
     let (start, end) = (
         instant_at(plan.start_us),
         instant_at(plan.start_us) + plan.duration,

@@ -1,21 +1,15 @@
 //! The lock implementations lockbench compares, behind one interface: hold a key while a
 //! piece of work runs, and count the Redis round trips it took.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use http::request::Parts;
-use http::{Request, Response};
 use redis::Script;
 use redis::aio::MultiplexedConnection;
-use tower::util::BoxCloneSyncService;
-use tower::{Layer, ServiceExt, service_fn};
-use tower_lock::backend::CountingBackend;
-use tower_lock::key::KeyError;
-use tower_lock::{LockLayer, OwnerToken, RedisBackend};
+use tower_lock::testing::CountingBackend;
+use tower_lock::{Locker, OwnerToken, RedisBackend};
 
 /// Lease TTL every implementation uses.
 pub const TTL: Duration = Duration::from_secs(10);
@@ -30,11 +24,11 @@ const NAIVE_SLEEP: Duration = Duration::from_millis(100);
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum Impl {
-    /// tower-lock's `LockService`, waiting woken by release announcements.
+    /// tower-lock's `Locker::with_lock`, waiting woken by release announcements.
     TowerLockNotified,
-    /// tower-lock's `LockService`, waiting by polling with backoff.
+    /// tower-lock's `Locker::with_lock`, waiting by polling with backoff.
     TowerLockPolling,
-    /// tower-lock's `LockService` in fair (FIFO) mode.
+    /// tower-lock's `Locker::with_lock` in fair (FIFO) mode.
     TowerLockFair,
     /// SET NX PX, sleep 100 ms, retry; compare-and-delete release.
     SeedNaive,
@@ -67,26 +61,11 @@ impl Impl {
     }
 }
 
-/// The response body of the benchmark's inner service: the value the work produced.
-pub struct Outcome<T>(Option<T>);
-
-impl<T> From<String> for Outcome<T> {
-    fn from(_: String) -> Self {
-        Self(None)
-    }
-}
-
-type LockedService<T> = BoxCloneSyncService<Request<Work<T>>, Response<Outcome<T>>, Infallible>;
-
-/// The work to run under the lock, carried in the request.
-pub struct Work<T>(std::pin::Pin<Box<dyn Future<Output = T> + Send>>);
-
 /// One implementation, connected.
-pub enum Locker<T> {
+pub enum Contender {
     TowerLock {
-        service: LockedService<T>,
-        /// Shares its counts with the backend inside the service: one call, one round trip.
-        backend: CountingBackend<RedisBackend>,
+        /// Shares its counts with the backend inside the locker: one call, one round trip.
+        locker: Locker<CountingBackend<RedisBackend>>,
     },
     SeedNaive {
         connection: MultiplexedConnection,
@@ -95,43 +74,27 @@ pub enum Locker<T> {
     Rslock(rslock::LockManager),
 }
 
-/// The lock key travels in this header.
-fn key_of(parts: &Parts) -> Result<Option<String>, KeyError> {
-    Ok(parts
-        .headers
-        .get("x-key")
-        .and_then(|key| key.to_str().ok())
-        .map(str::to_owned))
-}
-
-impl<T: Send + 'static> Locker<T> {
+impl Contender {
     /// Connects `which` to the Redis at `url`.
     pub async fn connect(which: Impl, url: &str) -> Self {
-        let layer = |backend: CountingBackend<RedisBackend>| {
-            let layer = LockLayer::new(backend, key_of).ttl(TTL);
-            match which {
-                Impl::TowerLockNotified => layer.wait(WAIT),
-                Impl::TowerLockPolling => layer.wait_polling(WAIT),
-                _ => layer.wait(WAIT).fair(Duration::from_secs(3)),
-            }
-        };
         match which {
             Impl::TowerLockNotified | Impl::TowerLockPolling | Impl::TowerLockFair => {
                 let backend = CountingBackend::new(
                     RedisBackend::connect(url).await.expect("Redis reachable"),
                 );
-                let inner = service_fn(|request: Request<Work<T>>| async move {
-                    let output = request.into_body().0.await;
-                    Ok::<_, Infallible>(Response::new(Outcome(Some(output))))
-                });
-                Locker::TowerLock {
-                    service: BoxCloneSyncService::new(layer(backend.clone()).layer(inner)),
-                    backend,
+                let locker = Locker::builder(backend).ttl(TTL);
+                let locker = match which {
+                    Impl::TowerLockNotified => locker.wait(WAIT),
+                    Impl::TowerLockPolling => locker.wait_polling(WAIT),
+                    _ => locker.wait(WAIT).fair(Duration::from_secs(3)),
+                };
+                Contender::TowerLock {
+                    locker: locker.build().expect("valid settings"),
                 }
             }
             Impl::SeedNaive => {
                 let client = redis::Client::open(url).expect("a valid Redis URL");
-                Locker::SeedNaive {
+                Contender::SeedNaive {
                     connection: client
                         .get_multiplexed_async_connection()
                         .await
@@ -141,41 +104,32 @@ impl<T: Send + 'static> Locker<T> {
                     )),
                 }
             }
-            Impl::Rslock => Locker::Rslock(rslock::LockManager::new(vec![url])),
+            Impl::Rslock => Contender::Rslock(rslock::LockManager::new(vec![url])),
         }
     }
 
     /// Round trips of tower-lock's backend so far (the others count theirs in `with_lock`).
     pub fn backend_round_trips(&self) -> u64 {
         match self {
-            Locker::TowerLock { backend, .. } => backend.counts().total(),
-            Locker::SeedNaive { .. } | Locker::Rslock(_) => 0,
+            Contender::TowerLock { locker } => locker.backend().counts().total(),
+            Contender::SeedNaive { .. } | Contender::Rslock(_) => 0,
         }
     }
 
     /// Runs `work` while holding `key`, waiting as long as it takes. Round trips of the naive
     /// loop are added to `calls`.
-    pub async fn with_lock(
+    pub async fn with_lock<T>(
         &self,
         key: &str,
-        work: impl Future<Output = T> + Send + 'static,
+        work: impl Future<Output = T> + Send,
         calls: &AtomicU64,
     ) -> T {
         match self {
-            Locker::TowerLock { service, .. } => {
-                let request = Request::builder()
-                    .header("x-key", key)
-                    .body(Work(Box::pin(work)))
-                    .expect("a valid request");
-                let Ok(response) = service.clone().oneshot(request).await;
-                match response.into_body().0 {
-                    Some(output) => output,
-                    None => {
-                        panic!("tower-lock gave up on {key}: busy for {WAIT:?}, or Redis failed")
-                    }
-                }
-            }
-            Locker::SeedNaive {
+            Contender::TowerLock { locker } => locker
+                .with_lock(key, |_| work)
+                .await
+                .unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}")),
+            Contender::SeedNaive {
                 connection,
                 release,
             } => {
@@ -207,7 +161,7 @@ impl<T: Send + 'static> Locker<T> {
                     .expect("Redis answers");
                 output
             }
-            Locker::Rslock(manager) => {
+            Contender::Rslock(manager) => {
                 let lock = loop {
                     if let Ok(lock) = manager.lock(key.as_bytes(), TTL).await {
                         break lock;

@@ -61,8 +61,8 @@ struct Args {
     processes: u8,
     /// Implementations to compare (repeatable); default: all of the scenario's. Hot key:
     /// tower-lock-notified, tower-lock-polling, tower-lock-fair, seed-naive, rslock. Distinct
-    /// keys: raw-scripts, seed-minimal, tower-lock, tower-lock-nofence, tower-lock-service,
-    /// rslock.
+    /// keys: raw-scripts, seed-minimal, tower-lock, tower-lock-nofence, tower-lock-engine,
+    /// tower-lock-service, rslock.
     #[arg(long = "impl")]
     impls: Vec<String>,
     /// Distinct keys: draw throughput against concurrency per implementation into this SVG.

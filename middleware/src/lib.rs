@@ -1,30 +1,32 @@
-//! Run each HTTP request under a distributed lock.
+//! Distributed locks for Rust services: a Tower layer that runs each HTTP request under a lock,
+//! and the lock engine behind it, usable from any code.
 //!
-//! tower-lock is a [Tower](https://docs.rs/tower) layer (it works with axum): for every
-//! request it extracts a lock key (`coupon:42`), takes the lock in a shared store, runs the
-//! handler while holding it, and releases it with an atomic compare-and-delete afterwards —
-//! also when the client disconnects. Replicas that share the store never run two requests on
-//! the same key at once, so "read the stock, check, write" handlers cannot oversell.
+//! For every request the layer extracts a lock key (`coupon:42`), takes the lock in a store
+//! shared by all replicas, runs the handler while holding it, and releases it with an atomic
+//! compare-and-delete afterwards — also when the client disconnects. Replicas that share the
+//! store never run two requests on the same key at once, so "read the stock, check, write"
+//! handlers cannot oversell. Background jobs and queue consumers take the same locks through
+//! the engine.
 //!
-//! * [`LockLayer`] configures it: key prefix, lease TTL, wait or reject when busy, backoff,
-//!   fail-closed or fail-open, busy status.
-//! * [`key`] finds the key: a path parameter, a header, a query parameter, a template joining
-//!   them, or any closure.
-//! * [`RedisBackend`] shares locks between processes; [`MemoryBackend`] keeps them in one
+//! * [`LockLayer`] (with [`key`] extractors) puts the lock around HTTP handlers, which see it
+//!   as a [`LockGuard`] in their request extensions.
+//! * [`Locker`] is the engine: [`lock`](Locker::lock), [`with_lock`](Locker::with_lock),
+//!   [`read`](Locker::read)/[`write`](Locker::write), [`permit`](Locker::permit),
+//!   [`lock_all`](Locker::lock_all). A [`HeldLock`] renews its lease every TTL/3, reports its
+//!   loss ([`LockGuard::is_held`], [`LockGuard::lost`]), carries a fencing token
+//!   ([`fencing`] shows how stores use it) and is released on drop.
+//! * [`backend`] holds the contract every store implements, and the stores:
+//!   [`RedisBackend`] shares locks between processes; [`MemoryBackend`] keeps them in one
 //!   process (the embedded default, for single instances and tests).
-//! * Handlers see the held lock as a [`LockGuard`] in the request extensions: its key, whether
-//!   the lease is still held, and its fencing token ([`fencing`] shows how stores use it).
-//! * While the handler runs, the lease is renewed every TTL/3; a lost lease aborts the handler
-//!   with 503, or lets it finish with [`OnLost::Continue`].
 //!
-//! | situation | answer |
-//! |---|---|
-//! | lock busy (`reject()`, or the wait timed out) | 409, `Retry-After`, problem+json |
-//! | no valid key in the request | 400, problem+json naming what is missing |
-//! | store unreachable | 503, `Retry-After` (or the handler runs unlocked with `fail_open()`) |
-//! | lease lost while the handler ran (`OnLost::Abort`) | 503, `Retry-After`, problem type `lock-lost` |
+//! | situation | the layer answers | the engine returns |
+//! |---|---|---|
+//! | lock busy (`reject()`, or the wait timed out) | 409, `Retry-After`, problem+json | [`LockError::Busy`] |
+//! | no valid key | 400, problem+json naming what is missing | [`LockError::InvalidKey`] |
+//! | store unreachable | 503, `Retry-After` (or the handler runs unlocked with `fail_open()`) | [`LockError::StoreUnavailable`] |
+//! | lease lost while the work ran (`OnLost::Abort`) | 503, `Retry-After`, problem type `lock-lost` | [`LockError::LeaseLost`] |
 //!
-//! # Example
+//! # The layer
 //!
 //! ```
 //! use axum::{Router, body::Body, routing::post};
@@ -48,35 +50,54 @@
 //! With axum, apply the layer with `route_layer` or `Router::layer`, so it runs after routing
 //! and sees path parameters. Two nested layers that resolve to the same lock for a request do
 //! not wait for each other: the inner one sees the outer lock and passes the request through.
+//!
+//! # The engine, without HTTP
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower_lock::{Locker, MemoryBackend};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let locker = Locker::builder(MemoryBackend::new())
+//!     .ttl(Duration::from_secs(30))
+//!     .wait(Duration::from_secs(5))
+//!     .build()?;
+//!
+//! // A nightly job that must not run twice at once, across every replica.
+//! let rows = locker
+//!     .with_lock("job:nightly-export", |lock| async move {
+//!         assert!(lock.is_held());
+//!         42 // ... export, writing with `lock.fence()` ...
+//!     })
+//!     .await?;
+//! assert_eq!(rows, 42);
+//! # Ok(()) }
+//! ```
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-mod acquire;
 pub mod backend;
+mod background;
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+mod engine;
 #[doc = include_str!("../../docs/fencing.md")]
 pub mod fencing {}
-mod error;
-mod future;
-mod guard;
 pub mod key;
 mod layer;
-mod lease;
-mod policy;
-mod service;
 #[cfg(test)]
-mod shape_tests;
+mod test_support;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
 mod token;
-#[cfg(test)]
-mod wait_tests;
-mod waiting;
 
 #[cfg(feature = "redis")]
 pub use backend::redis::RedisBackend;
-pub use backend::{Acquire, AcquireMany, BackendError, Hold, LockBackend, memory::MemoryBackend};
-pub use error::LockError;
-pub use future::ResponseFuture;
-pub use guard::LockGuard;
-pub use layer::LockLayer;
-pub use policy::{Backoff, BusyPolicy, LockMode, OnLost, WaitMode};
-pub use service::LockService;
+pub use backend::{BackendError, FencingToken, Hold, LockBackend, memory::MemoryBackend};
+pub use engine::{
+    ConfigError, DEFAULT_MAX_KEY_LEN, HeldLock, InvalidKey, LeaseLost, LockError, LockGuard,
+    Locker, LockerBuilder, OnLost, validate_key,
+};
+pub use layer::{LockLayer, LockService, ResponseFuture};
 pub use token::OwnerToken;

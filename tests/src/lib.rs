@@ -8,6 +8,7 @@
 mod demo;
 mod http_client;
 mod in_process;
+mod locks;
 mod probes;
 mod process;
 mod redis_server;
@@ -15,6 +16,8 @@ mod redis_server;
 pub use demo::DemoReplica;
 pub use http_client::Http;
 pub use in_process::{Reply, post, send};
-pub use probes::{Gate, GateControl, Occupancy};
+pub use locks::{fence_of, granted, hold, request};
+pub use probes::{Gate, GateControl};
 pub use process::free_port;
 pub use redis_server::RedisServer;
+pub use tower_lock::conformance::Occupancy;

@@ -1,30 +1,6 @@
-//! Instruments for handlers: who is inside, and holding them there.
+//! Holding handlers inside until the test lets them out.
 
 use std::time::Duration;
-
-/// Counts how many handlers are inside a critical section at once, and the most ever seen.
-#[derive(Debug, Default)]
-pub struct Occupancy {
-    inside: std::sync::atomic::AtomicUsize,
-    most: std::sync::atomic::AtomicUsize,
-}
-
-impl Occupancy {
-    /// Stays inside for `work`, counting itself while there.
-    pub async fn visit(&self, work: Duration) {
-        use std::sync::atomic::Ordering::SeqCst;
-
-        let now = self.inside.fetch_add(1, SeqCst) + 1;
-        self.most.fetch_max(now, SeqCst);
-        tokio::time::sleep(work).await;
-        self.inside.fetch_sub(1, SeqCst);
-    }
-
-    /// The most visitors that were inside at the same time.
-    pub fn most(&self) -> usize {
-        self.most.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
 
 /// A handler that reports when it is entered and stays inside until the test lets it out.
 #[derive(Clone, Debug)]

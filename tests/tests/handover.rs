@@ -10,11 +10,13 @@ use axum::routing::post;
 use futures_util::StreamExt;
 use http::{Request, StatusCode};
 use integration_tests::{RedisServer, send};
+use integration_tests::{fence_of, granted};
 use redis::AsyncCommands;
 use redis::aio::{MultiplexedConnection, PubSub};
-use tower_lock::backend::CountingBackend;
+use tower_lock::backend::{BackendError, LockBackend, LockRequest, QueuedAttempt, TokenLease};
 use tower_lock::key::header;
-use tower_lock::{Acquire, LockBackend, LockLayer, OwnerToken, RedisBackend};
+use tower_lock::testing::CountingBackend;
+use tower_lock::{Hold, LockLayer, OwnerToken, RedisBackend};
 
 const LEASE: Duration = Duration::from_secs(3);
 /// A ticket that outlives a lease.
@@ -43,19 +45,45 @@ async fn next_announcement(pubsub: &mut PubSub) -> String {
     message.get_payload().unwrap()
 }
 
-async fn fence_of(answer: impl Future<Output = Result<Acquire, tower_lock::BackendError>>) -> u64 {
-    match answer.await.unwrap() {
-        Acquire::Acquired { fence } => fence,
-        busy => panic!("expected the lock, got {busy:?}"),
-    }
+/// Takes lock `k` for `token`, as a holder outside any locker would.
+async fn take(backend: &RedisBackend, token: OwnerToken) -> u64 {
+    fence_of(&granted(
+        backend
+            .acquire("lock:k", LockRequest::new(token, LEASE))
+            .await,
+    ))
+}
+
+/// Asks for lock `k` with `token`'s ticket in its queue, living `ticket_ttl`.
+async fn ask_queued(
+    backend: &RedisBackend,
+    token: OwnerToken,
+    ticket_ttl: Duration,
+) -> Result<QueuedAttempt<TokenLease>, BackendError> {
+    let queue = backend
+        .wait_queue()
+        .expect("connected backends have a queue");
+    queue
+        .acquire_queued("lock:k", LockRequest::new(token, LEASE), ticket_ttl)
+        .await
 }
 
 async fn queue(backend: &RedisBackend, token: OwnerToken, ticket_ttl: Duration) {
-    let answer = backend
-        .acquire_fair("lock:k", token, LEASE, ticket_ttl)
-        .await
-        .unwrap();
-    assert!(matches!(answer, Acquire::Busy { .. }), "{answer:?}");
+    let answer = ask_queued(backend, token, ticket_ttl).await.unwrap();
+    assert!(matches!(answer, QueuedAttempt::Queued { .. }), "{answer:?}");
+}
+
+/// The fence of the lock a queued attempt got.
+fn fence_held<L: std::fmt::Debug>(answer: Result<QueuedAttempt<L>, BackendError>) -> u64 {
+    match answer.unwrap() {
+        QueuedAttempt::Acquired(grant) => fence_of(&grant),
+        queued => panic!("expected the lock, got {queued:?}"),
+    }
+}
+
+async fn release(backend: &RedisBackend, token: OwnerToken) -> bool {
+    let lease = TokenLease::new(token, Hold::Exclusive);
+    backend.release("lock:k", &lease).await.unwrap()
 }
 
 #[tokio::test]
@@ -63,11 +91,11 @@ async fn a_release_hands_the_lock_to_the_first_ticket_that_outlives_its_lease() 
     let redis = RedisServer::start();
     let backend = RedisBackend::connect(redis.url()).await.unwrap();
     let (holder, waiter) = (OwnerToken::new(), OwnerToken::new());
-    let held = fence_of(backend.acquire("lock:k", holder, LEASE)).await;
+    let held = take(&backend, holder).await;
     queue(&backend, waiter, LONG_TICKET).await;
     let mut heard = announcements(&redis).await;
 
-    assert!(backend.release("lock:k", holder).await.unwrap());
+    assert!(release(&backend, holder).await);
 
     let handed = held + 1;
     assert_eq!(
@@ -83,9 +111,9 @@ async fn a_release_hands_the_lock_to_the_first_ticket_that_outlives_its_lease() 
     assert_eq!(line, 0, "the ticket was used");
 
     // A waiter that missed the announcement asks again, and is told it holds the lock.
-    let again = fence_of(backend.acquire_fair("lock:k", waiter, LEASE, LONG_TICKET)).await;
+    let again = fence_held(ask_queued(&backend, waiter, LONG_TICKET).await);
     assert!(again > handed, "a fresh fence: {again} after {handed}");
-    assert!(backend.release("lock:k", waiter).await.unwrap());
+    assert!(release(&backend, waiter).await);
     let exists: bool = connection.exists("{lock:k}").await.unwrap();
     assert!(!exists);
 }
@@ -95,11 +123,11 @@ async fn a_ticket_that_may_expire_before_the_lease_is_only_announced() {
     let redis = RedisServer::start();
     let backend = RedisBackend::connect(redis.url()).await.unwrap();
     let (holder, waiter) = (OwnerToken::new(), OwnerToken::new());
-    fence_of(backend.acquire("lock:k", holder, LEASE)).await;
+    take(&backend, holder).await;
     queue(&backend, waiter, LEASE / 2).await;
     let mut heard = announcements(&redis).await;
 
-    assert!(backend.release("lock:k", holder).await.unwrap());
+    assert!(release(&backend, holder).await);
 
     assert_eq!(next_announcement(&mut heard).await, waiter.to_string());
     let exists: bool = connection(&redis).await.exists("{lock:k}").await.unwrap();
@@ -107,7 +135,7 @@ async fn a_ticket_that_may_expire_before_the_lease_is_only_announced() {
         !exists,
         "not handed: a crashed waiter could block it for a lease"
     );
-    fence_of(backend.acquire_fair("lock:k", waiter, LEASE, LEASE / 2)).await;
+    fence_held(ask_queued(&backend, waiter, LEASE / 2).await);
 }
 
 #[tokio::test]
@@ -115,12 +143,13 @@ async fn a_waiter_that_leaves_holding_a_handed_lock_passes_it_on() {
     let redis = RedisServer::start();
     let backend = RedisBackend::connect(redis.url()).await.unwrap();
     let (holder, first, second) = (OwnerToken::new(), OwnerToken::new(), OwnerToken::new());
-    fence_of(backend.acquire("lock:k", holder, LEASE)).await;
+    take(&backend, holder).await;
     queue(&backend, first, LONG_TICKET).await;
     queue(&backend, second, LONG_TICKET).await;
-    backend.release("lock:k", holder).await.unwrap();
+    release(&backend, holder).await;
 
-    backend.leave_fair_queue("lock:k", first).await.unwrap();
+    let queue = backend.wait_queue().unwrap();
+    queue.leave_queue("lock:k", first).await.unwrap();
 
     let value: String = connection(&redis).await.get("{lock:k}").await.unwrap();
     assert_eq!(value, format!("{second}*"));
@@ -134,7 +163,7 @@ async fn a_queued_request_holds_the_lock_on_hearing_its_release_without_asking()
         .route("/", post(|| async {}))
         .route_layer(LockLayer::new(backend.clone(), header("x-key")).wait(LEASE * 2));
     let holder = OwnerToken::new();
-    fence_of(backend.inner().acquire("lock:k", holder, LEASE)).await;
+    take(backend.inner(), holder).await;
     let request = Request::post("/")
         .header("x-key", "k")
         .body(Body::empty())
@@ -151,7 +180,7 @@ async fn a_queued_request_holds_the_lock_on_hearing_its_release_without_asking()
     tokio::time::sleep(Duration::from_millis(400)).await;
     let asked = backend.counts().acquires;
 
-    backend.inner().release("lock:k", holder).await.unwrap();
+    release(backend.inner(), holder).await;
 
     assert_eq!(waiter.await.unwrap(), StatusCode::OK);
     assert!(started.elapsed() < LEASE, "woken by the release");

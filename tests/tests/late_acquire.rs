@@ -5,9 +5,11 @@
 use std::time::Duration;
 
 use integration_tests::RedisServer;
+use integration_tests::request;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
-use tower_lock::{Acquire, LockBackend, OwnerToken, RedisBackend};
+use tower_lock::RedisBackend;
+use tower_lock::backend::{Attempt, LockBackend};
 
 async fn connection(redis: &RedisServer) -> MultiplexedConnection {
     redis
@@ -36,7 +38,7 @@ async fn an_acquire_answered_after_its_lease_ran_out_is_an_error_not_a_token() {
 
     pause_writes(&mut admin, Duration::from_millis(400)).await;
     let late = backend
-        .acquire("lock:k", OwnerToken::new(), Duration::from_millis(100))
+        .acquire("lock:k", request(Duration::from_millis(100)))
         .await;
 
     let error = late.expect_err("answered 400 ms later, for a 100 ms lease");
@@ -44,11 +46,11 @@ async fn an_acquire_answered_after_its_lease_ran_out_is_an_error_not_a_token() {
 
     pause_writes(&mut admin, Duration::from_millis(400)).await;
     let in_time = backend
-        .acquire("lock:other", OwnerToken::new(), Duration::from_secs(10))
+        .acquire("lock:other", request(Duration::from_secs(10)))
         .await
         .unwrap();
     assert!(
-        matches!(in_time, Acquire::Acquired { fence } if fence > 0),
+        matches!(in_time, Attempt::Acquired(ref grant) if grant.fence.is_some()),
         "the same delay within a 10 s lease still gives a token: {in_time:?}"
     );
 }
@@ -72,11 +74,11 @@ async fn without_that_rule_an_increment_after_the_lease_outranks_the_next_holder
     assert!(taken.is_some());
     tokio::time::sleep(Duration::from_millis(150)).await;
     let next_holder = match backend
-        .acquire("lock:k", OwnerToken::new(), Duration::from_secs(10))
+        .acquire("lock:k", request(Duration::from_secs(10)))
         .await
         .unwrap()
     {
-        Acquire::Acquired { fence } => fence,
+        Attempt::Acquired(grant) => integration_tests::fence_of(&grant),
         busy => panic!("the stale lease had run out, yet: {busy:?}"),
     };
     let counters: Vec<String> = stale.keys("tower-lock:fence:*").await.unwrap();

@@ -243,7 +243,7 @@ async fn a_hundred_thousand_requests_over_ten_thousand_keys_leave_nothing_behind
 
     assert_eq!(layer.active_leases(), 0);
     assert_eq!(
-        backend.waiting_room().unwrap().waiting_names(),
+        backend.wait_queue().unwrap().room().waiting_names(),
         0,
         "no waiting line left"
     );

@@ -23,7 +23,8 @@ async fn claims(lock: LockLayer<RedisBackend, KeyTemplate>) -> axum::Router {
             "/coupons/{id}/claim",
             axum::routing::post(
                 |axum::Extension(lock): axum::Extension<LockGuard>| async move {
-                    lock.fence().to_string()
+                    lock.fence()
+                        .map_or_else(|| "none".to_owned(), |fence| fence.to_string())
                 },
             ),
         )
@@ -144,7 +145,7 @@ async fn without_fencing_an_uncontended_request_sends_a_plain_set_and_one_script
 
     let (reply, sent) = monitored(&redis, send(&app, post("/coupons/1/claim"))).await;
 
-    assert_eq!(reply.body, "0", "no fencing token");
+    assert_eq!(reply.body, "none", "no fencing token");
     assert_eq!(
         sent.len(),
         2 + 2,
@@ -187,16 +188,16 @@ async fn an_uncontended_write_lock_costs_one_pipeline_and_one_script_and_subscri
 #[tokio::test]
 async fn a_waiting_writer_asks_with_one_script_not_a_failing_transaction_first() {
     use std::time::Duration;
-    use tower_lock::{Hold, LockBackend, OwnerToken};
+    use tower_lock::backend::{LockBackend, SharedLocks};
     let redis = RedisServer::start();
     let backend = RedisBackend::connect(redis.url()).await.unwrap();
     let app = claims(coupon_lock(backend.clone()).read_write()).await;
-    let reader = OwnerToken::new();
     let ttl = Duration::from_secs(10);
-    backend
-        .acquire_hold("lock:coupon:7", reader, ttl, Hold::Read)
-        .await
-        .unwrap();
+    let reader = integration_tests::granted(
+        backend
+            .acquire_read("lock:coupon:7", integration_tests::request(ttl))
+            .await,
+    );
     let writer = tokio::spawn(async move { send(&app, post("/coupons/7/claim")).await.status });
     let mut connection = redis
         .client()
@@ -233,7 +234,7 @@ async fn a_waiting_writer_asks_with_one_script_not_a_failing_transaction_first()
 
     let (status, lines) = monitored(&redis, async {
         backend
-            .release_hold("lock:coupon:7", reader, Hold::Read)
+            .release("lock:coupon:7", &reader.lease)
             .await
             .unwrap();
         writer.await.unwrap()

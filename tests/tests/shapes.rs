@@ -9,9 +9,12 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
 use http::{Method, Request, StatusCode};
-use integration_tests::{RedisServer, send};
+use integration_tests::{RedisServer, granted, request, send};
+use tower_lock::backend::{Attempt, LockBackend, Patience, SharedLocks};
 use tower_lock::key::header;
 use tower_lock::{Hold, LockGuard, LockLayer, RedisBackend};
+
+const TTL: Duration = Duration::from_secs(10);
 
 /// Who is inside, by hold, and the worst seen.
 #[derive(Debug, Default)]
@@ -62,7 +65,7 @@ async fn replica(
         ))
 }
 
-fn request(app: &Router, method: Method) -> tokio::task::JoinHandle<StatusCode> {
+fn send_as(app: &Router, method: Method) -> tokio::task::JoinHandle<StatusCode> {
     let request = Request::builder()
         .method(method)
         .uri("/")
@@ -83,10 +86,10 @@ async fn readers_overlap_and_writers_never_share_the_key() {
     ];
 
     let readers: Vec<_> = (0..20)
-        .map(|i| request(&replicas[i % 2], Method::GET))
+        .map(|i| send_as(&replicas[i % 2], Method::GET))
         .collect();
     let writers: Vec<_> = (0..6)
-        .map(|i| request(&replicas[i % 2], Method::POST))
+        .map(|i| send_as(&replicas[i % 2], Method::POST))
         .collect();
     for request in readers.into_iter().chain(writers) {
         assert_eq!(request.await.unwrap(), StatusCode::OK);
@@ -105,13 +108,13 @@ async fn a_writer_behind_a_stream_of_readers_gets_in() {
     let redis = RedisServer::start();
     let inside = Arc::new(Inside::default());
     let app = replica(&redis, inside.clone(), LockLayer::read_write).await;
-    let mut readers = vec![request(&app, Method::GET)];
+    let mut readers = vec![send_as(&app, Method::GET)];
     tokio::time::sleep(Duration::from_millis(10)).await;
-    let writer = request(&app, Method::POST);
+    let writer = send_as(&app, Method::POST);
     let started = Instant::now();
 
     while !writer.is_finished() && started.elapsed() < Duration::from_secs(20) {
-        readers.push(request(&app, Method::GET));
+        readers.push(send_as(&app, Method::GET));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
@@ -137,7 +140,7 @@ async fn a_semaphore_across_two_replicas_admits_exactly_its_permits() {
     ];
 
     let requests: Vec<_> = (0..30)
-        .map(|i| request(&replicas[i % 2], Method::POST))
+        .map(|i| send_as(&replicas[i % 2], Method::POST))
         .collect();
     for request in requests {
         assert_eq!(request.await.unwrap(), StatusCode::OK);
@@ -151,76 +154,16 @@ async fn a_semaphore_across_two_replicas_admits_exactly_its_permits() {
 }
 
 #[tokio::test]
-async fn several_keys_are_taken_in_redis_all_or_none() {
-    use tower_lock::{Acquire, AcquireMany, LockBackend, OwnerToken};
-    let redis = RedisServer::start();
-    let store = RedisBackend::connect(redis.url()).await.unwrap();
-    let ttl = Duration::from_secs(10);
-    let holder = OwnerToken::new();
-    store.acquire("lock:b", holder, ttl).await.unwrap();
-    let keys = [
-        "lock:a".to_owned(),
-        "lock:b".to_owned(),
-        "lock:c".to_owned(),
-    ];
-    let other = OwnerToken::new();
-
-    let busy = store.acquire_many(&keys, other, ttl).await.unwrap();
-    let mut connection = redis
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let taken: usize = redis::cmd("EXISTS")
-        .arg(&["{lock:a}", "{lock:c}"])
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    store.release("lock:b", holder).await.unwrap();
-    let acquired = store.acquire_many(&keys, other, ttl).await.unwrap();
-
-    assert!(
-        matches!(
-            busy,
-            AcquireMany::Busy {
-                holder_ttl: Some(_)
-            }
-        ),
-        "{busy:?}"
-    );
-    assert_eq!(taken, 0, "nothing was taken while one key was busy");
-    assert_eq!(
-        acquired,
-        AcquireMany::Acquired {
-            fences: vec![1, 2, 1]
-        }
-    );
-    let single = store
-        .acquire("lock:c", OwnerToken::new(), ttl)
-        .await
-        .unwrap();
-    assert!(
-        matches!(single, Acquire::Busy { .. }),
-        "the set holds c: {single:?}"
-    );
-}
-
-#[tokio::test]
 async fn without_fencing_a_writer_gets_no_token_and_no_counter_is_made() {
-    use tower_lock::{Acquire, LockBackend, OwnerToken};
     let redis = RedisServer::start();
     let store = RedisBackend::connect(redis.url())
         .await
         .unwrap()
         .fencing(false);
-    let ttl = Duration::from_secs(10);
 
-    let written = store
-        .acquire_hold("lock:w", OwnerToken::new(), ttl, Hold::Write)
-        .await
-        .unwrap();
+    let written = granted(store.acquire_write("lock:w", request(TTL)).await);
 
-    assert_eq!(written, Acquire::Acquired { fence: 0 });
+    assert_eq!(written.fence, None);
     let mut connection = redis
         .client()
         .get_multiplexed_async_connection()
@@ -252,19 +195,11 @@ async fn lock_w(redis: &RedisServer) -> (Option<String>, i64, Option<String>) {
 
 #[tokio::test]
 async fn readers_hold_the_lock_key_so_a_plain_set_nx_fails_until_the_last_one_leaves() {
-    use tower_lock::{Acquire, LockBackend, OwnerToken};
     let redis = RedisServer::start();
     let store = RedisBackend::connect(redis.url()).await.unwrap();
-    let (short, long) = (OwnerToken::new(), OwnerToken::new());
-    let read = |token, ttl| store.acquire_hold("lock:w", token, ttl, Hold::Read);
-    assert!(matches!(
-        read(long, Duration::from_secs(20)).await.unwrap(),
-        Acquire::Acquired { .. }
-    ));
-    assert!(matches!(
-        read(short, Duration::from_secs(5)).await.unwrap(),
-        Acquire::Acquired { .. }
-    ));
+    let read = |ttl| store.acquire_read("lock:w", request(ttl));
+    let long = granted(read(Duration::from_secs(20)).await);
+    let short = granted(read(Duration::from_secs(5)).await);
 
     let (value, pttl, _) = lock_w(&redis).await;
     assert_eq!(value.as_deref(), Some("readers"));
@@ -272,68 +207,40 @@ async fn readers_hold_the_lock_key_so_a_plain_set_nx_fails_until_the_last_one_le
         pttl > 15_000,
         "the key lives as long as the longest read: {pttl}"
     );
-    let mutex = store
-        .acquire("lock:w", OwnerToken::new(), Duration::from_secs(5))
-        .await;
+    let mutex = store.acquire("lock:w", request(TTL)).await;
     assert!(
-        matches!(mutex.unwrap(), Acquire::Busy { .. }),
+        matches!(mutex.unwrap(), Attempt::Busy { .. }),
         "a plain SET NX fails"
     );
 
-    store
-        .release_hold("lock:w", long, Hold::Read)
-        .await
-        .unwrap();
+    store.release("lock:w", &long.lease).await.unwrap();
     let (_, pttl, _) = lock_w(&redis).await;
     assert!(pttl <= 5_000, "now as long as the remaining read: {pttl}");
-    store
-        .release_hold("lock:w", short, Hold::Read)
-        .await
-        .unwrap();
+    store.release("lock:w", &short.lease).await.unwrap();
     let (value, ..) = lock_w(&redis).await;
     assert_eq!(value, None, "the last reader takes the key with it");
-    let writer = store
-        .acquire_hold(
-            "lock:w",
-            OwnerToken::new(),
-            Duration::from_secs(5),
-            Hold::Write,
-        )
-        .await
-        .unwrap();
-    assert!(matches!(writer, Acquire::Acquired { .. }), "{writer:?}");
+    granted(store.acquire_write("lock:w", request(TTL)).await);
 }
 
 #[tokio::test]
 async fn a_writer_that_waited_withdraws_its_intent_when_it_gets_in() {
-    use tower_lock::{Acquire, LockBackend, OwnerToken};
     let redis = RedisServer::start();
     let store = RedisBackend::connect(redis.url()).await.unwrap();
-    let ttl = Duration::from_secs(10);
-    let (reader, writer) = (OwnerToken::new(), OwnerToken::new());
-    store
-        .acquire_hold("lock:w", reader, ttl, Hold::Read)
-        .await
-        .unwrap();
+    let reader = granted(store.acquire_read("lock:w", request(TTL)).await);
+    let writer = request(TTL).patience(Patience::Polls);
 
-    let waited = store
-        .acquire_hold("lock:w", writer, ttl, Hold::Write)
-        .await
-        .unwrap();
+    let waited = store.acquire_write("lock:w", writer).await.unwrap();
     let (_, _, intent) = lock_w(&redis).await;
-    assert!(matches!(waited, Acquire::Busy { .. }), "{waited:?}");
-    assert_eq!(intent, Some(writer.to_string()), "new readers are barred");
-    store
-        .release_hold("lock:w", reader, Hold::Read)
-        .await
-        .unwrap();
+    assert!(matches!(waited, Attempt::Busy { .. }), "{waited:?}");
+    assert_eq!(
+        intent,
+        Some(writer.token.to_string()),
+        "new readers are barred"
+    );
+    store.release("lock:w", &reader.lease).await.unwrap();
 
-    let taken = store
-        .acquire_hold("lock:w", writer, ttl, Hold::Write)
-        .await
-        .unwrap();
+    granted(store.acquire_write("lock:w", writer).await);
 
-    assert!(matches!(taken, Acquire::Acquired { .. }), "{taken:?}");
     let (value, _, intent) = lock_w(&redis).await;
     assert_eq!(
         intent, None,
@@ -341,7 +248,7 @@ async fn a_writer_that_waited_withdraws_its_intent_when_it_gets_in() {
     );
     assert_eq!(
         value,
-        Some(format!("{writer}*")),
+        Some(format!("{}*", writer.token)),
         "its release is announced to the readers it held back"
     );
 }

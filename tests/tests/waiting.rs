@@ -11,8 +11,9 @@ use http::{Request, StatusCode};
 use integration_tests::{Occupancy, RedisServer, send};
 use redis::AsyncCommands;
 use tokio::sync::mpsc;
+use tower_lock::backend::{LockBackend, LockRequest, QueuedAttempt, TokenLease};
 use tower_lock::key::header;
-use tower_lock::{Acquire, LockBackend, LockLayer, OwnerToken, RedisBackend};
+use tower_lock::{LockLayer, OwnerToken, RedisBackend};
 
 const HOLD_TTL: Duration = Duration::from_secs(3);
 
@@ -62,11 +63,10 @@ fn request(app: &Router, id: usize) -> tokio::task::JoinHandle<StatusCode> {
 }
 
 /// Takes lock `k` directly, as another holder would.
-async fn hold(backend: &RedisBackend) -> OwnerToken {
-    let token = OwnerToken::new();
-    let answer = backend.acquire("lock:k", token, HOLD_TTL).await.unwrap();
-    assert!(matches!(answer, Acquire::Acquired { .. }), "{answer:?}");
-    token
+async fn hold(backend: &RedisBackend) -> TokenLease {
+    integration_tests::hold(backend, "lock:k", HOLD_TTL)
+        .await
+        .lease
 }
 
 async fn subscribers(redis: &RedisServer) -> i64 {
@@ -107,7 +107,7 @@ async fn a_waiter_is_woken_by_the_announced_release() {
     until_subscribed(&redis, 1).await;
 
     let released = Instant::now();
-    holder_backend.release("lock:k", holder).await.unwrap();
+    holder_backend.release("lock:k", &holder).await.unwrap();
 
     assert_eq!(waiter.await.unwrap(), StatusCode::OK);
     assert!(
@@ -162,7 +162,7 @@ async fn a_killed_subscriber_connection_does_not_strand_its_waiters() {
         .query_async(&mut connection)
         .await
         .unwrap();
-    holder_backend.release("lock:k", holder).await.unwrap();
+    holder_backend.release("lock:k", &holder).await.unwrap();
 
     assert_eq!(killed, 1, "the waiter's subscriber connection");
     let status = tokio::time::timeout(HOLD_TTL * 2, waiter)
@@ -175,7 +175,7 @@ async fn a_killed_subscriber_connection_does_not_strand_its_waiters() {
     let next = request(&app, 2);
     until_subscribed(&redis, 1).await;
     let released = Instant::now();
-    holder_backend.release("lock:k", holder).await.unwrap();
+    holder_backend.release("lock:k", &holder).await.unwrap();
     assert_eq!(next.await.unwrap(), StatusCode::OK);
     assert!(
         released.elapsed() < HOLD_TTL / 2,
@@ -194,18 +194,20 @@ async fn fair_order(ticket_ttl: Duration) -> Vec<String> {
         process(&redis, Some(ticket_ttl), Duration::ZERO, order).await,
     ];
     let holder_backend = RedisBackend::connect(redis.url()).await.unwrap();
-    let holder = OwnerToken::new();
-    holder_backend
-        .acquire_fair("lock:k", holder, HOLD_TTL, ticket_ttl)
-        .await
-        .unwrap();
+    let queue = holder_backend.wait_queue().unwrap();
+    let holding = LockRequest::new(OwnerToken::new(), HOLD_TTL);
+    let queued = queue.acquire_queued("lock:k", holding, ticket_ttl).await;
+    let QueuedAttempt::Acquired(holder) = queued.unwrap() else {
+        panic!("the lock is free");
+    };
+    let holder = holder.lease;
     let mut waiters = Vec::new();
     for id in 0..12 {
         waiters.push(request(&processes[id % 2], id));
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
 
-    holder_backend.release("lock:k", holder).await.unwrap();
+    holder_backend.release("lock:k", &holder).await.unwrap();
     for waiter in waiters {
         assert_eq!(waiter.await.unwrap(), StatusCode::OK);
     }
@@ -241,7 +243,7 @@ async fn notified_processes_take_turns_instead_of_the_releaser_winning_every_rac
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 
-    holder_backend.release("lock:k", holder).await.unwrap();
+    holder_backend.release("lock:k", &holder).await.unwrap();
     for waiter in waiters {
         assert_eq!(waiter.await.unwrap(), StatusCode::OK);
     }
@@ -292,23 +294,23 @@ async fn without_fencing_a_waiter_that_queued_gets_no_token_either() {
         .await
         .unwrap()
         .fencing(false);
-    let (holder, waiter) = (OwnerToken::new(), OwnerToken::new());
-    let ticket_ttl = Duration::from_secs(3);
-    let held = backend.acquire("lock:k", holder, HOLD_TTL).await.unwrap();
-    let queued = backend
-        .acquire_fair("lock:k", waiter, HOLD_TTL, ticket_ttl)
-        .await
-        .unwrap();
+    let (queue, ticket_ttl) = (backend.wait_queue().unwrap(), Duration::from_secs(3));
+    let waiter = LockRequest::new(OwnerToken::new(), HOLD_TTL);
+    let held = integration_tests::hold(&backend, "lock:k", HOLD_TTL).await;
+    let queued = queue.acquire_queued("lock:k", waiter, ticket_ttl).await;
 
-    backend.release("lock:k", holder).await.unwrap();
-    let taken = backend
-        .acquire_fair("lock:k", waiter, HOLD_TTL, ticket_ttl)
-        .await
-        .unwrap();
+    backend.release("lock:k", &held.lease).await.unwrap();
+    let taken = queue.acquire_queued("lock:k", waiter, ticket_ttl).await;
 
-    assert_eq!(held, Acquire::Acquired { fence: 0 });
-    assert!(matches!(queued, Acquire::Busy { .. }), "{queued:?}");
-    assert_eq!(taken, Acquire::Acquired { fence: 0 });
+    assert_eq!(held.fence, None);
+    assert!(
+        matches!(queued, Ok(QueuedAttempt::Queued { .. })),
+        "{queued:?}"
+    );
+    assert!(
+        matches!(taken, Ok(QueuedAttempt::Acquired(ref grant)) if grant.fence.is_none()),
+        "{taken:?}"
+    );
     let mut connection = redis
         .client()
         .get_multiplexed_async_connection()

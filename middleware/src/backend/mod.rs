@@ -1,252 +1,137 @@
-//! Lock stores. A backend knows nothing about HTTP: it takes, reports and releases leases.
+//! The backend contract: what a lock store must do for the engine, and the stores that do it.
+//!
+//! A backend knows nothing of HTTP or of waiting policies: it takes, extends and releases
+//! leases on lock names, each call atomic in the store. Every backend passes the same
+//! conformance suite (`tower_lock::conformance`, feature `conformance`).
+//!
+//! * [`LockBackend`]: the mutex, several names at once, expiring leases, owner-checked extend
+//!   and release, optional fencing tokens. Required of every backend.
+//! * [`SharedLocks`] (read-write locks) and [`Semaphores`]: shapes a backend may offer; the
+//!   engine's and the layer's methods for them only compile for backends that do.
+//! * [`WaitQueue`]: a queue of waiters woken by release announcements, which a backend may
+//!   offer ([`LockBackend::wait_queue`]); without one, waiters poll.
+//!
+//! Backends: [`MemoryBackend`](memory::MemoryBackend) (one process) and, with the `redis`
+//! feature, [`RedisBackend`](redis::RedisBackend).
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::OwnerToken;
-pub use crate::waiting::WaitingRoom;
-pub use counting::{CallCounts, CountingBackend};
-
-mod counting;
+mod attempt;
+mod error;
 pub mod memory;
+mod queue;
 #[cfg(feature = "redis")]
 pub mod redis;
+mod request;
+mod shapes;
+#[cfg(test)]
+mod tests;
+pub mod waiting;
 
-/// The answer to an acquire attempt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Acquire {
-    /// The lock is ours. `fence` is strictly larger than every token issued earlier for the
-    /// same key. Tokens need not be consecutive: one counter may serve many keys.
-    Acquired {
-        /// The fencing token of this lease (0 when the backend's fencing is switched off).
-        fence: u64,
-    },
-    /// Somebody else holds the lock.
-    Busy {
-        /// How long the holder's lease has left, when the store knows it.
-        holder_ttl: Option<Duration>,
-    },
-}
+pub use attempt::{Attempt, FencingToken, Granted, TokenLease};
+pub use error::BackendError;
+pub use queue::{BoxFuture, QueuedAttempt, WaitQueue};
+pub use request::{LockRequest, Patience, drift_margin, lease_deadline};
+pub use shapes::{Hold, Semaphores, SharedLocks};
 
-/// The answer to a multi-key acquire: all keys, or none.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AcquireMany {
-    /// Every key is ours; one fencing token per key, in the order the keys were given.
-    Acquired {
-        /// The fencing tokens.
-        fences: Vec<u64>,
-    },
-    /// At least one key is held by somebody else; none was taken.
-    Busy {
-        /// How long that holder's lease has left, when known.
-        holder_ttl: Option<Duration>,
-    },
-}
-
-/// What kind of hold a request takes on its lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Hold {
-    /// The only holder: a mutex.
-    Exclusive,
-    /// One of any number of readers. Excluded by a writer, and barred while a writer waits.
-    Read,
-    /// The only holder, excluding readers too: it waits for readers to leave and bars new
-    /// ones meanwhile, so a stream of readers cannot starve it.
-    Write,
-    /// One of at most `permits` holders: a distributed semaphore.
-    Permit {
-        /// How many holders the key admits at once.
-        permits: u32,
-    },
-}
-
-impl Hold {
-    /// Whether the holder is alone on the key (mutex or writer): only then are fencing tokens
-    /// issued.
-    pub fn is_exclusive(self) -> bool {
-        matches!(self, Hold::Exclusive | Hold::Write)
-    }
-}
-
-fn unsupported(hold: Hold) -> BackendError {
-    BackendError::new(format!("this lock backend does not support {hold:?} holds"))
-}
-
-/// The lock store could not answer (unreachable, timed out, or an unexpected reply).
+/// A store of leases on lock names: exclusive, expiring, owner-checked, optionally fenced.
 ///
-/// Its message is for logs; it never reaches an HTTP client.
-#[derive(Debug, thiserror::Error)]
-#[error("lock store unavailable: {0}")]
-pub struct BackendError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
-
-impl BackendError {
-    /// Wraps any error of the underlying client.
-    pub fn new(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
-        Self(error.into())
-    }
-}
-
-/// A store of leases: owner-checked, expiring, fenced locks.
+/// Each call must be atomic in the store: two concurrent acquires of one name never both
+/// succeed, and [`extend`](Self::extend) and [`release`](Self::release) act only while the
+/// lease is still the holder's. `name` is the full lock name (the engine's prefix and the
+/// key); a backend may wrap it (Redis adds a hash tag) but must not share state between names.
 ///
-/// Implementations must make each call atomic: two concurrent `acquire` calls for the same
-/// key never both succeed, and `extend` and `release` act only while `token` still owns it.
-/// `key` is the full lock name (prefix included); a backend may wrap it (the Redis backend
-/// adds a hash tag) but must not share state between different names.
+/// # Implementing a backend
+///
+/// Acquire, extend, release and [`abandon`](Self::abandon) are required; several names at
+/// once, shapes ([`SharedLocks`], [`Semaphores`]) and waking waiters ([`WaitQueue`]) are
+/// optional. `docs/ARCHITECTURE.md` walks through adding one; the conformance suite says
+/// whether it holds.
 pub trait LockBackend: Send + Sync + 'static {
-    /// Takes the lock for `ttl` if it is free; otherwise reports how long the holder has left.
+    /// What the backend keeps of one acquisition and needs again to extend and release it: an
+    /// owner token ([`TokenLease`]), a connection, a lease id, a node path.
+    type Lease: Send + Sync + 'static;
+
+    /// Takes lock `name` for `request.ttl` if it is free; otherwise reports how long the
+    /// holder has left. Exclusive: a reader of the same name (see [`SharedLocks`]) keeps it
+    /// busy too.
     fn acquire(
         &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-    ) -> impl Future<Output = Result<Acquire, BackendError>> + Send;
+        name: &str,
+        request: LockRequest,
+    ) -> impl Future<Output = Result<Attempt<Granted<Self::Lease>>, BackendError>> + Send;
 
-    /// Resets the lease of lock `key` to `ttl` from now, if `token` still owns it. Returns
-    /// whether it did; `false` means the lease is lost (expired, or taken by someone else).
+    /// Resets the lease to `ttl` from now, if it is still the holder's. `Ok(false)`: it is
+    /// lost (expired, or taken by someone else).
     fn extend(
         &self,
-        key: &str,
-        token: OwnerToken,
+        name: &str,
+        lease: &Self::Lease,
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, BackendError>> + Send;
 
-    /// Deletes the lock if `token` still owns it, and announces the release to waiters: to the
-    /// holder of the first ticket in the key's queue (see [`acquire_fair`](Self::acquire_fair))
-    /// if there is one, else to anybody. Returns whether it did.
+    /// Gives the lock back, if the lease is still the holder's, and announces the release to
+    /// waiters where the backend can. `Ok(false)`: the lease had already been lost.
     fn release(
         &self,
-        key: &str,
-        token: OwnerToken,
+        name: &str,
+        lease: &Self::Lease,
     ) -> impl Future<Output = Result<bool, BackendError>> + Send;
 
-    /// Takes a hold of any kind: [`Hold::Exclusive`] is [`acquire`](Self::acquire); the
-    /// others are read-write locks and semaphores. Shared holds (read, permit) have their own
-    /// lease each, and report fence 0. Backends without them (the default) answer an error.
-    fn acquire_hold(
+    /// An attempt by `request.token` on `name` ended without the lock reaching its caller:
+    /// its answer was lost (the store failed or was too slow, or the caller was dropped before
+    /// the answer came), or a writer gave up waiting. Undo what it may have left: a lock or a
+    /// shared hold the store granted it, a writer's intent. Must be harmless when it left
+    /// nothing.
+    fn abandon(
         &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-        hold: Hold,
-    ) -> impl Future<Output = Result<Acquire, BackendError>> + Send {
-        async move {
-            match hold {
-                Hold::Exclusive => self.acquire(key, token, ttl).await,
-                _ => Err(unsupported(hold)),
-            }
-        }
-    }
+        name: &str,
+        request: LockRequest,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
-    /// Extends a hold taken with [`acquire_hold`](Self::acquire_hold).
-    fn extend_hold(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-        hold: Hold,
-    ) -> impl Future<Output = Result<bool, BackendError>> + Send {
-        async move {
-            match hold {
-                Hold::Exclusive | Hold::Write => self.extend(key, token, ttl).await,
-                _ => Err(unsupported(hold)),
-            }
-        }
-    }
-
-    /// Releases a hold taken with [`acquire_hold`](Self::acquire_hold), announcing it.
-    fn release_hold(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        hold: Hold,
-    ) -> impl Future<Output = Result<bool, BackendError>> + Send {
-        async move {
-            match hold {
-                Hold::Exclusive | Hold::Write => self.release(key, token).await,
-                _ => Err(unsupported(hold)),
-            }
-        }
-    }
-
-    /// Takes every lock in `keys` (sorted, distinct) for `token`, or none of them.
+    /// Takes every lock in `names` (sorted, distinct) for `request`, or none of them; one
+    /// grant per name, in the order given.
     ///
     /// The default takes them one by one in the given (sorted) order and, at the first busy
-    /// key, gives back those it took: no caller ever waits while holding part of a set, and
-    /// everybody takes keys in the same order, so two requests over overlapping keys cannot
-    /// deadlock. Backends that can take them atomically (the Redis backend on one node, the
-    /// memory backend) override it.
+    /// name, gives back those it took: no caller ever waits while holding part of a set, and
+    /// everybody takes names in the same order, so two callers over overlapping sets cannot
+    /// deadlock. Backends that can take them atomically (Redis on one node, memory) override
+    /// it.
     fn acquire_many(
         &self,
-        keys: &[String],
-        token: OwnerToken,
-        ttl: Duration,
-    ) -> impl Future<Output = Result<AcquireMany, BackendError>> + Send {
+        names: &[&str],
+        request: LockRequest,
+    ) -> impl Future<Output = Result<Attempt<Vec<Granted<Self::Lease>>>, BackendError>> + Send {
         async move {
-            let mut fences = Vec::with_capacity(keys.len());
-            for key in keys {
-                let not_taken = match self.acquire(key, token, ttl).await {
-                    Ok(Acquire::Acquired { fence }) => {
-                        fences.push(fence);
+            let mut granted: Vec<Granted<Self::Lease>> = Vec::with_capacity(names.len());
+            for name in names {
+                let stopped = match self.acquire(name, request).await {
+                    Ok(Attempt::Acquired(grant)) => {
+                        granted.push(grant);
                         continue;
                     }
-                    Ok(Acquire::Busy { holder_ttl }) => Ok(AcquireMany::Busy { holder_ttl }),
+                    Ok(Attempt::Busy { holder_ttl }) => Ok(Attempt::Busy { holder_ttl }),
                     Err(error) => Err(error),
                 };
-                for taken in &keys[..fences.len()] {
-                    self.release(taken, token).await?;
+                for (taken, grant) in names.iter().zip(&granted) {
+                    self.release(taken, &grant.lease).await?;
                 }
-                return not_taken;
+                return stopped;
             }
-            Ok(AcquireMany::Acquired { fences })
+            Ok(Attempt::Acquired(granted))
         }
     }
 
-    /// Where this backend's waiters wait for release announcements. Backends without one
-    /// (the default) make waiters poll with backoff.
-    ///
-    /// A backend that returns a room implements [`acquire_fair`](Self::acquire_fair) and
-    /// [`leave_fair_queue`](Self::leave_fair_queue) (the head of each process's line of waiters
-    /// holds a ticket), and promises to announce the release of every lock taken by, or found
-    /// busy by, `acquire_fair`: the next waiter waits for that announcement without asking (up
-    /// to a lease). A wrapper around another backend must therefore forward all three methods,
-    /// or none ([`CountingBackend`] forwards all).
-    fn waiting_room(&self) -> Option<&Arc<WaitingRoom>> {
+    /// This backend's queue of waiters woken by release announcements. `None` (the default):
+    /// waiters poll with backoff, and fair mode is refused when a locker is built.
+    fn wait_queue(&self) -> Option<&dyn WaitQueue<Self::Lease>> {
         None
     }
 
-    /// Takes the lock only if it is free and `token` is first in the key's queue of tickets (or
-    /// the queue is empty); otherwise puts `token` in the queue (or refreshes its ticket for
-    /// `ticket_ttl`) and reports busy, with how long to wait at most before asking again.
-    /// Tickets that are not refreshed expire, so a crashed waiter blocks the queue for at most
-    /// `ticket_ttl`. Fair mode's waiters all ask this way; in notified mode, the head of each
-    /// process's line does, so processes take turns.
-    ///
-    /// A backend may hand a released lock straight to the first ticket, when the ticket
-    /// outlives the lease `ttl` it asked for: the lock is then held for `token` with a `ttl`
-    /// lease counted from the release, and the announcement names the ticket and its fence
-    /// (the waiter holds the lock on hearing it, without asking). A ticket that asks again holding
-    /// a lock handed to it gets it (with a fresh `ttl` lease and fence), so a lost announcement
-    /// costs one wait, never the lock.
-    fn acquire_fair(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-        ticket_ttl: Duration,
-    ) -> impl Future<Output = Result<Acquire, BackendError>> + Send {
-        let _ = (key, token, ttl, ticket_ttl);
-        async { Err(BackendError::new("this lock backend has no fair mode")) }
-    }
-
-    /// Withdraws `token`'s ticket (the waiter gave up), waking the next ticket if
-    /// the lock is free, and releasing the lock if it was handed to `token` meanwhile.
-    fn leave_fair_queue(
-        &self,
-        key: &str,
-        token: OwnerToken,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send {
-        let _ = (key, token);
-        async { Ok(()) }
+    /// The longest lock name the store accepts, in bytes, if it has a limit. A locker whose
+    /// prefix and longest key would not fit is refused when it is built.
+    fn max_name_len(&self) -> Option<usize> {
+        None
     }
 }

@@ -1,6 +1,7 @@
 use std::borrow::Cow;
 
-/// Why a request has no valid lock key. Answered with 400 and this message as the detail.
+/// Why a request's lock key could not be found. Answered with 400 and this message as the
+/// detail.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum KeyError {
@@ -19,23 +20,6 @@ pub enum KeyError {
     /// The query string has no parameter of this name.
     #[error("query parameter `{0}` is missing")]
     MissingQueryParam(String),
-    /// The key is empty.
-    #[error("lock key is empty")]
-    Empty,
-    /// The key is longer than the layer allows.
-    #[error("lock key is {len} bytes long; at most {max} are allowed")]
-    TooLong {
-        /// The key's length in bytes.
-        len: usize,
-        /// The limit in bytes.
-        max: usize,
-    },
-    /// The key contains an ASCII control character.
-    #[error("lock key contains a control character")]
-    ControlCharacter,
-    /// The key contains `{` or `}`.
-    #[error("lock key contains `{{` or `}}`")]
-    Brace,
     /// A custom extractor's reason.
     #[error("{0}")]
     Invalid(Cow<'static, str>),

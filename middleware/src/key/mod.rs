@@ -5,6 +5,9 @@
 //! handler never runs). Built-ins read a [path parameter](path), a [header], a
 //! [query parameter](query), or [several parts joined](KeyTemplate); any
 //! `Fn(&Parts) -> Result<Option<String>, KeyError>` closure is an extractor too.
+//!
+//! Whatever an extractor returns is then checked by the locker
+//! ([`validate_key`](crate::validate_key)): a key it refuses is answered 400 too.
 
 use http::request::Parts;
 
@@ -21,9 +24,6 @@ pub use header::{Header, header};
 pub use path::{PathParam, path};
 pub use query::{QueryParam, query};
 pub use template::{KeyTemplate, TemplateError};
-
-/// The default longest key, in bytes (the layer's prefix not counted).
-pub const DEFAULT_MAX_KEY_LEN: usize = 256;
 
 /// Finds the lock key of a request.
 ///
@@ -67,7 +67,8 @@ pub trait KeyExtractor: Send + Sync + 'static {
 /// Several keys are always held exclusively, whatever the layer's mode.
 /// The keys are taken together, so two requests over overlapping sets never deadlock: with
 /// Redis in one script on one node; elsewhere one by one in sorted order, giving back what was
-/// taken at the first busy key.
+/// taken at the first busy key (see
+/// [`LockBackend::acquire_many`](crate::LockBackend::acquire_many)).
 ///
 /// # Example
 ///
@@ -120,37 +121,6 @@ where
     }
 }
 
-/// Checks that `key` can name a lock: non-empty, at most `max_len` bytes, no ASCII control
-/// characters, and no `{` or `}` (they would break the Redis Cluster hash tag around it).
-///
-/// # Example
-///
-/// ```
-/// use tower_lock::key::{KeyError, validate_key};
-///
-/// assert!(validate_key("coupon:42", 256).is_ok());
-/// assert!(matches!(validate_key("a{b}", 256), Err(KeyError::Brace)));
-/// assert!(matches!(validate_key(&"x".repeat(300), 256), Err(KeyError::TooLong { len: 300, max: 256 })));
-/// ```
-pub fn validate_key(key: &str, max_len: usize) -> Result<(), KeyError> {
-    if key.is_empty() {
-        return Err(KeyError::Empty);
-    }
-    if key.len() > max_len {
-        return Err(KeyError::TooLong {
-            len: key.len(),
-            max: max_len,
-        });
-    }
-    if key.bytes().any(|byte| byte.is_ascii_control()) {
-        return Err(KeyError::ControlCharacter);
-    }
-    if key.contains(['{', '}']) {
-        return Err(KeyError::Brace);
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 pub(crate) fn parts_of(request: http::request::Builder) -> Parts {
     request
@@ -163,46 +133,6 @@ pub(crate) fn parts_of(request: http::request::Builder) -> Parts {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_ordinary_key_is_valid() {
-        assert!(validate_key("tenant:7:coupon:42", DEFAULT_MAX_KEY_LEN).is_ok());
-        assert!(validate_key("ключ:ü", DEFAULT_MAX_KEY_LEN).is_ok());
-    }
-
-    #[test]
-    fn an_empty_key_is_rejected() {
-        assert!(matches!(validate_key("", 10), Err(KeyError::Empty)));
-    }
-
-    #[test]
-    fn the_length_limit_counts_bytes_and_is_inclusive() {
-        assert!(validate_key(&"a".repeat(10), 10).is_ok());
-        assert!(matches!(
-            validate_key("ééééé!", 10),
-            Err(KeyError::TooLong { len: 11, max: 10 })
-        ));
-    }
-
-    #[test]
-    fn control_characters_are_rejected() {
-        for key in ["a\nb", "a\0", "\u{7f}", "tab\there"] {
-            assert!(
-                matches!(validate_key(key, 64), Err(KeyError::ControlCharacter)),
-                "{key:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn braces_are_rejected() {
-        for key in ["{a}", "a{", "}"] {
-            assert!(
-                matches!(validate_key(key, 64), Err(KeyError::Brace)),
-                "{key:?}"
-            );
-        }
-    }
 
     #[test]
     fn a_closure_is_an_extractor() {

@@ -2,22 +2,31 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Cmd, FromRedisValue, IntoConnectionInfo, RedisError};
+use tokio::time::Instant;
 
-use super::{Acquire, AcquireMany, BackendError, Hold, LockBackend};
+use super::waiting::WaitingRoom;
+use super::{
+    Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, Patience, TokenLease, WaitQueue,
+};
 use crate::OwnerToken;
-use crate::lease::drift_margin;
-use crate::waiting::WaitingRoom;
+use commands::{
+    ScriptArg, answered_within_lease, fence, fence_incr, holder_ttl, millis, pttl, set_nx,
+    unexpected_reply,
+};
 use keys::{FenceCounter, LockKey};
-use script::{LuaScript, Scripts};
+use scripts::{LuaScript, Scripts};
 
 mod announcements;
+mod commands;
 mod hash_slot;
 mod keys;
-mod script;
+mod queue;
+mod scripts;
+mod shapes;
 
 /// Locks in Redis, shared by every process that talks to the same server.
 ///
@@ -41,29 +50,31 @@ mod script;
 /// layer answers 503, or lets requests through with `fail_open()`).
 ///
 /// Releases are announced with `PUBLISH` on the channel `{<prefix><key>}:free`, only when
-/// somebody waits (the waiters mark the lock). When the lock's queue (`{<prefix><key>}:line`)
-/// has a ticket that outlives the lease it asked for, the release hands the lock straight to
-/// it and the announcement names the ticket and its fence: the waiter holds the lock on
-/// hearing it, one round trip sooner than asking. Otherwise the announcement names the first
-/// ticket, the only waiter that may take the lock next, or nobody. A backend made
-/// by [`connect`](Self::connect) keeps one more connection (RESP3) that subscribes to the
-/// channels of the locks its waiters wait for, so waiters sleep until a release instead of
-/// polling; it resubscribes by itself after a reconnect, and waiters retry on timers meanwhile.
+/// somebody listens for them (listening waiters mark the lock). When the lock's queue
+/// (`{<prefix><key>}:line`) has a ticket that outlives the lease it asked for, the release
+/// hands the lock straight to it and the announcement names the ticket and its fence: the
+/// waiter holds the lock on hearing it, one round trip sooner than asking. Otherwise the
+/// announcement names the first ticket, the only waiter that may take the lock next, or
+/// nobody. A backend made by [`connect`](Self::connect) keeps one more connection (RESP3) that
+/// subscribes to the channels of the locks its waiters wait for, so waiters sleep until a
+/// release instead of polling ([`LockBackend::wait_queue`]); it resubscribes by itself after a
+/// reconnect, and waiters retry on timers meanwhile.
 ///
 /// # Example
 ///
 /// ```no_run
-/// use tower_lock::RedisBackend;
+/// use tower_lock::{Locker, RedisBackend};
 ///
-/// # async fn run() -> Result<(), redis::RedisError> {
-/// let backend = RedisBackend::connect("redis://127.0.0.1:6379").await?;
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let locker = Locker::new(RedisBackend::connect("redis://127.0.0.1:6379").await?);
+/// let held = locker.lock("coupon:42").await?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
 pub struct RedisBackend {
     connection: ConnectionManager,
     scripts: Arc<Scripts>,
-    room: Option<Arc<WaitingRoom>>,
+    room: Arc<WaitingRoom>,
     fencing: bool,
 }
 
@@ -71,8 +82,6 @@ pub struct RedisBackend {
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
 /// The longest pause between two reconnection attempts, so a restarted Redis is picked up fast.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_millis(500);
-/// How long a waiting writer's intent bars new readers unless the writer renews it.
-const WRITER_INTENT_TTL: Duration = Duration::from_secs(2);
 
 fn manager_config() -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
@@ -81,35 +90,37 @@ fn manager_config() -> ConnectionManagerConfig {
 }
 
 impl RedisBackend {
-    /// Connects to the Redis server at `url` (e.g. `redis://127.0.0.1:6379/0`).
+    /// Connects to the Redis server at `url` (e.g. `redis://127.0.0.1:6379/0`), with a second
+    /// connection for release announcements.
     ///
     /// Fails when the server cannot be reached now; once connected, the backend reconnects by
-    /// itself whenever the connection drops.
+    /// itself whenever a connection drops.
     pub async fn connect(url: impl IntoConnectionInfo) -> Result<Self, RedisError> {
         let client = Client::open(url)?;
         let manager = ConnectionManager::new_with_config(client.clone(), manager_config()).await?;
         let room = announcements::waiting_room(&client).await?;
         Ok(Self {
-            room: Some(room),
+            room,
             ..Self::from_connection(manager)
         })
     }
 
     /// Uses a connection manager you configured yourself (TLS, credentials, timeouts).
-    /// Waiters of a backend made this way do not hear release announcements: they poll.
+    /// A backend made this way hears no release announcements: its waiters retry on timers
+    /// (in fair mode, still in arrival order).
     pub fn from_connection(connection: ConnectionManager) -> Self {
         Self {
             connection,
             scripts: Arc::new(Scripts::new()),
-            room: None,
+            room: WaitingRoom::silent(),
             fencing: true,
         }
     }
 
-    /// Whether acquires issue fencing tokens (default `true`).
+    /// Whether exclusive holds get fencing tokens (default `true`).
     ///
-    /// Without fencing, an acquire is one plain `SET NX PX` (no transaction, no counter) and
-    /// [`LockGuard::fence`](crate::LockGuard::fence) is 0: for users who do not write to
+    /// Without fencing, an acquire is one plain `SET NX PX` (no counter) and
+    /// [`LockGuard::fence`](crate::LockGuard::fence) is `None`: for users who do not write to
     /// stores that check tokens and want the cheapest lock.
     ///
     /// # Example
@@ -123,9 +134,7 @@ impl RedisBackend {
         self.fencing = on;
         self
     }
-}
 
-impl RedisBackend {
     /// The connection the backend sends its commands on (a cheap clone). Give it to the rest of
     /// your Redis code, so that the lock's commands and yours travel together on one
     /// multiplexed connection instead of two.
@@ -143,7 +152,7 @@ impl RedisBackend {
         self.connection.clone()
     }
 
-    /// The Redis key of lock `name` (the layer's prefix and the key, e.g. `lock:coupon:42`):
+    /// The Redis key of lock `name` (the locker's prefix and the key, e.g. `lock:coupon:42`):
     /// `{lock:coupon:42}`. Its value is the holder's owner token.
     pub fn lock_key(name: &str) -> String {
         LockKey::lock(name).to_string()
@@ -152,21 +161,24 @@ impl RedisBackend {
 
 impl fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisBackend").finish_non_exhaustive()
+        f.debug_struct("RedisBackend")
+            .field("fencing", &self.fencing)
+            .finish_non_exhaustive()
     }
 }
 
 impl RedisBackend {
-    /// Acquires.
+    /// Takes lock `name` exclusively.
     ///
     /// One round trip: `SET NX PX`, with fencing pipelined with the `INCR` of the slot's
     /// fencing counter. (A busy attempt increments the counter too; tokens skip numbers but
-    /// never go back.) Only a busy answer costs a second call, which marks the lock as waited
-    /// for and reads its remaining lease.
+    /// never go back.) Only a busy answer costs a second call: for a caller that listens, one
+    /// that marks the lock as waited for and reads its remaining lease; for the others, a
+    /// plain `PTTL`.
     ///
     /// The two commands are not a transaction: Redis runs the `INCR` after the `SET`, and
     /// before it answers. When the answer arrives within the lease (by the lease's own
-    /// reckoning, [`drift_margin`] included), the `INCR` ran while the lock was held, so every
+    /// reckoning, drift margin included), the `INCR` ran while the lock was held, so every
     /// later holder's `INCR` runs after it: tokens increase in the order the lock was held.
     /// A later answer carries a token that a holder who took the expired lock meanwhile may
     /// have overtaken, so it is an error (the caller gives the lock back). A `MULTI` would make
@@ -174,13 +186,13 @@ impl RedisBackend {
     async fn take(
         &self,
         name: &str,
-        token: OwnerToken,
-        ttl: Duration,
-    ) -> Result<Acquire, BackendError> {
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        let (token, ttl) = (request.token, request.ttl);
         let mut connection = self.connection.clone();
         let taken = if self.fencing {
             let sent = Instant::now();
-            let (taken, fence): (Option<()>, u64) = redis::Pipeline::with_capacity(2)
+            let (taken, value): (Option<()>, u64) = redis::Pipeline::with_capacity(2)
                 .add_command(set_nx(name, token, ttl))
                 .add_command(fence_incr(name))
                 .query_async(&mut connection)
@@ -189,87 +201,39 @@ impl RedisBackend {
             if taken.is_some() {
                 answered_within_lease(name, sent, ttl)?;
             }
-            taken.map(|()| fence)
+            taken.map(|()| fence(value))
         } else {
             let taken: Option<()> = set_nx(name, token, ttl)
                 .query_async(&mut connection)
                 .await
                 .map_err(BackendError::new)?;
-            taken.map(|()| 0)
+            taken.map(|()| None)
         };
         if let Some(fence) = taken {
-            return Ok(Acquire::Acquired { fence });
+            let lease = TokenLease::new(token, Hold::Exclusive);
+            return Ok(Attempt::Acquired(Granted { lease, fence }));
         }
-        let busy = &self.scripts.busy;
-        let mut call = busy.call(1, 0);
-        call.arg(LockKey::lock(name));
-        let pttl: i64 = busy.run(&call, &mut connection).await?;
-        let holder_ttl = match pttl {
-            // Released between the two commands: ask again at once.
-            -2 => Some(Duration::ZERO),
-            ms => u64::try_from(ms).ok().map(Duration::from_millis),
-        };
-        Ok(Acquire::Busy { holder_ttl })
+        self.busy(name, request.patience).await
     }
 
-    /// Takes the write side of a read-write lock: like a mutex, a plain `SET NX PX` (readers
-    /// hold the lock key too, so it fails while anybody holds the lock), pipelined with the
-    /// fencing counter's `INCR` (trusted as in [`take`](Self::take)) and a look at the waiting
-    /// writers' intent. Only a writer that finds its own intent standing (it waited) sends a
-    /// second command, which withdraws the intent and has its release announced to the readers
-    /// it held back; only a busy lock goes to `shared.lua`, which queues the intent. While this process has waiters
-    /// for the lock (it is contended), a writer asks `shared.lua` straight away: one round trip
-    /// instead of a transaction that fails first.
-    async fn take_write(
-        &self,
-        name: &str,
-        token: OwnerToken,
-        ttl: Duration,
-    ) -> Result<Acquire, BackendError> {
-        let write_args = [
-            millis(ttl),
-            millis(WRITER_INTENT_TTL),
-            u64::from(self.fencing),
-        ];
-        if self
-            .room
-            .as_ref()
-            .is_some_and(|room| room.has_waiters(name))
-        {
-            return acquire_reply(self.run_shared(name, "write", token, &write_args).await?);
-        }
-        let mut intent = Cmd::with_capacity(2, 16 + name.len());
-        intent.arg("GET").arg(LockKey::intent(name));
-        let mut pipeline = redis::Pipeline::with_capacity(3);
-        pipeline.add_command(set_nx(name, token, ttl));
-        if self.fencing {
-            pipeline.add_command(fence_incr(name));
-        }
-        let sent = Instant::now();
-        let replies: Vec<redis::Value> = pipeline
-            .add_command(intent)
-            .query_async(&mut self.connection.clone())
-            .await
-            .map_err(BackendError::new)?;
-        let (taken, fence, intent) = match &replies[..] {
-            [taken, intent] => (taken, &redis::Value::Int(0), intent),
-            [taken, fence, intent] => (taken, fence, intent),
-            _ => return Err(BackendError::new("unexpected reply to the write acquire")),
+    /// The lock is busy: how long its holder has left, marking it as waited for when the
+    /// caller listens for its release.
+    async fn busy<T>(&self, name: &str, patience: Patience) -> Result<Attempt<T>, BackendError> {
+        let mut connection = self.connection.clone();
+        let pttl: i64 = if patience == Patience::Listens {
+            let busy = &self.scripts.busy;
+            let mut call = busy.call(1, 0);
+            call.arg(LockKey::lock(name));
+            busy.run(&call, &mut connection).await?
+        } else {
+            pttl(name)
+                .query_async(&mut connection)
+                .await
+                .map_err(BackendError::new)?
         };
-        if matches!(taken, redis::Value::Nil) {
-            return acquire_reply(self.run_shared(name, "write", token, &write_args).await?);
-        }
-        if self.fencing {
-            answered_within_lease(name, sent, ttl)?;
-        }
-        let fence = u64::from_redis_value_ref(fence).map_err(BackendError::new)?;
-        let mut buf = [0; 32];
-        if let redis::Value::BulkString(intent) = intent
-            && intent[..] == *token.encode(&mut buf).as_bytes()
-        {
-            self.run_shared::<i64>(name, "wrote", token, &[]).await?;
-        }
-        Ok(Acquire::Acquired { fence })
+        Ok(Attempt::Busy {
+            holder_ttl: holder_ttl(pttl),
+        })
     }
 
     /// Runs operation `op` of `shared.lua` on lock `name`.
@@ -278,7 +242,7 @@ impl RedisBackend {
         name: &str,
         op: &str,
         token: OwnerToken,
-        args: &[u64],
+        args: &[ScriptArg],
     ) -> Result<T, BackendError> {
         let shared = &self.scripts.shared;
         let mut call = shared.call(4, 2 + args.len());
@@ -287,23 +251,6 @@ impl RedisBackend {
             .arg(LockKey::intent(name))
             .arg(FenceCounter::of_lock(name));
         self.run_op(shared, call, (op, token), args).await
-    }
-
-    /// Runs operation `op` of `fair.lua` on lock `name`.
-    async fn run_fair<T: FromRedisValue>(
-        &self,
-        name: &str,
-        op: &str,
-        token: OwnerToken,
-        args: &[u64],
-    ) -> Result<T, BackendError> {
-        let fair = &self.scripts.fair;
-        let mut call = fair.call(4, 2 + args.len());
-        call.arg(LockKey::lock(name))
-            .arg(FenceCounter::of_lock(name))
-            .arg(LockKey::line(name))
-            .arg(LockKey::tickets(name));
-        self.run_op(fair, call, (op, token), args).await
     }
 
     /// Runs `release.lua` for lock `name`, with the keys of its line or without them.
@@ -329,6 +276,23 @@ impl RedisBackend {
         release.run(&call, &mut self.connection.clone()).await
     }
 
+    /// Releases `token`'s exclusive hold on `name`.
+    ///
+    /// While no waiter of this process waits for the lock, the release script gets the lock
+    /// key alone and deletes the lock if nobody marked it as waited for; a lock that waiters
+    /// elsewhere marked costs a second call, with the keys of the lock's line, which hands it
+    /// over or announces it. With local waiters, that call is the only one.
+    async fn release_exclusive(&self, name: &str, token: OwnerToken) -> Result<bool, BackendError> {
+        let waited_for_here = self.room.has_waiters(name);
+        if !waited_for_here {
+            match self.run_release(name, token, ReleaseKeys::LockOnly).await? {
+                RELEASE_WAITED_FOR => {}
+                released => return Ok(released == 1),
+            }
+        }
+        Ok(self.run_release(name, token, ReleaseKeys::WithLine).await? == 1)
+    }
+
     /// Completes a `call` of a script that serves several operations (`shared.lua`,
     /// `fair.lua`), whose keys are in place: the operation, the owner token, then `args`.
     async fn run_op<T: FromRedisValue>(
@@ -336,10 +300,11 @@ impl RedisBackend {
         script: &LuaScript,
         mut call: Cmd,
         (op, token): (&str, OwnerToken),
-        args: &[u64],
+        args: &[ScriptArg],
     ) -> Result<T, BackendError> {
         let mut buf = [0; 32];
-        call.arg(op).arg(token.encode(&mut buf)).arg(args);
+        call.arg(op).arg(token.encode(&mut buf));
+        call.arg(args);
         script.run(&call, &mut self.connection.clone()).await
     }
 }
@@ -357,206 +322,94 @@ enum ReleaseKeys {
 /// for: it did nothing.
 const RELEASE_WAITED_FOR: i64 = 2;
 
-/// Whether an acquire of lock `name` sent at `sent` with `ttl`, and taken, came back while its
-/// lease certainly ran (the lease's own reckoning): only then did the fencing `INCR` pipelined
-/// after the `SET` run while the lock was held.
-fn answered_within_lease(name: &str, sent: Instant, ttl: Duration) -> Result<(), BackendError> {
-    let answered_in = sent.elapsed();
-    if answered_in < ttl.saturating_sub(drift_margin(ttl)) {
-        return Ok(());
-    }
-    Err(BackendError::new(format!(
-        "Redis answered the acquire of {name} after {answered_in:?}, too late for its {ttl:?} \
-         lease: the fencing token may be older than a later holder's"
-    )))
-}
-
-/// `SET <lock> <token> NX PX <ttl>`: takes lock `name` if nobody holds it.
-fn set_nx(name: &str, token: OwnerToken, ttl: Duration) -> Cmd {
-    let mut buf = [0; 32];
-    let mut set = Cmd::with_capacity(6, 64 + name.len());
-    set.arg("SET")
-        .arg(LockKey::lock(name))
-        .arg(token.encode(&mut buf))
-        .arg("NX")
-        .arg("PX")
-        .arg(millis(ttl));
-    set
-}
-
-/// `INCR` of the fencing counter of lock `name`'s slot.
-fn fence_incr(name: &str) -> Cmd {
-    let mut incr = Cmd::with_capacity(2, 32);
-    incr.arg("INCR").arg(FenceCounter::of_lock(name));
-    incr
-}
-
-/// Reads an acquire script's `{1, fence}` or `{0, wait ms}`.
-fn acquire_reply(reply: Vec<i64>) -> Result<Acquire, BackendError> {
-    match reply[..] {
-        [1, fence] => u64::try_from(fence)
-            .map(|fence| Acquire::Acquired { fence })
-            .map_err(|_| unexpected_reply(&reply)),
-        [0, pttl] => Ok(Acquire::Busy {
-            holder_ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-        }),
-        _ => Err(unexpected_reply(&reply)),
-    }
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1)
-}
-
-fn unexpected_reply(reply: &[i64]) -> BackendError {
-    BackendError::new(format!(
-        "unexpected reply from the acquire script: {reply:?}"
-    ))
-}
-
 impl LockBackend for RedisBackend {
+    type Lease = TokenLease;
+
     async fn acquire(
         &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-    ) -> Result<Acquire, BackendError> {
-        self.take(key, token, ttl).await
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        self.take(name, request).await
     }
 
     async fn extend(
         &self,
-        key: &str,
-        token: OwnerToken,
+        name: &str,
+        lease: &TokenLease,
         ttl: Duration,
     ) -> Result<bool, BackendError> {
+        let (token, ttl_ms) = (lease.token(), millis(ttl));
+        if !lease.hold().is_exclusive() {
+            let args = [ScriptArg::Int(ttl_ms)];
+            let extended: i64 = self.run_shared(name, "extend", token, &args).await?;
+            return Ok(extended == 1);
+        }
         let mut buf = [0; 32];
         let extend = &self.scripts.extend;
         let mut call = extend.call(1, 2);
-        call.arg(LockKey::lock(key))
+        call.arg(LockKey::lock(name))
             .arg(token.encode(&mut buf))
-            .arg(millis(ttl));
+            .arg(ttl_ms);
         let extended: i64 = extend.run(&call, &mut self.connection.clone()).await?;
         Ok(extended == 1)
     }
 
-    /// While no waiter of this process waits for the lock, the release script gets the lock
-    /// key alone and deletes the lock if nobody marked it as waited for; a lock that waiters
-    /// elsewhere marked costs a second call, with the keys of the lock's line, which hands it
-    /// over or announces it. With local waiters, that call is the only one.
-    async fn release(&self, key: &str, token: OwnerToken) -> Result<bool, BackendError> {
-        let waited_for_here = self.room.as_ref().is_some_and(|room| room.has_waiters(key));
-        if !waited_for_here {
-            match self.run_release(key, token, ReleaseKeys::LockOnly).await? {
-                RELEASE_WAITED_FOR => {}
-                released => return Ok(released == 1),
-            }
+    async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
+        if lease.hold().is_exclusive() {
+            return self.release_exclusive(name, lease.token()).await;
         }
-        Ok(self.run_release(key, token, ReleaseKeys::WithLine).await? == 1)
+        let released: i64 = self.run_shared(name, "release", lease.token(), &[]).await?;
+        Ok(released == 1)
     }
 
-    fn waiting_room(&self) -> Option<&Arc<WaitingRoom>> {
-        self.room.as_ref()
+    /// Two calls, on a path taken only when something went wrong: the release script (a lock
+    /// the attempt took is deleted, or handed on), then `shared.lua` (a shared hold, or a
+    /// waiting writer's intent, is dropped).
+    async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
+        let token = request.token;
+        self.run_release(name, token, ReleaseKeys::WithLine).await?;
+        let _: i64 = self.run_shared(name, "abandon", token, &[]).await?;
+        Ok(())
     }
 
     /// All or none in one script, on one Redis node. (On Redis Cluster, whose scripts cannot
     /// span hash slots, take them one by one in sorted order: the trait's default.)
     async fn acquire_many(
         &self,
-        keys: &[String],
-        token: OwnerToken,
-        ttl: Duration,
-    ) -> Result<AcquireMany, BackendError> {
+        names: &[&str],
+        request: LockRequest,
+    ) -> Result<Attempt<Vec<Granted<TokenLease>>>, BackendError> {
         let mut buf = [0; 32];
         let many = &self.scripts.many;
-        let mut call = many.call(2 * keys.len(), 2);
-        for key in keys {
-            call.arg(LockKey::lock(key)).arg(FenceCounter::of_lock(key));
+        let mut call = many.call(2 * names.len(), 3);
+        for name in names {
+            call.arg(LockKey::lock(name))
+                .arg(FenceCounter::of_lock(name));
         }
-        call.arg(token.encode(&mut buf)).arg(millis(ttl));
+        call.arg(request.token.encode(&mut buf))
+            .arg(millis(request.ttl))
+            .arg(u64::from(self.fencing));
         let reply: Vec<i64> = many.run(&call, &mut self.connection.clone()).await?;
+        let lease = TokenLease::new(request.token, Hold::Exclusive);
         match reply.split_first() {
-            Some((1, fences)) if fences.len() == keys.len() => Ok(AcquireMany::Acquired {
-                fences: fences
+            Some((1, fences)) if fences.len() == names.len() => Ok(Attempt::Acquired(
+                fences
                     .iter()
-                    .map(|&fence| u64::try_from(fence).unwrap_or(0))
+                    .map(|&value| Granted {
+                        lease,
+                        fence: u64::try_from(value).ok().and_then(fence),
+                    })
                     .collect(),
-            }),
-            Some((0, [pttl])) => Ok(AcquireMany::Busy {
-                holder_ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+            )),
+            Some((0, [pttl])) => Ok(Attempt::Busy {
+                holder_ttl: holder_ttl(*pttl),
             }),
             _ => Err(unexpected_reply(&reply)),
         }
     }
 
-    async fn acquire_hold(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-        hold: Hold,
-    ) -> Result<Acquire, BackendError> {
-        let reply = match hold {
-            Hold::Exclusive => return self.take(key, token, ttl).await,
-            Hold::Read => self.run_shared(key, "read", token, &[millis(ttl)]).await?,
-            Hold::Permit { permits } => {
-                let args = [millis(ttl), u64::from(permits)];
-                self.run_shared(key, "permit", token, &args).await?
-            }
-            Hold::Write => return self.take_write(key, token, ttl).await,
-        };
-        acquire_reply(reply)
-    }
-
-    async fn extend_hold(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-        hold: Hold,
-    ) -> Result<bool, BackendError> {
-        if hold.is_exclusive() {
-            return self.extend(key, token, ttl).await;
-        }
-        let extended: i64 = self
-            .run_shared(key, "extend", token, &[millis(ttl)])
-            .await?;
-        Ok(extended == 1)
-    }
-
-    async fn release_hold(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        hold: Hold,
-    ) -> Result<bool, BackendError> {
-        if hold.is_exclusive() {
-            return self.release(key, token).await;
-        }
-        let released: i64 = self.run_shared(key, "release", token, &[]).await?;
-        Ok(released == 1)
-    }
-
-    async fn acquire_fair(
-        &self,
-        key: &str,
-        token: OwnerToken,
-        ttl: Duration,
-        ticket_ttl: Duration,
-    ) -> Result<Acquire, BackendError> {
-        let args = [millis(ttl), millis(ticket_ttl), u64::from(self.fencing)];
-        acquire_reply(self.run_fair(key, "acquire", token, &args).await?)
-    }
-
-    /// Withdraws the ticket; when a release handed the lock to it meanwhile, releases that too
-    /// (passing it on to the next ticket).
-    async fn leave_fair_queue(&self, key: &str, token: OwnerToken) -> Result<(), BackendError> {
-        let handed: i64 = self.run_fair(key, "leave", token, &[]).await?;
-        if handed == 1 {
-            self.release(key, token).await?;
-        }
-        Ok(())
+    fn wait_queue(&self) -> Option<&dyn WaitQueue<TokenLease>> {
+        Some(self)
     }
 }

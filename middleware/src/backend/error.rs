@@ -1,0 +1,32 @@
+//! The one error a backend reports: the store could not answer.
+
+use std::time::Duration;
+
+/// The lock store could not answer: unreachable, too slow, or an unexpected reply.
+///
+/// Its message is for logs; it never reaches an HTTP client.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_lock::backend::BackendError;
+///
+/// let error = BackendError::timed_out(Duration::from_secs(1));
+/// assert_eq!(error.to_string(), "lock store unavailable: no answer within 1s");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[error("lock store unavailable: {0}")]
+pub struct BackendError(Box<dyn std::error::Error + Send + Sync>);
+
+impl BackendError {
+    /// Wraps any error of the store's client.
+    pub fn new(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self(error.into())
+    }
+
+    /// The store did not answer within `limit`.
+    pub fn timed_out(limit: Duration) -> Self {
+        Self::new(format!("no answer within {limit:?}"))
+    }
+}

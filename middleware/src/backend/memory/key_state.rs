@@ -1,0 +1,368 @@
+//! The state of one lock name in the memory backend, and the rules every shape follows on it.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::OwnerToken;
+use crate::backend::waiting::Announcement;
+use crate::backend::{Attempt, FencingToken, Patience};
+
+/// How long a waiting writer's intent bars new readers unless the writer asks again.
+pub(super) const WRITER_INTENT_TTL: Duration = Duration::from_secs(2);
+
+/// The store's one fencing counter. Every lock's tokens come from it, so each lock's tokens are
+/// strictly increasing, and nothing about a lock has to outlive the lock.
+#[derive(Debug, Default)]
+pub(super) struct FenceCounter(u64);
+
+impl FenceCounter {
+    fn next(&mut self) -> FencingToken {
+        self.0 += 1;
+        FencingToken::new(self.0)
+    }
+}
+
+/// An attempt's answer before it becomes a grant: the fence of an exclusive hold, if any.
+pub(super) type Taken = Attempt<Option<FencingToken>>;
+
+/// A holder of a shared hold (reader or permit), until its lease expires.
+type Shared = Vec<(OwnerToken, Instant)>;
+
+/// One lock name.
+#[derive(Debug, Default)]
+pub(super) struct KeyState {
+    /// The exclusive holder: a mutex, a writer, or one of several names held together.
+    holder: Option<Holder>,
+    readers: Shared,
+    permits: Shared,
+    /// A waiting writer's intent, barring new readers until it expires.
+    intent: Option<(OwnerToken, Instant)>,
+    /// Tickets in arrival order (see `WaitQueue::acquire_queued`).
+    tickets: VecDeque<Ticket>,
+}
+
+#[derive(Debug)]
+struct Holder {
+    token: OwnerToken,
+    expires_at: Instant,
+}
+
+/// A waiter's place in a lock's queue.
+#[derive(Debug)]
+struct Ticket {
+    token: OwnerToken,
+    expires_at: Instant,
+    /// The lease it asked for: a release hands the lock over with it.
+    lease: Duration,
+}
+
+fn busy(wait: Duration) -> Taken {
+    Attempt::Busy {
+        holder_ttl: Some(wait),
+    }
+}
+
+/// How long until the first of `holds` expires, or the last.
+fn first_expiry(holds: &Shared, now: Instant) -> Option<Duration> {
+    holds.iter().map(|(_, expires_at)| *expires_at - now).min()
+}
+
+fn last_expiry(holds: &Shared, now: Instant) -> Option<Duration> {
+    holds.iter().map(|(_, expires_at)| *expires_at - now).max()
+}
+
+fn extend_shared(holds: &mut Shared, token: OwnerToken, expires_at: Instant) -> bool {
+    let held = holds.iter_mut().find(|(owner, _)| *owner == token);
+    held.map(|(_, expiry)| *expiry = expires_at).is_some()
+}
+
+fn remove_shared(holds: &mut Shared, token: OwnerToken) -> bool {
+    let before = holds.len();
+    holds.retain(|(owner, _)| *owner != token);
+    holds.len() < before
+}
+
+impl KeyState {
+    fn live_holder(&self, now: Instant) -> Option<&Holder> {
+        self.holder
+            .as_ref()
+            .filter(|holder| holder.expires_at > now)
+    }
+
+    /// How long the exclusive holder has left, if there is one.
+    fn holder_ttl(&self, now: Instant) -> Option<Duration> {
+        self.live_holder(now).map(|holder| holder.expires_at - now)
+    }
+
+    pub(super) fn holder_token(&self, now: Instant) -> Option<OwnerToken> {
+        self.live_holder(now).map(|holder| holder.token)
+    }
+
+    pub(super) fn is_held(&self, now: Instant) -> bool {
+        self.live_holder(now).is_some() || !self.readers.is_empty() || !self.permits.is_empty()
+    }
+
+    pub(super) fn is_dead(&self, now: Instant) -> bool {
+        self.live_holder(now).is_none()
+            && self.tickets.is_empty()
+            && self
+                .readers
+                .iter()
+                .all(|(_, expires_at)| *expires_at <= now)
+            && self
+                .permits
+                .iter()
+                .all(|(_, expires_at)| *expires_at <= now)
+            && self.intent.is_none_or(|(_, expires_at)| expires_at <= now)
+    }
+
+    /// Drops expired shared holds and a lapsed writer intent.
+    pub(super) fn forget_expired(&mut self, now: Instant) {
+        self.readers.retain(|(_, expires_at)| *expires_at > now);
+        self.permits.retain(|(_, expires_at)| *expires_at > now);
+        if self.intent.is_some_and(|(_, expires_at)| expires_at <= now) {
+            self.intent = None;
+        }
+    }
+
+    /// How long an exclusive taker must wait: for the holder, else for the last reader.
+    fn exclusive_wait(&self, now: Instant) -> Option<Duration> {
+        self.holder_ttl(now)
+            .or_else(|| last_expiry(&self.readers, now))
+    }
+
+    /// A mutex (or one name of several): free of holders and readers.
+    pub(super) fn take_exclusive(
+        &mut self,
+        (token, ttl): (OwnerToken, Duration),
+        fences: &mut FenceCounter,
+        now: Instant,
+    ) -> Taken {
+        self.forget_expired(now);
+        match self.exclusive_wait(now) {
+            Some(wait) => busy(wait),
+            None => Attempt::Acquired(Some(self.take(token, ttl, fences, now))),
+        }
+    }
+
+    /// How long an exclusive attempt must wait now; `None` when the lock is free for it.
+    pub(super) fn wait_for_exclusive(&mut self, now: Instant) -> Option<Duration> {
+        self.forget_expired(now);
+        self.exclusive_wait(now)
+    }
+
+    pub(super) fn take_read(
+        &mut self,
+        (token, ttl): (OwnerToken, Duration),
+        now: Instant,
+    ) -> Taken {
+        self.forget_expired(now);
+        if let Some(wait) = self.holder_ttl(now) {
+            return busy(wait);
+        }
+        if let Some((_, expires_at)) = self.intent {
+            return busy(expires_at - now);
+        }
+        self.readers.push((token, now + ttl));
+        Attempt::Acquired(None)
+    }
+
+    pub(super) fn take_permit(
+        &mut self,
+        (token, ttl): (OwnerToken, Duration),
+        permits: u32,
+        now: Instant,
+    ) -> Taken {
+        self.forget_expired(now);
+        if self.permits.len() < usize::try_from(permits).unwrap_or(usize::MAX) {
+            self.permits.push((token, now + ttl));
+            return Attempt::Acquired(None);
+        }
+        busy(first_expiry(&self.permits, now).unwrap_or_default())
+    }
+
+    /// A writer: free of holders, readers, and other writers' intent. A busy writer that will
+    /// ask again queues its intent, which bars new readers.
+    pub(super) fn take_write(
+        &mut self,
+        (token, ttl, patience): (OwnerToken, Duration, Patience),
+        fences: &mut FenceCounter,
+        now: Instant,
+    ) -> Taken {
+        self.forget_expired(now);
+        let others_intent = self.intent.filter(|(owner, _)| *owner != token);
+        let wait = self
+            .holder_ttl(now)
+            .or_else(|| first_expiry(&self.readers, now))
+            .or_else(|| others_intent.map(|(_, expires_at)| expires_at - now));
+        let Some(wait) = wait else {
+            self.intent = None;
+            return Attempt::Acquired(Some(self.take(token, ttl, fences, now)));
+        };
+        if others_intent.is_none() && patience != Patience::Once {
+            self.intent = Some((token, now + WRITER_INTENT_TTL));
+        }
+        busy(wait)
+    }
+
+    /// Resets the lease of `token`'s hold (exclusive, or a shared one) to `ttl` from now.
+    pub(super) fn extend(
+        &mut self,
+        token: OwnerToken,
+        exclusive: bool,
+        ttl: Duration,
+        now: Instant,
+    ) -> bool {
+        self.forget_expired(now);
+        let expires_at = now + ttl;
+        if exclusive {
+            let holder = self
+                .holder
+                .as_mut()
+                .filter(|holder| holder.expires_at > now && holder.token == token);
+            return holder
+                .map(|holder| holder.expires_at = expires_at)
+                .is_some();
+        }
+        extend_shared(&mut self.readers, token, expires_at)
+            || extend_shared(&mut self.permits, token, expires_at)
+    }
+
+    /// Gives back `token`'s exclusive hold; what to announce, when it was held.
+    pub(super) fn release_exclusive(
+        &mut self,
+        token: OwnerToken,
+        fences: &mut FenceCounter,
+        now: Instant,
+    ) -> Option<Announcement> {
+        let owned = self
+            .live_holder(now)
+            .is_some_and(|holder| holder.token == token);
+        owned.then(|| {
+            self.holder = None;
+            self.pass_on(fences, now)
+        })
+    }
+
+    /// Gives back `token`'s shared hold; whether it was held.
+    pub(super) fn release_shared(&mut self, token: OwnerToken, now: Instant) -> bool {
+        self.forget_expired(now);
+        remove_shared(&mut self.readers, token) || remove_shared(&mut self.permits, token)
+    }
+
+    /// Undoes whatever `token` holds or left here; what to announce, if anything was freed.
+    pub(super) fn abandon(
+        &mut self,
+        token: OwnerToken,
+        fences: &mut FenceCounter,
+        now: Instant,
+    ) -> Option<Announcement> {
+        if self.intent.is_some_and(|(owner, _)| owner == token) {
+            self.intent = None;
+        }
+        let shared = self.release_shared(token, now);
+        self.release_exclusive(token, fences, now)
+            .or(shared.then_some(Announcement::Free))
+    }
+
+    /// Queued attempt: the lock if it is free and `token` is first in line (or already holds
+    /// it, handed over by a release); else a ticket in the line, and how long to wait.
+    pub(super) fn take_queued(
+        &mut self,
+        (token, ttl, ticket_ttl): (OwnerToken, Duration, Duration),
+        fences: &mut FenceCounter,
+        now: Instant,
+    ) -> Taken {
+        self.forget_expired(now);
+        if self.holder_token(now) == Some(token) {
+            // Handed to this ticket by a release: a fresh lease and fence.
+            return Attempt::Acquired(Some(self.take(token, ttl, fences, now)));
+        }
+        let first = self.next_ticket(now);
+        if self.exclusive_wait(now).is_none() && first.is_none_or(|first| first == token) {
+            if first.is_some() {
+                self.tickets.pop_front();
+            }
+            return Attempt::Acquired(Some(self.take(token, ttl, fences, now)));
+        }
+        let ticket = Ticket {
+            token,
+            expires_at: now + ticket_ttl,
+            lease: ttl,
+        };
+        match self.tickets.iter_mut().find(|queued| queued.token == token) {
+            Some(queued) => *queued = ticket,
+            None => self.tickets.push_back(ticket),
+        }
+        // Free, but promised to the first ticket: at most until that ticket expires.
+        let promised = || self.tickets.front().map(|first| first.expires_at - now);
+        busy(
+            self.exclusive_wait(now)
+                .or_else(promised)
+                .unwrap_or(ticket_ttl),
+        )
+    }
+
+    /// Withdraws `token`'s ticket; what to announce, when that frees the lock for the next one
+    /// (it was free, or handed to `token` meanwhile).
+    pub(super) fn leave_queue(
+        &mut self,
+        token: OwnerToken,
+        fences: &mut FenceCounter,
+        now: Instant,
+    ) -> Option<Announcement> {
+        self.tickets.retain(|ticket| ticket.token != token);
+        if let Some(announcement) = self.release_exclusive(token, fences, now) {
+            return Some(announcement);
+        }
+        self.wait_for_exclusive(now)
+            .is_none()
+            .then(|| self.pass_on(fences, now))
+    }
+
+    /// Drops expired tickets from the front of the line and returns the first live one.
+    fn next_ticket(&mut self, now: Instant) -> Option<OwnerToken> {
+        while self
+            .tickets
+            .front()
+            .is_some_and(|ticket| ticket.expires_at <= now)
+        {
+            self.tickets.pop_front();
+        }
+        self.tickets.front().map(|ticket| ticket.token)
+    }
+
+    /// After a release: the lock goes to the first live ticket, handed to it when the ticket
+    /// outlives the lease it asked for, else announced for it to take.
+    fn pass_on(&mut self, fences: &mut FenceCounter, now: Instant) -> Announcement {
+        let Some(next) = self.next_ticket(now) else {
+            return Announcement::Free;
+        };
+        let lease = match self.tickets.front() {
+            Some(first) if first.expires_at - now >= first.lease => first.lease,
+            _ => return Announcement::Next(next),
+        };
+        self.tickets.pop_front();
+        Announcement::Handed {
+            to: next,
+            fence: Some(self.take(next, lease, fences, now)),
+        }
+    }
+
+    /// Hands the exclusive hold to `token`; returns its new fence.
+    pub(super) fn take(
+        &mut self,
+        token: OwnerToken,
+        ttl: Duration,
+        fences: &mut FenceCounter,
+        now: Instant,
+    ) -> FencingToken {
+        self.holder = Some(Holder {
+            token,
+            expires_at: now + ttl,
+        });
+        fences.next()
+    }
+}

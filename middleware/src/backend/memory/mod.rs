@@ -1,0 +1,332 @@
+//! The in-process backend: the embedded default, with the same semantics as Redis.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::waiting::{Announcement, WaitingRoom};
+use super::{
+    Attempt, BackendError, BoxFuture, Granted, Hold, LockBackend, LockRequest, QueuedAttempt,
+    Semaphores, SharedLocks, TokenLease, WaitQueue,
+};
+use crate::OwnerToken;
+use key_state::{FenceCounter, KeyState, Taken};
+
+mod key_state;
+#[cfg(test)]
+mod tests;
+
+/// Locks held in this process's memory: expiring leases, owner-checked release, fencing
+/// tokens, read-write locks, semaphores, a fair queue and wake-on-release, with the Redis
+/// backend's rules, but visible to one process only.
+///
+/// Use it for a single instance, for tests and for examples; use a shared store as soon as more
+/// than one process serves the same resources. Clones share the same locks.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_lock::{Locker, MemoryBackend};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower_lock::LockError> {
+/// let store = MemoryBackend::new();
+/// let (mine, yours) = (Locker::new(store.clone()), Locker::builder(store).reject().build().unwrap());
+///
+/// let held = mine.lock("a").await?;
+/// assert!(yours.lock("a").await.is_err(), "busy: the clones share their locks");
+/// held.release().await?;
+/// assert!(yours.lock("a").await?.fence() > Some(tower_lock::FencingToken::new(1)));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct MemoryBackend {
+    state: Arc<Mutex<State>>,
+    room: Arc<WaitingRoom>,
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self {
+            state: Arc::default(),
+            room: WaitingRoom::in_process(),
+        }
+    }
+}
+
+impl fmt::Debug for MemoryBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryBackend").finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    keys: HashMap<String, KeyState>,
+    sweep_at_len: usize,
+    fences: FenceCounter,
+}
+
+/// Below this many keys the map is not swept.
+const MIN_SWEEP_LEN: usize = 1024;
+
+impl State {
+    /// Drops keys with nothing live left (holder, shared holds, tickets). Amortised: runs when
+    /// the map has doubled since the last sweep, so each call costs O(1) on average.
+    fn sweep_if_grown(&mut self, now: Instant) {
+        if self.keys.len() < self.sweep_at_len.max(MIN_SWEEP_LEN) {
+            return;
+        }
+        self.keys.retain(|_, state| !state.is_dead(now));
+        self.sweep_at_len = self.keys.len() * 2;
+    }
+}
+
+impl MemoryBackend {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many lock names the store tracks (held locks, shared holds, waiting tickets). For
+    /// tests and metrics: it shows that released and expired state is dropped.
+    pub fn tracked_keys(&self) -> usize {
+        self.lock_state().keys.len()
+    }
+
+    /// How many lock names are held right now (leases not yet released or expired).
+    pub fn held_locks(&self) -> usize {
+        let now = Instant::now();
+        let state = self.lock_state();
+        state.keys.values().filter(|key| key.is_held(now)).count()
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave a half-written entry (every update is a
+        // single assignment), so a poisoned lock is still consistent.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `change` on `name`'s state (created if missing), with the map swept as needed.
+    fn with_key<T>(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut KeyState, &mut FenceCounter, Instant) -> T,
+    ) -> T {
+        let now = Instant::now();
+        let mut state = self.lock_state();
+        state.sweep_if_grown(now);
+        let State { keys, fences, .. } = &mut *state;
+        let entry = keys.entry(name.to_owned()).or_default();
+        change(entry, fences, now)
+    }
+
+    /// Runs `change` on `name`'s state, if the store has any.
+    fn with_existing_key<T>(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut KeyState, &mut FenceCounter, Instant) -> T,
+    ) -> Option<T> {
+        let now = Instant::now();
+        let mut state = self.lock_state();
+        let State { keys, fences, .. } = &mut *state;
+        keys.get_mut(name).map(|entry| change(entry, fences, now))
+    }
+
+    /// Runs a change on `name` that may free it, and announces what it says.
+    fn freeing(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut KeyState, &mut FenceCounter, Instant) -> Option<Announcement>,
+    ) -> bool {
+        let announcement = self.with_existing_key(name, change).flatten();
+        if let Some(announcement) = announcement {
+            self.room.announce(name, announcement);
+        }
+        announcement.is_some()
+    }
+}
+
+/// A grant (or busy answer) for `token`, holding as `hold`.
+fn granted(taken: Taken, token: OwnerToken, hold: Hold) -> Attempt<Granted<TokenLease>> {
+    match taken {
+        Attempt::Acquired(fence) => Attempt::Acquired(Granted {
+            lease: TokenLease::new(token, hold),
+            fence,
+        }),
+        Attempt::Busy { holder_ttl } => Attempt::Busy { holder_ttl },
+    }
+}
+
+impl LockBackend for MemoryBackend {
+    type Lease = TokenLease;
+
+    async fn acquire(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        let terms = (request.token, request.ttl);
+        let taken = self.with_key(name, |entry, fences, now| {
+            entry.take_exclusive(terms, fences, now)
+        });
+        Ok(granted(taken, request.token, Hold::Exclusive))
+    }
+
+    async fn extend(
+        &self,
+        name: &str,
+        lease: &TokenLease,
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        let exclusive = lease.hold().is_exclusive();
+        let extended = self.with_existing_key(name, |entry, _, now| {
+            entry.extend(lease.token(), exclusive, ttl, now)
+        });
+        Ok(extended.unwrap_or(false))
+    }
+
+    async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
+        let token = lease.token();
+        if lease.hold().is_exclusive() {
+            return Ok(self.freeing(name, |entry, fences, now| {
+                entry.release_exclusive(token, fences, now)
+            }));
+        }
+        Ok(self.freeing(name, |entry, _, now| {
+            entry
+                .release_shared(token, now)
+                .then_some(Announcement::Free)
+        }))
+    }
+
+    async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
+        self.freeing(name, |entry, fences, now| {
+            entry.abandon(request.token, fences, now)
+        });
+        Ok(())
+    }
+
+    /// All or none at once: the store is locked while it looks at every name.
+    async fn acquire_many(
+        &self,
+        names: &[&str],
+        request: LockRequest,
+    ) -> Result<Attempt<Vec<Granted<TokenLease>>>, BackendError> {
+        let now = Instant::now();
+        let mut state = self.lock_state();
+        state.sweep_if_grown(now);
+        let State { keys, fences, .. } = &mut *state;
+        let busy = names.iter().find_map(|name| {
+            keys.get_mut(*name)
+                .and_then(|entry| entry.wait_for_exclusive(now))
+        });
+        if let Some(wait) = busy {
+            return Ok(Attempt::Busy {
+                holder_ttl: Some(wait),
+            });
+        }
+        let grants = names
+            .iter()
+            .map(|name| {
+                let entry = keys.entry((*name).to_owned()).or_default();
+                Granted {
+                    lease: TokenLease::new(request.token, Hold::Exclusive),
+                    fence: Some(entry.take(request.token, request.ttl, fences, now)),
+                }
+            })
+            .collect();
+        Ok(Attempt::Acquired(grants))
+    }
+
+    fn wait_queue(&self) -> Option<&dyn WaitQueue<TokenLease>> {
+        Some(self)
+    }
+}
+
+impl SharedLocks for MemoryBackend {
+    async fn acquire_read(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        let terms = (request.token, request.ttl);
+        let taken = self.with_key(name, |entry, _, now| entry.take_read(terms, now));
+        Ok(granted(taken, request.token, Hold::Read))
+    }
+
+    async fn acquire_write(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        let terms = (request.token, request.ttl, request.patience);
+        let taken = self.with_key(name, |entry, fences, now| {
+            entry.take_write(terms, fences, now)
+        });
+        Ok(granted(taken, request.token, Hold::Write))
+    }
+}
+
+impl Semaphores for MemoryBackend {
+    async fn acquire_permit(
+        &self,
+        name: &str,
+        request: LockRequest,
+        permits: NonZeroU32,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        let terms = (request.token, request.ttl);
+        let taken = self.with_key(name, |entry, _, now| {
+            entry.take_permit(terms, permits.get(), now)
+        });
+        Ok(granted(taken, request.token, Hold::Permit { permits }))
+    }
+}
+
+impl WaitQueue<TokenLease> for MemoryBackend {
+    fn room(&self) -> &Arc<WaitingRoom> {
+        &self.room
+    }
+
+    fn acquire_queued<'a>(
+        &'a self,
+        name: &'a str,
+        request: LockRequest,
+        ticket_ttl: Duration,
+    ) -> BoxFuture<'a, Result<QueuedAttempt<TokenLease>, BackendError>> {
+        Box::pin(async move {
+            let terms = (request.token, request.ttl, ticket_ttl);
+            let taken = self.with_key(name, |entry, fences, now| {
+                entry.take_queued(terms, fences, now)
+            });
+            let lease = TokenLease::new(request.token, Hold::Exclusive);
+            Ok(match taken {
+                Attempt::Acquired(fence) => QueuedAttempt::Acquired(Granted { lease, fence }),
+                Attempt::Busy { holder_ttl } => QueuedAttempt::Queued {
+                    holder_ttl,
+                    handover: lease,
+                },
+            })
+        })
+    }
+
+    fn leave_queue<'a>(
+        &'a self,
+        name: &'a str,
+        token: OwnerToken,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move {
+            self.freeing(name, |entry, fences, now| {
+                entry.leave_queue(token, fences, now)
+            });
+            Ok(())
+        })
+    }
+}

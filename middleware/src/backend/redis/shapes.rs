@@ -1,0 +1,160 @@
+//! Read-write locks and semaphores in Redis: `shared.lua`, and a scriptless fast path for an
+//! uncontended writer.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use redis::{Cmd, FromRedisValue, Value};
+use tokio::time::Instant;
+
+use super::RedisBackend;
+use super::commands::{
+    ScriptArg, acquire_reply, answered_within_lease, fence_incr, millis, patience_arg, set_nx,
+};
+use super::keys::LockKey;
+use crate::backend::{
+    Attempt, BackendError, FencingToken, Granted, Hold, LockRequest, Patience, Semaphores,
+    SharedLocks, TokenLease,
+};
+
+/// How long a waiting writer's intent bars new readers unless the writer renews it.
+const WRITER_INTENT_TTL: Duration = Duration::from_secs(2);
+
+/// A script's `{1, fence}` / `{0, wait}` answer as a grant to `request.token`, holding `hold`.
+fn granted(
+    reply: Vec<i64>,
+    request: LockRequest,
+    hold: Hold,
+) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+    Ok(match acquire_reply(reply)? {
+        Attempt::Acquired(fence) => Attempt::Acquired(Granted {
+            lease: TokenLease::new(request.token, hold),
+            fence,
+        }),
+        Attempt::Busy { holder_ttl } => Attempt::Busy { holder_ttl },
+    })
+}
+
+impl SharedLocks for RedisBackend {
+    async fn acquire_read(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        let args = [
+            ScriptArg::Int(millis(request.ttl)),
+            ScriptArg::Word(patience_arg(request.patience)),
+        ];
+        let reply = self.run_shared(name, "read", request.token, &args).await?;
+        granted(reply, request, Hold::Read)
+    }
+
+    /// Like a mutex, a plain `SET NX PX` (readers hold the lock key too, so it fails while
+    /// anybody holds the lock), pipelined with the fencing counter's `INCR` (trusted as in
+    /// `take`) and a look at the waiting writers' intent. Only a writer that finds its own
+    /// intent standing (it waited) sends a second command, which withdraws the intent and has
+    /// its release announced to the readers it held back. A busy writer that will ask again
+    /// goes to `shared.lua`, which queues its intent; one that asks once only reads how long
+    /// the lock is held. While this process has waiters for the lock (it is contended), a
+    /// waiting writer asks `shared.lua` straight away: one round trip instead of a pipeline
+    /// that fails first.
+    async fn acquire_write(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        let contended = self.room.has_waiters(name);
+        if contended && request.patience != Patience::Once {
+            return self.queue_writer(name, request).await;
+        }
+        match self.take_write(name, request).await? {
+            Some(fence) => Ok(Attempt::Acquired(Granted {
+                lease: TokenLease::new(request.token, Hold::Write),
+                fence,
+            })),
+            None if request.patience == Patience::Once => self.busy(name, request.patience).await,
+            None => self.queue_writer(name, request).await,
+        }
+    }
+}
+
+impl RedisBackend {
+    /// The scriptless write acquire: `Some(fence)` when taken, `None` when busy.
+    async fn take_write(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Option<Option<FencingToken>>, BackendError> {
+        let (token, ttl) = (request.token, request.ttl);
+        let mut intent = Cmd::with_capacity(2, 16 + name.len());
+        intent.arg("GET").arg(LockKey::intent(name));
+        let mut pipeline = redis::Pipeline::with_capacity(3);
+        pipeline.add_command(set_nx(name, token, ttl));
+        if self.fencing {
+            pipeline.add_command(fence_incr(name));
+        }
+        let sent = Instant::now();
+        let replies: Vec<Value> = pipeline
+            .add_command(intent)
+            .query_async(&mut self.connection.clone())
+            .await
+            .map_err(BackendError::new)?;
+        let (taken, fence, intent) = match &replies[..] {
+            [taken, intent] => (taken, None, intent),
+            [taken, fence, intent] => (taken, Some(fence), intent),
+            _ => return Err(BackendError::new("unexpected reply to the write acquire")),
+        };
+        if matches!(taken, Value::Nil) {
+            return Ok(None);
+        }
+        let fence = match fence {
+            Some(fence) => {
+                answered_within_lease(name, sent, ttl)?;
+                let value = u64::from_redis_value_ref(fence).map_err(BackendError::new)?;
+                super::commands::fence(value)
+            }
+            None => None,
+        };
+        let mut buf = [0; 32];
+        if let Value::BulkString(intent) = intent
+            && intent[..] == *token.encode(&mut buf).as_bytes()
+        {
+            self.run_shared::<i64>(name, "wrote", token, &[]).await?;
+        }
+        Ok(Some(fence))
+    }
+
+    /// A writer that will ask again: `shared.lua` takes the lock, or queues its intent.
+    async fn queue_writer(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        let args = [
+            ScriptArg::Int(millis(request.ttl)),
+            ScriptArg::Int(millis(WRITER_INTENT_TTL)),
+            ScriptArg::Int(u64::from(self.fencing)),
+            ScriptArg::Word(patience_arg(request.patience)),
+        ];
+        let reply = self.run_shared(name, "write", request.token, &args).await?;
+        granted(reply, request, Hold::Write)
+    }
+}
+
+impl Semaphores for RedisBackend {
+    async fn acquire_permit(
+        &self,
+        name: &str,
+        request: LockRequest,
+        permits: NonZeroU32,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        let args = [
+            ScriptArg::Int(millis(request.ttl)),
+            ScriptArg::Int(u64::from(permits.get())),
+        ];
+        let reply = self
+            .run_shared(name, "permit", request.token, &args)
+            .await?;
+        granted(reply, request, Hold::Permit { permits })
+    }
+}

@@ -1,0 +1,146 @@
+//! The conformance suite every backend passes (feature `conformance`).
+//!
+//! A backend's tests describe its store once — a [`Store`]: how to start a fresh one, and how
+//! to connect a backend to it as another process would — and [`conformance_suite!`] turns
+//! every case into a named test, so a failure says which backend broke which rule:
+//!
+//! ```ignore
+//! mod redis {
+//!     tower_lock::conformance_suite!(RedisStore, read_write, semaphore, wait_queue, outage);
+//! }
+//! ```
+//!
+//! The mutex cases always run; the others run for the capabilities named after the store:
+//! `read_write` ([`SharedLocks`]), `semaphore` ([`Semaphores`]), `wait_queue`
+//! ([`LockBackend::wait_queue`] offers one) and `outage` (the store can be made to stop
+//! answering: [`Outage`]). The tests need Tokio's `macros` and `rt-multi-thread` features in
+//! the crate that runs them. Each case is also a public function, to call on its own.
+//!
+//! The cases use real time with short leases (hundreds of milliseconds), since a store's
+//! expiry runs on its own clock.
+
+use std::future::Future;
+
+use crate::backend::LockBackend;
+#[cfg(doc)]
+use crate::backend::{Semaphores, SharedLocks};
+
+mod mutex;
+mod outage;
+mod queue;
+mod shapes;
+mod support;
+
+pub use mutex::*;
+pub use outage::*;
+pub use queue::*;
+pub use shapes::*;
+pub use support::Occupancy;
+
+/// A store under test: a fresh one per case, and backends on it.
+pub trait Store: Send + Sync + Sized + 'static {
+    /// The backend under test.
+    type Backend: LockBackend + Clone;
+
+    /// Starts a fresh, empty store (its own server, database or namespace).
+    fn start() -> impl Future<Output = Self> + Send;
+
+    /// A backend on this store as another process would have it (its own connections): locks
+    /// taken through one exclude those taken through another.
+    fn backend(&self) -> impl Future<Output = Self::Backend> + Send;
+
+    /// Whether exclusive holds get fencing tokens (default `true`).
+    fn fences(&self) -> bool {
+        true
+    }
+}
+
+/// A store that can be made to stop answering, as a frozen or partitioned server does.
+pub trait Outage: Store {
+    /// From now on, the store receives commands but answers none.
+    fn stop_answering(&self);
+
+    /// The store answers again (and processes what it received meanwhile).
+    fn answer_again(&self);
+}
+
+/// Turns every conformance case into a named `#[tokio::test]` for the store type `$store`: the
+/// mutex cases, and those of each capability named after it (`read_write`, `semaphore`,
+/// `wait_queue`, `outage`). See the [module](crate::conformance) docs.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($store:ty $(, $capability:ident)* $(,)?) => {
+        $crate::__conformance_cases!(mutex, $store);
+        $($crate::__conformance_cases!($capability, $store);)*
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_cases {
+    (mutex, $store:ty) => {
+        $crate::__conformance_tests!(
+            $store;
+            exclusion_holds_under_64_contenders_in_two_processes,
+            without_a_shared_key_contenders_overlap,
+            release_and_extend_act_only_for_the_owner,
+            a_lease_expires_after_its_ttl,
+            extending_keeps_a_lease_past_its_ttl,
+            fences_increase_strictly_per_key,
+            a_dropped_acquire_gives_back_what_it_took,
+            several_keys_are_taken_all_or_none,
+            overlapping_sets_of_keys_never_deadlock,
+            a_waiter_wakes_soon_after_the_release,
+            a_lost_announcement_costs_at_most_the_holders_lease,
+        );
+    };
+    (read_write, $store:ty) => {
+        $crate::__conformance_tests!(
+            $store;
+            readers_share_and_exclude_writers_and_mutexes,
+            a_multi_key_hold_excludes_readers,
+            a_waiting_writer_bars_new_readers_only_while_it_waits,
+            a_writer_that_asks_once_leaves_nothing_behind,
+            a_writer_that_gives_up_waiting_leaves_nothing_behind,
+            a_readers_lease_expires_on_its_own,
+        );
+    };
+    (semaphore, $store:ty) => {
+        $crate::__conformance_tests!(
+            $store;
+            a_semaphore_admits_at_most_its_permits,
+            a_permit_expires_on_its_own,
+            a_semaphore_across_two_processes_admits_exactly_its_permits,
+        );
+    };
+    (wait_queue, $store:ty) => {
+        $crate::__conformance_tests!(
+            $store;
+            fair_waiters_are_served_in_arrival_order,
+            a_queued_waiter_that_gives_up_leaves_the_line,
+        );
+    };
+    (outage, $store:ty) => {
+        $crate::__conformance_tests!(
+            $store;
+            a_silent_store_is_an_error_within_the_store_timeout,
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_tests {
+    ($store:ty; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let store = <$store as $crate::conformance::Store>::start().await;
+                let limit = ::std::time::Duration::from_secs(60);
+                ::tokio::time::timeout(limit, $crate::conformance::$case(&store))
+                    .await
+                    .expect("the case finished within 60 s");
+            }
+        )*
+    };
+}

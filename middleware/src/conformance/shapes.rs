@@ -1,0 +1,262 @@
+//! Read-write locks and semaphores: each shape's rules, and the rules across shapes.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::sleep;
+
+use super::Store;
+use super::support::{
+    LONG, Occupancy, SHORT, SLACK, busy, granted, locker, request, two_processes,
+};
+use crate::LockBackend;
+use crate::backend::{Attempt, Patience, Semaphores, SharedLocks};
+
+/// Readers share a key; a writer, and a mutex, wait for every reader and exclude readers
+/// while they hold it. Writers are fenced, readers are not.
+pub async fn readers_share_and_exclude_writers_and_mutexes<S: Store>(store: &S)
+where
+    S::Backend: SharedLocks,
+{
+    let (a, b) = two_processes(store).await;
+    let first = granted(a.acquire_read("lock:k", request(LONG)).await, "a reader");
+    let second = granted(
+        b.acquire_read("lock:k", request(LONG)).await,
+        "readers share",
+    );
+    assert_eq!(
+        (first.fence, second.fence),
+        (None, None),
+        "readers are not fenced"
+    );
+    busy(
+        a.acquire_write("lock:k", request(LONG)).await,
+        "a writer waits for readers",
+    );
+    busy(
+        a.acquire("lock:k", request(LONG)).await,
+        "a mutex waits for readers",
+    );
+    a.release("lock:k", &first.lease).await.expect("released");
+    b.release("lock:k", &second.lease).await.expect("released");
+
+    let writer = granted(
+        a.acquire_write("lock:k", request(LONG)).await,
+        "readers left",
+    );
+    assert_eq!(
+        writer.fence.is_some(),
+        store.fences(),
+        "a writer is fenced like a mutex"
+    );
+    busy(
+        b.acquire_read("lock:k", request(LONG)).await,
+        "a writer excludes readers",
+    );
+    busy(
+        b.acquire("lock:k", request(LONG)).await,
+        "a writer excludes a mutex",
+    );
+    a.release("lock:k", &writer.lease).await.expect("released");
+
+    let mutex = granted(b.acquire("lock:k", request(LONG)).await, "the writer left");
+    busy(
+        a.acquire_read("lock:k", request(LONG)).await,
+        "a mutex excludes readers",
+    );
+    b.release("lock:k", &mutex.lease).await.expect("released");
+}
+
+/// Several keys held together exclude readers of each of them.
+pub async fn a_multi_key_hold_excludes_readers<S: Store>(store: &S)
+where
+    S::Backend: SharedLocks,
+{
+    let (a, b) = two_processes(store).await;
+    let Ok(Attempt::Acquired(grants)) = a.acquire_many(&["lock:j", "lock:k"], request(LONG)).await
+    else {
+        panic!("both keys are free");
+    };
+    busy(b.acquire_read("lock:k", request(LONG)).await, "held with j");
+    for (name, grant) in ["lock:j", "lock:k"].iter().zip(&grants) {
+        a.release(name, &grant.lease).await.expect("released");
+    }
+    granted(b.acquire_read("lock:k", request(LONG)).await, "free again");
+}
+
+/// A writer that waits (it will ask again) bars new readers, so a stream of readers cannot
+/// starve it; once it stops waiting (abandoned), readers come in again at once.
+pub async fn a_waiting_writer_bars_new_readers_only_while_it_waits<S: Store>(store: &S)
+where
+    S::Backend: SharedLocks,
+{
+    let (a, b) = two_processes(store).await;
+    granted(a.acquire_read("lock:k", request(LONG)).await, "a reader");
+    let writer = request(LONG).patience(Patience::Polls);
+    busy(
+        b.acquire_write("lock:k", writer).await,
+        "the reader holds it",
+    );
+
+    busy(
+        a.acquire_read("lock:k", request(LONG)).await,
+        "barred by the waiting writer",
+    );
+    b.abandon("lock:k", writer).await.expect("abandoned");
+    granted(
+        a.acquire_read("lock:k", request(LONG)).await,
+        "the writer left: readers come in",
+    );
+}
+
+/// A writer that asks once and finds readers leaves nothing that bars the next reader.
+pub async fn a_writer_that_asks_once_leaves_nothing_behind<S: Store>(store: &S)
+where
+    S::Backend: SharedLocks,
+{
+    let (a, b) = two_processes(store).await;
+    granted(a.acquire_read("lock:k", request(LONG)).await, "a reader");
+
+    busy(
+        b.acquire_write("lock:k", request(LONG)).await,
+        "the reader holds it",
+    );
+
+    granted(
+        a.acquire_read("lock:k", request(LONG)).await,
+        "no writer waits",
+    );
+}
+
+/// A writer that gives up waiting (the locker's wait timed out) leaves nothing that bars the
+/// next reader, not even for a moment.
+pub async fn a_writer_that_gives_up_waiting_leaves_nothing_behind<S: Store>(store: &S)
+where
+    S::Backend: SharedLocks,
+{
+    let (a, b) = two_processes(store).await;
+    granted(a.acquire_read("lock:k", request(LONG)).await, "a reader");
+    let writer = locker(b, |builder| builder.wait(SHORT).ttl(LONG));
+
+    let gave_up = writer.write("k").await;
+
+    assert!(
+        matches!(gave_up, Err(crate::LockError::Busy { .. })),
+        "{gave_up:?}"
+    );
+    granted(
+        a.acquire_read("lock:k", request(LONG)).await,
+        "no writer waits",
+    );
+}
+
+/// Each reader's lease runs out on its own: a crashed reader holds up writers only until then,
+/// while the others keep theirs.
+pub async fn a_readers_lease_expires_on_its_own<S: Store>(store: &S)
+where
+    S::Backend: SharedLocks,
+{
+    let (a, b) = two_processes(store).await;
+    let crashed = granted(a.acquire_read("lock:k", request(SHORT)).await, "a reader");
+    let lasting = granted(
+        b.acquire_read("lock:k", request(LONG)).await,
+        "another reader",
+    );
+    sleep(SHORT + SLACK).await;
+
+    let extended = a
+        .extend("lock:k", &crashed.lease, LONG)
+        .await
+        .expect("answered");
+    assert!(!extended, "the crashed reader's lease ran out");
+    busy(
+        a.acquire_write("lock:k", request(LONG)).await,
+        "the other reader still holds it",
+    );
+    b.release("lock:k", &lasting.lease).await.expect("released");
+    granted(
+        a.acquire_write("lock:k", request(LONG)).await,
+        "no reader left",
+    );
+}
+
+fn permits(count: u32) -> NonZeroU32 {
+    NonZeroU32::new(count).expect("a positive count")
+}
+
+/// A semaphore of 2 admits two holders, refuses a third, and admits it once one leaves.
+pub async fn a_semaphore_admits_at_most_its_permits<S: Store>(store: &S)
+where
+    S::Backend: Semaphores,
+{
+    let (a, b) = two_processes(store).await;
+    let two = permits(2);
+    let first = granted(
+        a.acquire_permit("lock:k", request(LONG), two).await,
+        "a permit",
+    );
+    granted(
+        b.acquire_permit("lock:k", request(LONG), two).await,
+        "a second permit",
+    );
+    assert_eq!(first.fence, None, "permits are not fenced");
+
+    busy(
+        a.acquire_permit("lock:k", request(LONG), two).await,
+        "both permits are out",
+    );
+    a.release("lock:k", &first.lease).await.expect("released");
+    granted(
+        b.acquire_permit("lock:k", request(LONG), two).await,
+        "one came back",
+    );
+}
+
+/// A crashed holder's permit comes back once its lease runs out.
+pub async fn a_permit_expires_on_its_own<S: Store>(store: &S)
+where
+    S::Backend: Semaphores,
+{
+    let (a, b) = two_processes(store).await;
+    let one = permits(1);
+    granted(
+        a.acquire_permit("lock:k", request(SHORT), one).await,
+        "the crashed holder",
+    );
+    busy(
+        b.acquire_permit("lock:k", request(LONG), one).await,
+        "its permit is out",
+    );
+    sleep(SHORT + SLACK).await;
+    granted(
+        b.acquire_permit("lock:k", request(LONG), one).await,
+        "its lease ran out",
+    );
+}
+
+/// Contenders from two processes for a semaphore of 3 never exceed 3 inside, and reach it.
+pub async fn a_semaphore_across_two_processes_admits_exactly_its_permits<S: Store>(store: &S)
+where
+    S::Backend: Semaphores,
+{
+    let (a, b) = two_processes(store).await;
+    let wait = |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG);
+    let lockers = [locker(a, wait), locker(b, wait)];
+    let inside = Arc::new(Occupancy::default());
+    let contenders: Vec<_> = (0..24)
+        .map(|i| {
+            let (locker, inside) = (lockers[i % 2].clone(), inside.clone());
+            tokio::spawn(async move {
+                let held = locker.permit("k", permits(3)).await?;
+                inside.visit(Duration::from_millis(20)).await;
+                held.release().await
+            })
+        })
+        .collect();
+    for contender in contenders {
+        let done = contender.await.expect("a contender panicked");
+        done.expect("every contender gets a permit");
+    }
+    assert_eq!(inside.most(), 3, "at most 3 at once, and 3 reached");
+}

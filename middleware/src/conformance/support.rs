@@ -1,0 +1,111 @@
+//! What the cases share: short and long leases, lockers, and a probe of who is inside.
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Store;
+use crate::backend::{Attempt, BackendError, Granted, LockRequest};
+use crate::{LockBackend, Locker, LockerBuilder, OwnerToken};
+
+/// A lease that runs out within a case.
+pub(super) const SHORT: Duration = Duration::from_millis(300);
+/// A lease that outlives a case.
+pub(super) const LONG: Duration = Duration::from_secs(30);
+/// Room for a store's expiry to be noticed, and for background clean-up to land.
+pub(super) const SLACK: Duration = Duration::from_millis(300);
+
+/// Counts how many visitors are inside a critical section at once, and the most ever seen.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_lock::conformance::Occupancy;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let inside = Occupancy::default();
+/// inside.visit(Duration::from_millis(1)).await;
+/// assert_eq!(inside.most(), 1);
+/// # }
+/// ```
+#[derive(Debug, Default)]
+pub struct Occupancy {
+    inside: AtomicUsize,
+    most: AtomicUsize,
+}
+
+impl Occupancy {
+    /// Stays inside for `work`, counting itself while there.
+    pub async fn visit(&self, work: Duration) {
+        let now = self.inside.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        tokio::time::sleep(work).await;
+        self.inside.fetch_sub(1, SeqCst);
+    }
+
+    /// The most visitors that were inside at the same time.
+    pub fn most(&self) -> usize {
+        self.most.load(SeqCst)
+    }
+}
+
+/// A request by a fresh token for a lease of `ttl`, asking once.
+pub(super) fn request(ttl: Duration) -> LockRequest {
+    LockRequest::new(OwnerToken::new(), ttl)
+}
+
+/// A grant, or a failure naming what was expected.
+pub(super) fn granted<L>(
+    answer: Result<Attempt<Granted<L>>, BackendError>,
+    what: &str,
+) -> Granted<L> {
+    match answer {
+        Ok(Attempt::Acquired(grant)) => grant,
+        Ok(Attempt::Busy { holder_ttl }) => panic!("{what}: busy (holder has {holder_ttl:?})"),
+        Err(error) => panic!("{what}: {error}"),
+    }
+}
+
+/// A busy answer, or a failure naming what was expected.
+pub(super) fn busy<T>(answer: Result<Attempt<T>, BackendError>, what: &str) -> Option<Duration> {
+    match answer {
+        Ok(Attempt::Busy { holder_ttl }) => holder_ttl,
+        Ok(Attempt::Acquired(_)) => panic!("{what}: expected busy, the lock was taken"),
+        Err(error) => panic!("{what}: {error}"),
+    }
+}
+
+/// Two backends on the store: two "processes".
+pub(super) async fn two_processes<S: Store>(store: &S) -> (S::Backend, S::Backend) {
+    (store.backend().await, store.backend().await)
+}
+
+/// A locker on `backend` with `configure` applied to the builder.
+pub(super) fn locker<B: LockBackend>(
+    backend: B,
+    configure: impl FnOnce(LockerBuilder<B>) -> LockerBuilder<B>,
+) -> Locker<B> {
+    configure(Locker::builder(backend))
+        .build()
+        .expect("the case's settings are valid")
+}
+
+/// Asks `backend` for `name` until it is granted, for at most `limit`; then gives it back.
+/// Whether it was granted.
+pub(super) async fn free_within<B: LockBackend>(backend: &B, name: &str, limit: Duration) -> bool {
+    let started = Instant::now();
+    loop {
+        let answer = backend.acquire(name, request(LONG)).await;
+        if let Ok(Attempt::Acquired(grant)) = answer {
+            backend.release(name, &grant.lease).await.ok();
+            return true;
+        }
+        if started.elapsed() > limit {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,138 @@
+//! What an unfinished acquire leaves to the background: an attempt whose answer never came, a
+//! writer's intent, a ticket in the store's queue. Each is a guard armed while the acquire
+//! runs and disarmed when it ends well; dropped armed, it cleans up in the background.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::OwnerToken;
+use crate::backend::{LockBackend, LockRequest};
+use crate::background;
+use crate::engine::names::LockNames;
+
+/// Abandons `request` on `names` (see [`LockBackend::abandon`]) when dropped armed: an attempt
+/// whose answer was lost (an error, a timeout, or the acquire dropped mid-flight) may have
+/// taken the lock, and a writer that stopped waiting leaves an intent that bars readers.
+pub(super) struct Abandon<'a, B: LockBackend> {
+    backend: &'a Arc<B>,
+    names: &'a LockNames,
+    request: LockRequest,
+    store_timeout: Duration,
+    armed: bool,
+}
+
+impl<'a, B: LockBackend> Abandon<'a, B> {
+    pub(super) fn new(
+        backend: &'a Arc<B>,
+        names: &'a LockNames,
+        request: LockRequest,
+        store_timeout: Duration,
+    ) -> Self {
+        Self {
+            backend,
+            names,
+            request,
+            store_timeout,
+            armed: true,
+        }
+    }
+
+    /// Nothing to undo.
+    pub(super) fn disarm(mut self) {
+        self.armed = false;
+    }
+
+    /// Abandons now, before the caller answers (a reader sent right after a writer gave up
+    /// must not find its intent), bounded by the store timeout.
+    pub(super) async fn now(mut self) {
+        self.armed = false;
+        let abandoned = tokio::time::timeout(self.store_timeout, async {
+            for name in self.names.iter() {
+                self.backend.abandon(name, self.request).await?;
+            }
+            Ok::<_, crate::backend::BackendError>(())
+        })
+        .await;
+        if !matches!(abandoned, Ok(Ok(()))) {
+            tracing::warn!(
+                locks = self.names.joined_keys(),
+                ?abandoned,
+                "abandon failed"
+            );
+        }
+    }
+}
+
+impl<B: LockBackend> Drop for Abandon<'_, B> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (backend, names, request) =
+            (Arc::clone(self.backend), self.names.clone(), self.request);
+        background::store_call(
+            "abandon an attempt",
+            names.joined_keys(),
+            self.store_timeout,
+            async move {
+                for name in names.iter() {
+                    backend.abandon(name, request).await?;
+                }
+                Ok(())
+            },
+        );
+    }
+}
+
+/// A ticket in the store's queue: withdrawn in the background when the waiter gives up or is
+/// dropped, so that it does not hold up the line until it expires (and a lock handed to it
+/// meanwhile is passed on).
+pub(super) struct Ticket<'a, B: LockBackend> {
+    backend: &'a Arc<B>,
+    name: &'a str,
+    token: OwnerToken,
+    store_timeout: Duration,
+    used: bool,
+}
+
+impl<'a, B: LockBackend> Ticket<'a, B> {
+    pub(super) fn new(
+        backend: &'a Arc<B>,
+        name: &'a str,
+        token: OwnerToken,
+        store_timeout: Duration,
+    ) -> Self {
+        Self {
+            backend,
+            name,
+            token,
+            store_timeout,
+            used: false,
+        }
+    }
+
+    /// The ticket was turned into the lock; nothing to withdraw.
+    pub(super) fn used(mut self) {
+        self.used = true;
+    }
+}
+
+impl<B: LockBackend> Drop for Ticket<'_, B> {
+    fn drop(&mut self) {
+        if self.used {
+            return;
+        }
+        let (backend, name, token) = (Arc::clone(self.backend), self.name.to_owned(), self.token);
+        background::store_call(
+            "withdraw a ticket",
+            name.clone(),
+            self.store_timeout,
+            async move {
+                match backend.wait_queue() {
+                    Some(queue) => queue.leave_queue(&name, token).await,
+                    None => Ok(()),
+                }
+            },
+        );
+    }
+}

@@ -1,0 +1,176 @@
+//! Taking a lock under the locker's policy: attempts, waiting, store timeouts, and what an
+//! unfinished acquire leaves to the background.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::{Instant, timeout_at};
+
+use super::ask::Ask;
+use super::names::LockNames;
+use super::policy::{BusyPolicy, WaitMode};
+use super::settings::Settings;
+use crate::OwnerToken;
+use crate::backend::{BackendError, Granted, LockBackend, LockRequest, Patience, WaitQueue};
+use attempts::{Answer, Attempts, How};
+use guards::Abandon;
+
+mod attempts;
+mod guards;
+mod many;
+
+/// How often a waiter for a shared-shape lock asks again at the latest: a waiting writer's
+/// intent (2 s in the stores here) must be renewed before it lapses.
+const SHARED_REFRESH: Duration = Duration::from_millis(500);
+
+/// Notified mode: how long the ticket of a process's head of line lives in the store's queue
+/// unless renewed (the head renews it every third of that), at the least. A crashed process
+/// holds up the other processes' turns for at most this long.
+pub(crate) const HEAD_TICKET_TTL: Duration = Duration::from_secs(2);
+
+/// Room for the time between a head's renewal being due and the store receiving it.
+const TICKET_SLACK: Duration = Duration::from_millis(200);
+
+/// Notified mode: the head's ticket TTL for leases of `ttl`. Renewed every third, the ticket
+/// always outlives a lease, so a release may hand the lock straight to it; a crashed process
+/// then holds up the others for at most one and a half leases, about what a crashed holder
+/// does.
+fn head_ticket_ttl(ttl: Duration) -> Duration {
+    HEAD_TICKET_TTL.max(ttl * 3 / 2 + TICKET_SLACK)
+}
+
+/// The lock is taken: one grant per name, and when the successful attempt was sent (the lease
+/// counts from there).
+pub(crate) struct Obtained<L> {
+    pub(crate) grants: Vec<Granted<L>>,
+    pub(crate) sent: Instant,
+}
+
+/// Why the lock was not taken.
+#[derive(Debug)]
+pub(crate) enum NotObtained {
+    /// Somebody else held it until the policy gave up.
+    Busy { holder_ttl: Option<Duration> },
+    /// The store failed or did not answer within the store timeout.
+    Store(BackendError),
+}
+
+/// Takes `names` for `token` as `ask` says (several names: always exclusively), waiting while
+/// busy as `settings` allow.
+pub(crate) async fn acquire<B: LockBackend>(
+    backend: &Arc<B>,
+    names: &LockNames,
+    token: OwnerToken,
+    ask: Ask<B>,
+    settings: &Settings,
+) -> Result<Obtained<B::Lease>, NotObtained> {
+    let Some(name) = names.single() else {
+        return many::acquire_all(backend, names, token, settings).await;
+    };
+    let queue = backend.wait_queue();
+    let can_listen = queue.is_some_and(|queue| queue.room().hears_announcements());
+    let patience = patience(settings.policy, can_listen);
+    let attempts = Attempts {
+        backend,
+        names,
+        name,
+        request: LockRequest::new(token, settings.ttl).patience(patience),
+        ask,
+        settings,
+    };
+    let BusyPolicy::Wait { timeout, mode } = settings.policy else {
+        return attempts.once_more_busy().await;
+    };
+    if timeout.is_zero() {
+        return attempts.once_more_busy().await;
+    }
+    let deadline = Instant::now() + timeout;
+    match (ask, mode, queue) {
+        (Ask::Exclusive, WaitMode::Fair { ticket_ttl }, Some(queue)) => {
+            let place = queue.room().take_ticket(name, token);
+            attempts
+                .wait_queued(Some(&place), deadline, ticket_ttl)
+                .await
+        }
+        (Ask::Exclusive, WaitMode::Notified, Some(queue)) => {
+            wait_in_line(&attempts, queue, deadline).await
+        }
+        (Ask::Exclusive, ..) => attempts.wait(None, deadline, None, How::Plain).await,
+        (_, _, queue) => wait_shared(&attempts, queue, deadline).await,
+    }
+}
+
+/// How a caller waits under `policy`, when announcements can reach it or not.
+fn patience(policy: BusyPolicy, can_listen: bool) -> Patience {
+    match policy {
+        BusyPolicy::Wait { timeout, .. } if timeout.is_zero() => Patience::Once,
+        BusyPolicy::Reject => Patience::Once,
+        BusyPolicy::Wait {
+            mode: WaitMode::Polling,
+            ..
+        } => Patience::Polls,
+        BusyPolicy::Wait { .. } if can_listen => Patience::Listens,
+        BusyPolicy::Wait { .. } => Patience::Polls,
+    }
+}
+
+/// Notified mode: one attempt (unless local waiters are lined up already: a newcomer does not
+/// jump the line), then the local line, whose head asks with a ticket in the store's queue.
+async fn wait_in_line<B: LockBackend>(
+    attempts: &Attempts<'_, B>,
+    queue: &dyn WaitQueue<B::Lease>,
+    deadline: Instant,
+) -> Result<Obtained<B::Lease>, NotObtained> {
+    let (room, name) = (queue.room(), attempts.name);
+    if !room.has_line(name) {
+        match attempts.once(How::Plain).await? {
+            Answer::Acquired(obtained) => return Ok(obtained),
+            Answer::Busy { .. } => {}
+        }
+    }
+    // Once at the head of the local line, it asks at once, even when the previous head just
+    // took the lock: its ticket is then in the store's queue when that lock is released, and
+    // the release hands the lock straight to it.
+    let place = room.join_line(name, attempts.request.token);
+    if timeout_at(deadline, place.turn()).await.is_err() {
+        return attempts.once_more_busy().await;
+    }
+    let ticket_ttl = head_ticket_ttl(attempts.settings.ttl);
+    attempts
+        .wait_queued(Some(&place), deadline, ticket_ttl)
+        .await
+}
+
+/// Shared shapes (read, write, permit): every waiter asks for itself (readers can share),
+/// woken by any release when it listens. Only a caller that found the lock busy enters the
+/// waiting room (which subscribes to the lock's announcements); its first wait attempt asks
+/// again, so no release between the two is missed. A writer that gives up withdraws its
+/// intent before it answers, so that readers are not barred by a writer that left.
+async fn wait_shared<B: LockBackend>(
+    attempts: &Attempts<'_, B>,
+    queue: Option<&dyn WaitQueue<B::Lease>>,
+    deadline: Instant,
+) -> Result<Obtained<B::Lease>, NotObtained> {
+    let request = attempts.request;
+    let writer = matches!(attempts.ask, Ask::Write(_)).then(|| {
+        let store_timeout = attempts.settings.store_timeout;
+        Abandon::new(attempts.backend, attempts.names, request, store_timeout)
+    });
+    if let Answer::Acquired(obtained) = attempts.once(How::Plain).await? {
+        writer.map(Abandon::disarm);
+        return Ok(obtained);
+    }
+    let place = queue
+        .filter(|_| request.patience == Patience::Listens)
+        .map(|queue| queue.room().take_ticket(attempts.name, request.token));
+    let waited = attempts
+        .wait(place.as_ref(), deadline, Some(SHARED_REFRESH), How::Plain)
+        .await;
+    match (writer, &waited) {
+        (Some(writer), Err(NotObtained::Busy { .. })) => writer.now().await,
+        (Some(writer), Ok(_)) => writer.disarm(),
+        // A store failure: the guard abandons in the background.
+        (Some(_), Err(NotObtained::Store(_))) | (None, _) => {}
+    }
+    waited
+}

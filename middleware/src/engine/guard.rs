@@ -1,0 +1,165 @@
+//! [`LockGuard`]: what the code running under a lock sees of it.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use super::lease::{Lease, LeaseLost};
+use super::names::LockNames;
+use crate::backend::{FencingToken, Hold};
+
+/// What the code running under a lock sees of it: its keys, the kind of hold, whether the
+/// lease is still held, and its fencing tokens.
+///
+/// Handlers behind a [`LockLayer`](crate::LockLayer) read it with axum's
+/// `Extension<LockGuard>`; [`Locker::with_lock`](crate::Locker::with_lock) passes it to its
+/// work; a [`HeldLock`](crate::HeldLock) dereferences to it. Clones are cheap and only
+/// describe the lock: dropping one never releases anything.
+///
+/// While the lock is held, its lease is renewed every TTL/3. If a renewal finds the lock taken,
+/// or no renewal is confirmed before the lease's local deadline (the store is down, the process
+/// was paused), the lease is *lost*: [`is_held`](Self::is_held) turns false and
+/// [`lost`](Self::lost) resolves.
+///
+/// # Example
+///
+/// ```
+/// use axum::{Extension, Router, routing::post};
+/// use tower_lock::{LockGuard, LockLayer, MemoryBackend, key::KeyTemplate};
+///
+/// async fn claim(Extension(lock): Extension<LockGuard>) -> String {
+///     // Pass the fence to the store you write to, so a stale holder's writes are refused.
+///     let fence = lock.fence().map(|fence| fence.get());
+///     format!("holding {} with fence {fence:?}", lock.key())
+/// }
+///
+/// let key = KeyTemplate::parse("coupon:{path id}").unwrap();
+/// let app: Router = Router::new()
+///     .route("/coupons/{id}/claim", post(claim))
+///     .route_layer(LockLayer::new(MemoryBackend::new(), key));
+/// ```
+#[derive(Clone)]
+pub struct LockGuard {
+    inner: Arc<GuardInfo>,
+}
+
+struct GuardInfo {
+    names: LockNames,
+    /// One per name, in the same order.
+    fences: Vec<Option<FencingToken>>,
+    hold: Hold,
+    lease: Lease,
+}
+
+impl LockGuard {
+    /// The guard of `names`, held as `hold` with `fences` (one per name).
+    pub(crate) fn new(
+        names: LockNames,
+        (hold, fences): (Hold, Vec<Option<FencingToken>>),
+        lease: Lease,
+    ) -> Self {
+        debug_assert_eq!(names.iter().len(), fences.len());
+        Self {
+            inner: Arc::new(GuardInfo {
+                names,
+                fences,
+                hold,
+                lease,
+            }),
+        }
+    }
+
+    /// The key, e.g. `coupon:42` (with several keys, the first).
+    pub fn key(&self) -> &str {
+        self.keys().next().unwrap_or_default()
+    }
+
+    /// Every key held, sorted: one, or several taken together.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.inner.names.keys()
+    }
+
+    /// The lock's full name in the store: the prefix and the key, e.g. `lock:coupon:42` (with
+    /// several keys, the first).
+    pub fn name(&self) -> &str {
+        self.inner.names.first()
+    }
+
+    /// Every full lock name held, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.inner.names.iter()
+    }
+
+    /// What is held: the key alone ([`Hold::Exclusive`], the mutex, or [`Hold::Write`]), a
+    /// share of it ([`Hold::Read`]), or one of its permits ([`Hold::Permit`]).
+    pub fn hold(&self) -> Hold {
+        self.inner.hold
+    }
+
+    /// The fencing token (with several keys, the first key's): strictly larger than that of
+    /// every earlier holder of this key. Only exclusive holds (mutex, writer) get one, on
+    /// backends that fence.
+    ///
+    /// A store that remembers the largest token that has read a resource, and refuses writes
+    /// carrying a smaller one, cannot be written by a holder whose lease ran out while it was
+    /// paused (see [`fencing`](crate::fencing)).
+    pub fn fence(&self) -> Option<FencingToken> {
+        self.inner.fences.first().copied().flatten()
+    }
+
+    /// The fencing token of `key`, one of [`keys`](Self::keys); `None` for another key.
+    pub fn fence_of(&self, key: &str) -> Option<FencingToken> {
+        let index = self.keys().position(|held| held == key)?;
+        self.inner.fences.get(index).copied().flatten()
+    }
+
+    /// Whether the lease is still certainly held: not lost, not released, and its local
+    /// deadline (last confirmed acquire or renewal + TTL, minus a drift margin) not passed.
+    ///
+    /// A `true` is no permission to write without a fence: the process can pause right after
+    /// asking. Stores that matter should check [`fence`](Self::fence).
+    pub fn is_held(&self) -> bool {
+        self.inner.lease.is_held()
+    }
+
+    /// Resolves when the lease is lost — taken by somebody else, or its deadline passed
+    /// without a confirmed renewal — and says why. It never resolves for a lock its holder
+    /// released: race it against the work it protects.
+    ///
+    /// # Example
+    ///
+    /// Stop long work when the lock is lost (useful with `OnLost::Continue`):
+    ///
+    /// ```
+    /// use tower_lock::LockGuard;
+    ///
+    /// async fn export(lock: LockGuard) -> Result<(), String> {
+    ///     tokio::select! {
+    ///         lost = lock.lost() => Err(format!("stopped: {lost}")),
+    ///         () = tokio::time::sleep(std::time::Duration::from_millis(10)) => Ok(()),
+    ///     }
+    /// }
+    /// ```
+    pub fn lost(&self) -> impl Future<Output = LeaseLost> + Send + 'static {
+        self.inner.lease.lost()
+    }
+
+    pub(crate) fn lease(&self) -> &Lease {
+        &self.inner.lease
+    }
+
+    pub(crate) fn lock_names(&self) -> &LockNames {
+        &self.inner.names
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.name())
+            .field("hold", &self.hold())
+            .field("fence", &self.fence())
+            .field("held", &self.is_held())
+            .finish_non_exhaustive()
+    }
+}

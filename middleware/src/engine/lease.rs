@@ -1,0 +1,183 @@
+//! The lease of a held lock as this process knows it: its local deadline, its renewal, and the
+//! signal that it was lost.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep_until, timeout};
+
+use crate::backend::{BackendError, lease_deadline};
+
+/// Why a lease was lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaseLost {
+    /// A renewal found the lock gone or held by somebody else (an operator, a store restart or
+    /// failover).
+    #[error("the lock was taken by somebody else")]
+    Taken,
+    /// The local deadline passed without a confirmed renewal: the store did not answer, the
+    /// process was paused, or renewal is off.
+    #[error("the lease ran out without a confirmed renewal")]
+    Expired,
+}
+
+/// How a lease is kept while its lock is held.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LeasePlan {
+    pub(crate) ttl: Duration,
+    pub(crate) renew: bool,
+    pub(crate) store_timeout: Duration,
+}
+
+/// The lease as this process knows it. The store is the authority; this is the part of it
+/// that can be known without asking: until when the lease is certainly still held.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    state: watch::Sender<LeaseState>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LeaseState {
+    /// Past this instant the lease may have expired in the store.
+    deadline: Instant,
+    status: Status,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Status {
+    Held,
+    Lost(LeaseLost),
+    Released,
+}
+
+impl Lease {
+    /// A lease whose acquire (or renewal) command was sent at `sent` with `ttl`.
+    pub(crate) fn new(sent: Instant, ttl: Duration) -> Self {
+        let (state, _) = watch::channel(LeaseState {
+            deadline: lease_deadline(sent, ttl),
+            status: Status::Held,
+        });
+        Self { state }
+    }
+
+    /// Held, and its local deadline not passed.
+    pub(crate) fn is_held(&self) -> bool {
+        let state = *self.state.borrow();
+        state.status == Status::Held && Instant::now() < state.deadline
+    }
+
+    fn deadline(&self) -> Instant {
+        self.state.borrow().deadline
+    }
+
+    /// A renewal sent at `sent` with `ttl` was confirmed.
+    fn renewed(&self, sent: Instant, ttl: Duration) {
+        self.state.send_if_modified(|state| {
+            let renewed = state.status == Status::Held;
+            if renewed {
+                state.deadline = lease_deadline(sent, ttl);
+            }
+            renewed
+        });
+    }
+
+    /// The lease is lost, `because`.
+    pub(crate) fn lose(&self, because: LeaseLost) -> LeaseLost {
+        self.end(Status::Lost(because));
+        because
+    }
+
+    /// The lock is being given back by its holder.
+    pub(crate) fn release(&self) {
+        self.end(Status::Released);
+    }
+
+    fn end(&self, status: Status) {
+        self.state.send_if_modified(|state| {
+            let ends = state.status == Status::Held;
+            if ends {
+                state.status = status;
+            }
+            ends
+        });
+    }
+
+    /// Resolves when the lease is lost: taken, or its deadline passed while held. After a
+    /// release by its holder it never resolves.
+    pub(crate) fn lost(&self) -> impl Future<Output = LeaseLost> + Send + 'static {
+        let mut state = self.state.subscribe();
+        async move {
+            loop {
+                let LeaseState { deadline, status } = *state.borrow_and_update();
+                match status {
+                    Status::Lost(because) => return because,
+                    Status::Released => std::future::pending().await,
+                    Status::Held => {}
+                }
+                tokio::select! {
+                    changed = state.changed() => if changed.is_err() {
+                        // Nobody can renew or release it any more: only the deadline is left.
+                        sleep_until(deadline).await;
+                        return LeaseLost::Expired;
+                    },
+                    () = sleep_until(deadline) => return LeaseLost::Expired,
+                }
+            }
+        }
+    }
+}
+
+/// Keeps `lease` while its lock (first named `name`, for logs) is held: renews it every TTL/3
+/// with `extend` (which extends every name of the lock) when `plan.renew`, and returns as soon
+/// as it is lost. Dropping this future stops renewal at once; it owns no task and at most one
+/// timer at a time.
+pub(crate) async fn keep<F, Fut>(
+    lease: &Lease,
+    plan: LeasePlan,
+    name: &str,
+    mut extend: F,
+) -> LeaseLost
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool, BackendError>>,
+{
+    let interval = plan.ttl / 3;
+    let retry_after_failure = (interval / 3).max(Duration::from_millis(10));
+    let mut next_renewal = Instant::now() + interval;
+    loop {
+        // Until the next renewal is due, one timer: the renewal's, or the deadline's when
+        // there is no renewal before it.
+        let deadline = lease.deadline();
+        if !plan.renew || next_renewal >= deadline {
+            sleep_until(deadline).await;
+            return lease.lose(LeaseLost::Expired);
+        }
+        sleep_until(next_renewal).await;
+        let sent = Instant::now();
+        if sent >= deadline {
+            // The process stalled past the deadline (a pause): too late to renew.
+            return lease.lose(LeaseLost::Expired);
+        }
+        tokio::select! {
+            biased;
+            () = sleep_until(deadline) => return lease.lose(LeaseLost::Expired),
+            outcome = timeout(plan.store_timeout, extend()) => match outcome {
+                Ok(Ok(true)) => {
+                    lease.renewed(sent, plan.ttl);
+                    next_renewal = sent + interval;
+                }
+                Ok(Ok(false)) => return lease.lose(LeaseLost::Taken),
+                Ok(Err(error)) => {
+                    tracing::warn!(lock = name, %error, "renewal failed; retrying");
+                    next_renewal = Instant::now() + retry_after_failure;
+                }
+                Err(_) => {
+                    tracing::warn!(lock = name, timeout = ?plan.store_timeout, "renewal timed out; retrying");
+                    next_renewal = Instant::now() + retry_after_failure;
+                }
+            },
+        }
+    }
+}

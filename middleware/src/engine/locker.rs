@@ -1,0 +1,243 @@
+//! [`Locker`]: take locks in a backend, from any code.
+
+use std::fmt;
+use std::future::Future;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::acquire::{NotObtained, acquire};
+use super::ask::Ask;
+use super::error::LockError;
+use super::guard::LockGuard;
+use super::held::{Acquisition, HeldLock, Ran};
+use super::lease::Lease;
+use super::leases::Leases;
+use super::names::LockNames;
+use super::reentry::{self, Reentry};
+use super::settings::{ConfigError, LockerBuilder, Settings};
+use crate::OwnerToken;
+use crate::backend::{LockBackend, Semaphores, SharedLocks};
+
+/// Takes locks in a backend, under one set of settings: the lock engine, usable from any code —
+/// background jobs, queue consumers, the HTTP layer (which is an adapter over it).
+///
+/// Each lock is a key (`coupon:42`, stored as the prefix and the key) taken as a mutex
+/// ([`lock`](Self::lock), [`with_lock`](Self::with_lock)), a read or write lock
+/// ([`read`](Self::read), [`write`](Self::write)), a semaphore permit ([`permit`](Self::permit))
+/// or several keys at once ([`lock_all`](Self::lock_all)). A busy lock is waited for or
+/// refused as the locker's settings say ([`LockerBuilder`]); a held lock renews its lease
+/// every TTL/3, reports its loss, carries its fencing token, and is released when its work
+/// ends or its handle is dropped.
+///
+/// Code running under a lock that asks for it again — inside [`with_lock`](Self::with_lock), or
+/// a handler behind the layer — passes through, and the outermost holder releases it; asking
+/// to write what it holds for reading is an error ([`LockError::Upgrade`]), not a wait for
+/// itself. Clones are cheap and share everything.
+///
+/// # Example
+///
+/// ```
+/// use tower_lock::{Locker, MemoryBackend};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower_lock::LockError> {
+/// let locker = Locker::new(MemoryBackend::new());
+///
+/// // Run work under a lock; it is released when the work ends.
+/// let fence = locker
+///     .with_lock("invoice:42", |lock| async move {
+///         // ... read, compute, write with `lock.fence()` ...
+///         lock.fence()
+///     })
+///     .await?;
+/// assert!(fence.is_some());
+///
+/// // Or hold it as a handle, released on drop or explicitly.
+/// let held = locker.lock("invoice:42").await?;
+/// held.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct Locker<B: LockBackend> {
+    inner: Arc<LockerInner<B>>,
+}
+
+/// What every clone of a locker, and every lock it holds, shares.
+pub(crate) struct LockerInner<B> {
+    pub(crate) backend: Arc<B>,
+    pub(crate) settings: Settings,
+    /// Locks held right now (leases not yet given back).
+    pub(crate) held: Arc<AtomicUsize>,
+}
+
+impl<B: LockBackend> Locker<B> {
+    /// A locker with the default settings (see [`LockerBuilder`]).
+    pub fn new(backend: B) -> Self {
+        LockerBuilder::defaults(backend)
+    }
+
+    /// A builder, to change the settings.
+    pub fn builder(backend: B) -> LockerBuilder<B> {
+        LockerBuilder::new(Arc::new(backend))
+    }
+
+    pub(crate) fn from_inner(inner: LockerInner<B>) -> Self {
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// This locker with `change` applied to its settings, checked again; it shares the
+    /// backend and the count of held locks.
+    pub(crate) fn reconfigured(
+        &self,
+        change: impl FnOnce(LockerBuilder<B>) -> LockerBuilder<B>,
+    ) -> Result<Self, ConfigError> {
+        let inner = &self.inner;
+        let builder = LockerBuilder::with_settings(
+            Arc::clone(&inner.backend),
+            Arc::clone(&inner.held),
+            inner.settings.clone(),
+        );
+        change(builder).build()
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.inner.backend
+    }
+
+    /// How many locks this locker holds right now (each with its renewal). For metrics, and for
+    /// tests that show nothing is left behind.
+    pub fn held_locks(&self) -> usize {
+        self.inner.held.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+
+    /// Takes the mutex on `key`, waiting while it is busy as the settings say.
+    pub async fn lock(&self, key: &str) -> Result<HeldLock<B>, LockError> {
+        self.hold([key], Ask::Exclusive).await
+    }
+
+    /// Takes every one of `keys` exclusively, all or none (never holding some while waiting
+    /// for others, so overlapping sets cannot deadlock). Each key gets its own fencing token
+    /// ([`LockGuard::fence_of`]).
+    pub async fn lock_all<S: AsRef<str>>(
+        &self,
+        keys: impl IntoIterator<Item = S>,
+    ) -> Result<HeldLock<B>, LockError> {
+        self.hold(keys, Ask::Exclusive).await
+    }
+
+    /// Runs `work` under the mutex on `key` and releases it when the work ends, also when this
+    /// future is dropped. `work` gets the lock's [`LockGuard`]. The lease is renewed while the
+    /// work runs; if it is lost, the work is stopped at its next await point and this answers
+    /// [`LockError::LeaseLost`] (with [`OnLost::Continue`](crate::OnLost::Continue) it runs on
+    /// and can see the loss on the guard).
+    pub async fn with_lock<T, F, Fut>(&self, key: &str, work: F) -> Result<T, LockError>
+    where
+        F: FnOnce(LockGuard) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let acquisition = self.acquire([key], Ask::Exclusive).await?;
+        let work = work(acquisition.guard().clone());
+        match acquisition.run(work, self.settings().on_lost).await {
+            Ran::Finished(output) => Ok(output),
+            Ran::Aborted(error) => Err(error),
+        }
+    }
+
+    async fn hold<S: AsRef<str>>(
+        &self,
+        keys: impl IntoIterator<Item = S>,
+        ask: Ask<B>,
+    ) -> Result<HeldLock<B>, LockError> {
+        Ok(self.acquire(keys, ask).await?.into_held())
+    }
+
+    /// Takes `keys` as `ask` says (several keys: always exclusively), unless the running future
+    /// holds them already.
+    pub(crate) async fn acquire<S: AsRef<str>>(
+        &self,
+        keys: impl IntoIterator<Item = S>,
+        ask: Ask<B>,
+    ) -> Result<Acquisition<B>, LockError> {
+        let settings = self.settings();
+        let names = LockNames::new(&settings.prefix, keys, settings.max_key_len)?;
+        let ask = if names.single().is_some() {
+            ask
+        } else {
+            Ask::Exclusive
+        };
+        match reentry::check(&names, ask.hold()) {
+            Reentry::No => {}
+            Reentry::Pass(guard) => return Ok(Acquisition::Reentered(guard)),
+            Reentry::Refused(error) => return Err(error),
+        }
+        let token = OwnerToken::new();
+        let obtained = match acquire(&self.inner.backend, &names, token, ask, settings).await {
+            Ok(obtained) => obtained,
+            Err(NotObtained::Busy { holder_ttl }) => {
+                let key = names.joined_keys();
+                tracing::debug!(locks = key, ?holder_ttl, "busy");
+                return Err(LockError::Busy { key, holder_ttl });
+            }
+            Err(NotObtained::Store(error)) => return Err(LockError::StoreUnavailable(error)),
+        };
+        let (leases, fences) = obtained
+            .grants
+            .into_iter()
+            .map(|grant| (grant.lease, grant.fence))
+            .unzip();
+        let lease = Lease::new(obtained.sent, settings.ttl);
+        let guard = LockGuard::new(names, (ask.hold(), fences), lease);
+        tracing::trace!(lock = guard.name(), fence = ?guard.fence(), "acquired");
+        Ok(Acquisition::Owned(Leases::new(
+            Arc::clone(&self.inner),
+            guard,
+            leases,
+        )))
+    }
+}
+
+impl<B: SharedLocks> Locker<B> {
+    /// Takes a read lock on `key`: shared with other readers, excluded by a writer, and barred
+    /// while a writer waits (so writers are not starved).
+    pub async fn read(&self, key: &str) -> Result<HeldLock<B>, LockError> {
+        self.hold([key], Ask::read()).await
+    }
+
+    /// Takes the write lock on `key`: alone, readers included, fenced like a mutex.
+    pub async fn write(&self, key: &str) -> Result<HeldLock<B>, LockError> {
+        self.hold([key], Ask::write()).await
+    }
+}
+
+impl<B: Semaphores> Locker<B> {
+    /// Takes one of the `permits` permits of `key`: at most `permits` holders at once across
+    /// every process sharing the store, each with its own lease.
+    pub async fn permit(&self, key: &str, permits: NonZeroU32) -> Result<HeldLock<B>, LockError> {
+        self.hold([key], Ask::permit(permits)).await
+    }
+}
+
+impl<B: LockBackend> Clone for Locker<B> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<B: LockBackend + fmt::Debug> fmt::Debug for Locker<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Locker")
+            .field("backend", &self.inner.backend)
+            .field("settings", &self.inner.settings)
+            .field("held_locks", &self.held_locks())
+            .finish()
+    }
+}

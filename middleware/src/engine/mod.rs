@@ -1,0 +1,36 @@
+//! The lock engine: taking, waiting for, keeping and releasing locks, with no HTTP in sight.
+//!
+//! [`Locker`] is its face: built on a backend with settings ([`LockerBuilder`]), it takes a
+//! lock under the busy policy (reject, wait woken by release announcements, fair, polling),
+//! keeps its lease while the work runs, reports its loss and releases it. The HTTP layer is an
+//! adapter over it; background jobs and queue consumers use it directly.
+//!
+//! The engine depends on the backend contract ([`crate::backend`]) and nothing above it.
+
+mod acquire;
+mod ask;
+mod error;
+mod guard;
+mod held;
+mod lease;
+mod leases;
+mod locker;
+mod names;
+mod policy;
+mod reentry;
+mod settings;
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+pub(crate) use acquire::HEAD_TICKET_TTL;
+pub(crate) use ask::Ask;
+pub use error::LockError;
+pub use guard::LockGuard;
+pub use held::HeldLock;
+pub(crate) use held::Ran;
+pub use lease::LeaseLost;
+pub use locker::Locker;
+pub use names::{DEFAULT_MAX_KEY_LEN, InvalidKey, validate_key};
+pub use policy::OnLost;
+pub use settings::{ConfigError, LockerBuilder};

@@ -1,0 +1,202 @@
+//! Keys and lock names: what makes a key valid, and the sorted, prefixed names a lock holds.
+
+/// The default longest key, in bytes (the prefix not counted).
+pub const DEFAULT_MAX_KEY_LEN: usize = 256;
+
+/// Why a key cannot name a lock. Through the layer it is answered 400, with this message as
+/// the detail.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidKey {
+    /// No key was given at all.
+    #[error("no lock key was given")]
+    NoKeys,
+    /// The key is empty.
+    #[error("lock key is empty")]
+    Empty,
+    /// The key is longer than the locker allows.
+    #[error("lock key is {len} bytes long; at most {max} are allowed")]
+    TooLong {
+        /// The key's length in bytes.
+        len: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// The key contains an ASCII control character.
+    #[error("lock key contains a control character")]
+    ControlCharacter,
+    /// The key contains `{` or `}`.
+    #[error("lock key contains `{{` or `}}`")]
+    Brace,
+}
+
+/// Checks that `key` can name a lock: non-empty, at most `max_len` bytes, no ASCII control
+/// characters, and no `{` or `}` (they would break the Redis Cluster hash tag around it; the
+/// rule holds for every backend, so keys move between stores unchanged).
+///
+/// # Example
+///
+/// ```
+/// use tower_lock::{InvalidKey, validate_key};
+///
+/// assert!(validate_key("coupon:42", 256).is_ok());
+/// assert_eq!(validate_key("a{b}", 256), Err(InvalidKey::Brace));
+/// assert_eq!(validate_key(&"x".repeat(300), 256), Err(InvalidKey::TooLong { len: 300, max: 256 }));
+/// ```
+pub fn validate_key(key: &str, max_len: usize) -> Result<(), InvalidKey> {
+    if key.is_empty() {
+        return Err(InvalidKey::Empty);
+    }
+    if key.len() > max_len {
+        return Err(InvalidKey::TooLong {
+            len: key.len(),
+            max: max_len,
+        });
+    }
+    if key.bytes().any(|byte| byte.is_ascii_control()) {
+        return Err(InvalidKey::ControlCharacter);
+    }
+    if key.contains(['{', '}']) {
+        return Err(InvalidKey::Brace);
+    }
+    Ok(())
+}
+
+/// The full lock names of a lock (prefix and key), sorted and distinct: one, or several taken
+/// together. Never empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LockNames {
+    names: Vec<Box<str>>,
+    key_start: usize,
+}
+
+impl LockNames {
+    /// The names of `keys` under `prefix`, each key checked against `max_key_len`.
+    pub(crate) fn new<S: AsRef<str>>(
+        prefix: &str,
+        keys: impl IntoIterator<Item = S>,
+        max_key_len: usize,
+    ) -> Result<Self, InvalidKey> {
+        let mut names = keys
+            .into_iter()
+            .map(|key| {
+                let key = key.as_ref();
+                validate_key(key, max_key_len)?;
+                let mut name = String::with_capacity(prefix.len() + key.len());
+                name.push_str(prefix);
+                name.push_str(key);
+                Ok(name.into_boxed_str())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if names.is_empty() {
+            return Err(InvalidKey::NoKeys);
+        }
+        names.sort_unstable();
+        names.dedup();
+        Ok(Self {
+            names,
+            key_start: prefix.len(),
+        })
+    }
+
+    /// Every full name, sorted.
+    pub(crate) fn iter(&self) -> impl ExactSizeIterator<Item = &str> + Clone {
+        self.names.iter().map(|name| &**name)
+    }
+
+    /// Every key (the names without the prefix), sorted.
+    pub(crate) fn keys(&self) -> impl ExactSizeIterator<Item = &str> + Clone {
+        self.iter().map(|name| &name[self.key_start..])
+    }
+
+    /// The first name.
+    pub(crate) fn first(&self) -> &str {
+        &self.names[0]
+    }
+
+    /// The only name, if there is one.
+    pub(crate) fn single(&self) -> Option<&str> {
+        match &self.names[..] {
+            [name] => Some(name),
+            _ => None,
+        }
+    }
+
+    /// Whether `name` is one of them.
+    pub(crate) fn contains(&self, name: &str) -> bool {
+        self.names
+            .binary_search_by(|held| (**held).cmp(name))
+            .is_ok()
+    }
+
+    /// The keys joined with `, `, for messages.
+    pub(crate) fn joined_keys(&self) -> String {
+        self.keys().collect::<Vec<_>>().join(", ")
+    }
+
+    pub(crate) fn key_start(&self) -> usize {
+        self.key_start
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ordinary_key_is_valid() {
+        assert!(validate_key("tenant:7:coupon:42", DEFAULT_MAX_KEY_LEN).is_ok());
+        assert!(validate_key("ключ:ü", DEFAULT_MAX_KEY_LEN).is_ok());
+    }
+
+    #[test]
+    fn an_empty_key_is_rejected() {
+        assert_eq!(validate_key("", 10), Err(InvalidKey::Empty));
+    }
+
+    #[test]
+    fn the_length_limit_counts_bytes_and_is_inclusive() {
+        assert!(validate_key(&"a".repeat(10), 10).is_ok());
+        assert_eq!(
+            validate_key("ééééé!", 10),
+            Err(InvalidKey::TooLong { len: 11, max: 10 })
+        );
+    }
+
+    #[test]
+    fn control_characters_are_rejected() {
+        for key in ["a\nb", "a\0", "\u{7f}", "tab\there"] {
+            assert_eq!(
+                validate_key(key, 64),
+                Err(InvalidKey::ControlCharacter),
+                "{key:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn braces_are_rejected() {
+        for key in ["{a}", "a{", "}"] {
+            assert_eq!(validate_key(key, 64), Err(InvalidKey::Brace), "{key:?}");
+        }
+    }
+
+    #[test]
+    fn names_are_prefixed_sorted_and_distinct() {
+        let names = LockNames::new("lock:", ["b", "a", "b"], 10).unwrap();
+        assert_eq!(names.iter().collect::<Vec<_>>(), ["lock:a", "lock:b"]);
+        assert_eq!(names.keys().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(names.joined_keys(), "a, b");
+        assert!(names.contains("lock:b") && !names.contains("b"));
+        assert_eq!(names.single(), None);
+    }
+
+    #[test]
+    fn no_key_is_refused_and_one_bad_key_spoils_the_set() {
+        assert_eq!(
+            LockNames::new("p:", Vec::<String>::new(), 10),
+            Err(InvalidKey::NoKeys)
+        );
+        assert_eq!(LockNames::new("p:", ["a", ""], 10), Err(InvalidKey::Empty));
+    }
+}

@@ -1,0 +1,316 @@
+//! A locker's settings, the builder that checks them, and what it refuses.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use super::lease::LeasePlan;
+use super::locker::{Locker, LockerInner};
+use super::names::DEFAULT_MAX_KEY_LEN;
+use super::policy::{Backoff, BusyPolicy, OnLost, WaitMode};
+use crate::backend::LockBackend;
+
+/// The shortest lease (and fair-mode ticket) a locker accepts.
+const MIN_TTL: Duration = Duration::from_millis(10);
+
+/// What a locker does: checked once, when it is built.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) prefix: String,
+    pub(crate) max_key_len: usize,
+    pub(crate) ttl: Duration,
+    pub(crate) policy: BusyPolicy,
+    pub(crate) backoff: Backoff,
+    pub(crate) store_timeout: Duration,
+    pub(crate) renew: bool,
+    pub(crate) on_lost: OnLost,
+}
+
+impl Settings {
+    /// The defaults, with keys as long as `max_name_len` (the backend's limit) allows, at
+    /// most [`DEFAULT_MAX_KEY_LEN`].
+    fn defaults(max_name_len: Option<usize>) -> Self {
+        let prefix = "lock:".to_owned();
+        let room = max_name_len.map_or(usize::MAX, |max| max.saturating_sub(prefix.len()));
+        Self {
+            prefix,
+            max_key_len: DEFAULT_MAX_KEY_LEN.min(room),
+            ttl: Duration::from_secs(10),
+            policy: BusyPolicy::default(),
+            backoff: Backoff::default(),
+            store_timeout: Duration::from_secs(1),
+            renew: true,
+            on_lost: OnLost::default(),
+        }
+    }
+
+    pub(crate) fn lease_plan(&self) -> LeasePlan {
+        LeasePlan {
+            ttl: self.ttl,
+            renew: self.renew,
+            store_timeout: self.store_timeout,
+        }
+    }
+}
+
+/// A setting a locker refuses, with what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The lease TTL is shorter than 10 ms.
+    #[error("a lease TTL needs at least 10 ms, got {0:?}")]
+    TtlTooShort(Duration),
+    /// The prefix contains `{`, `}` or an ASCII control character.
+    #[error("a lock prefix must not contain braces or control characters: {0:?}")]
+    InvalidPrefix(String),
+    /// The backoff's bounds are not `0 < initial <= max`.
+    #[error("backoff needs 0 < initial <= max, got initial {initial:?} and max {max:?}")]
+    InvalidBackoff {
+        /// The first ceiling asked for.
+        initial: Duration,
+        /// The largest ceiling asked for.
+        max: Duration,
+    },
+    /// The store timeout is zero: every call would fail.
+    #[error("the store timeout must be longer than zero")]
+    ZeroStoreTimeout,
+    /// Fair mode was asked of a backend without a wait queue.
+    #[error(
+        "fair mode needs a backend with a wait queue (RedisBackend and MemoryBackend have one)"
+    )]
+    FairWithoutQueue,
+    /// Fair mode's tickets would live shorter than 10 ms.
+    #[error("fair-mode tickets need to live at least 10 ms, got {0:?}")]
+    TicketTtlTooShort(Duration),
+    /// The prefix and the longest key do not fit the backend's longest lock name.
+    #[error(
+        "the prefix ({prefix} bytes) and keys of up to {max_key_len} bytes do not fit the \
+         backend's {backend_max} bytes per lock name"
+    )]
+    KeysTooLongForBackend {
+        /// The prefix's length.
+        prefix: usize,
+        /// The longest key asked for.
+        max_key_len: usize,
+        /// The backend's longest name.
+        backend_max: usize,
+    },
+}
+
+/// Builds a [`Locker`]: set what differs from the defaults, then [`build`](Self::build), which
+/// checks the settings together and against the backend.
+///
+/// Defaults: prefix `lock:`, lease TTL 10 s renewed every TTL/3, work aborted if the lease is
+/// lost, wait up to 3 s for a busy lock (woken by release announcements where the backend has
+/// a wait queue, else polling with backoff from 10 ms to 250 ms), store calls slower than 1 s
+/// count as failed, keys up to 256 bytes.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_lock::{Locker, MemoryBackend};
+///
+/// let locker = Locker::builder(MemoryBackend::new())
+///     .prefix("jobs:")
+///     .ttl(Duration::from_secs(30))
+///     .wait(Duration::from_secs(10))
+///     .build()?;
+/// # Ok::<_, tower_lock::ConfigError>(())
+/// ```
+#[derive(Debug)]
+pub struct LockerBuilder<B> {
+    backend: Arc<B>,
+    held: Arc<AtomicUsize>,
+    settings: Settings,
+    max_key_len: Option<usize>,
+    backoff: (Duration, Duration),
+}
+
+impl<B: LockBackend> LockerBuilder<B> {
+    pub(crate) fn new(backend: Arc<B>) -> Self {
+        let settings = Settings::defaults(backend.max_name_len());
+        Self {
+            backend,
+            held: Arc::default(),
+            backoff: (
+                settings.backoff.ceiling(0),
+                settings.backoff.ceiling(u32::MAX),
+            ),
+            settings,
+            max_key_len: None,
+        }
+    }
+
+    /// A builder that starts from a built locker's `settings` and keeps counting its held
+    /// locks in `held`.
+    pub(crate) fn with_settings(
+        backend: Arc<B>,
+        held: Arc<AtomicUsize>,
+        settings: Settings,
+    ) -> Self {
+        Self {
+            backend,
+            held,
+            backoff: (
+                settings.backoff.ceiling(0),
+                settings.backoff.ceiling(u32::MAX),
+            ),
+            max_key_len: Some(settings.max_key_len),
+            settings,
+        }
+    }
+
+    /// A locker built from the defaults, which are valid by construction.
+    pub(crate) fn defaults(backend: B) -> Locker<B> {
+        Self::new(Arc::new(backend)).finish()
+    }
+
+    fn finish(self) -> Locker<B> {
+        Locker::from_inner(LockerInner {
+            backend: self.backend,
+            settings: self.settings,
+            held: self.held,
+        })
+    }
+
+    /// Prepended to every key to name the lock in the store (default `lock:`). It must not
+    /// contain `{`, `}` or control characters.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.settings.prefix = prefix.into();
+        self
+    }
+
+    /// The longest key accepted, in bytes, the prefix not counted (default 256, or less when
+    /// the backend limits names). Longer keys are refused ([`InvalidKey::TooLong`]).
+    ///
+    /// [`InvalidKey::TooLong`]: crate::InvalidKey::TooLong
+    pub fn max_key_len(mut self, max: usize) -> Self {
+        self.max_key_len = Some(max);
+        self
+    }
+
+    /// How long a lease lasts unless renewed (default 10 s, at least 10 ms): how long a
+    /// crashed, paused or partitioned holder blocks the key. While a lock is held it is renewed
+    /// every TTL/3; without renewal, choose it longer than the slowest work.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.settings.ttl = ttl;
+        self
+    }
+
+    /// Whether leases are renewed every TTL/3 while a lock is held (default `true`). Without
+    /// renewal a lease simply ends after the TTL, and slower work loses its lock.
+    pub fn renew(mut self, renew: bool) -> Self {
+        self.settings.renew = renew;
+        self
+    }
+
+    /// What happens to work whose lease is lost (default [`OnLost::Abort`]).
+    pub fn on_lost(mut self, on_lost: OnLost) -> Self {
+        self.settings.on_lost = on_lost;
+        self
+    }
+
+    /// Answer busy at once when the lock is held.
+    pub fn reject(mut self) -> Self {
+        self.settings.policy = BusyPolicy::Reject;
+        self
+    }
+
+    /// Wait up to `timeout` for a held lock (default 3 s), woken when its release is announced
+    /// (backends without a wait queue poll). A zero timeout rejects at once.
+    pub fn wait(self, timeout: Duration) -> Self {
+        self.waiting(timeout, WaitMode::Notified)
+    }
+
+    /// Wait up to `timeout` for a held lock by retrying on a timer with the
+    /// [`backoff`](Self::backoff): no announcements needed.
+    pub fn wait_polling(self, timeout: Duration) -> Self {
+        self.waiting(timeout, WaitMode::Polling)
+    }
+
+    /// Serve waiters first come, first served across all processes, keeping the wait timeout.
+    /// A waiter's ticket expires after `ticket_ttl` (3 s is a good start) unless refreshed, so
+    /// a crashed waiter holds up the line at most that long. Needs a backend with a wait queue.
+    ///
+    /// When `ticket_ttl` is a little over 1.5 × the lease TTL (the ticket is renewed every third
+    /// of its TTL, so it always outlives a lease), a release hands the lock straight to the
+    /// next waiter, one round trip sooner than the waiter asking for it.
+    ///
+    /// Waiters in notified mode queue in the same line (one ticket per process), but a first
+    /// attempt and polling waiters do not: for strict order, make every locker of the same
+    /// keys fair.
+    pub fn fair(self, ticket_ttl: Duration) -> Self {
+        let timeout = self.settings.policy.timeout();
+        self.waiting(timeout, WaitMode::Fair { ticket_ttl })
+    }
+
+    fn waiting(mut self, timeout: Duration, mode: WaitMode) -> Self {
+        self.settings.policy = BusyPolicy::Wait { timeout, mode };
+        self
+    }
+
+    /// The bounds of the exponential backoff with full jitter between polling attempts
+    /// (default 10 ms to 250 ms): before retry `n` a waiter sleeps a random time below
+    /// `min(max, initial × 2ⁿ)`, never past the holder's lease or the wait deadline.
+    pub fn backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.backoff = (initial, max);
+        self
+    }
+
+    /// How long one store call may take before it counts as failed (default 1 s).
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.store_timeout = timeout;
+        self
+    }
+
+    /// Checks the settings together and against the backend, and builds the locker.
+    pub fn build(mut self) -> Result<Locker<B>, ConfigError> {
+        let settings = &mut self.settings;
+        if settings.ttl < MIN_TTL {
+            return Err(ConfigError::TtlTooShort(settings.ttl));
+        }
+        if settings.prefix.contains(['{', '}'])
+            || settings.prefix.bytes().any(|b| b.is_ascii_control())
+        {
+            return Err(ConfigError::InvalidPrefix(settings.prefix.clone()));
+        }
+        let (initial, max) = self.backoff;
+        settings.backoff =
+            Backoff::new(initial, max).ok_or(ConfigError::InvalidBackoff { initial, max })?;
+        if settings.store_timeout.is_zero() {
+            return Err(ConfigError::ZeroStoreTimeout);
+        }
+        if let BusyPolicy::Wait {
+            mode: WaitMode::Fair { ticket_ttl },
+            ..
+        } = settings.policy
+        {
+            if self.backend.wait_queue().is_none() {
+                return Err(ConfigError::FairWithoutQueue);
+            }
+            if ticket_ttl < MIN_TTL {
+                return Err(ConfigError::TicketTtlTooShort(ticket_ttl));
+            }
+        }
+        settings.max_key_len = self.max_key_len.unwrap_or(DEFAULT_MAX_KEY_LEN);
+        if let Some(backend_max) = self.backend.max_name_len() {
+            let fits = settings.prefix.len() + settings.max_key_len <= backend_max;
+            match self.max_key_len {
+                Some(max_key_len) if !fits => {
+                    return Err(ConfigError::KeysTooLongForBackend {
+                        prefix: settings.prefix.len(),
+                        max_key_len,
+                        backend_max,
+                    });
+                }
+                None => {
+                    let room = backend_max.saturating_sub(settings.prefix.len());
+                    settings.max_key_len = settings.max_key_len.min(room);
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(self.finish())
+    }
+}

@@ -1,0 +1,249 @@
+//! Taking, holding, renewing, losing and giving back a lock; what the locker refuses.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{TTL, locker};
+use crate::test_support::{Hanging, LostAnswers, Stolen, is_free};
+use crate::testing::CountingBackend;
+use crate::{ConfigError, InvalidKey, LeaseLost, LockError, Locker, MemoryBackend};
+
+#[tokio::test]
+async fn with_lock_runs_the_work_holding_the_lock_and_releases_it_after() {
+    let store = MemoryBackend::new();
+    let locker = Locker::new(store.clone());
+
+    let (held_inside, fence) = locker
+        .with_lock("k", |lock| {
+            let store = store.clone();
+            async move {
+                (
+                    !is_free(&store, "lock:k").await && lock.is_held(),
+                    lock.fence(),
+                )
+            }
+        })
+        .await
+        .unwrap();
+
+    assert!(held_inside, "the work ran holding the lock");
+    assert!(fence.is_some(), "the memory backend fences");
+    assert!(is_free(&store, "lock:k").await, "released after the work");
+    assert_eq!(locker.held_locks(), 0);
+}
+
+#[tokio::test]
+async fn a_held_lock_is_released_when_dropped() {
+    let store = MemoryBackend::new();
+    let locker = Locker::new(store.clone());
+    let held = locker.lock("k").await.unwrap();
+    assert!(!is_free(&store, "lock:k").await);
+    assert_eq!(locker.held_locks(), 1);
+
+    drop(held);
+    tokio::task::yield_now().await;
+
+    assert!(
+        is_free(&store, "lock:k").await,
+        "released in the background"
+    );
+    assert_eq!(locker.held_locks(), 0);
+}
+
+#[tokio::test]
+async fn a_busy_lock_is_refused_at_once_with_its_holders_lease() {
+    let store = MemoryBackend::new();
+    let holder = locker(store.clone(), |locker| locker.ttl(TTL));
+    let rejecting = locker(store, |locker| locker.reject());
+    let _held = holder.lock("k").await.unwrap();
+
+    let refused = rejecting.lock("k").await;
+
+    let Err(LockError::Busy { key, holder_ttl }) = refused else {
+        panic!("{refused:?}");
+    };
+    assert_eq!(key, "k");
+    assert!(holder_ttl.is_some_and(|left| left <= TTL), "{holder_ttl:?}");
+}
+
+#[tokio::test]
+async fn an_invalid_key_is_refused_before_the_store_is_asked() {
+    let backend = CountingBackend::new(MemoryBackend::new());
+    let locker = Locker::new(backend.clone());
+
+    let refused = [locker.lock("").await, locker.lock("a{b}").await];
+    let none = locker.lock_all(Vec::<String>::new()).await;
+
+    assert!(matches!(
+        refused[0],
+        Err(LockError::InvalidKey(InvalidKey::Empty))
+    ));
+    assert!(matches!(
+        refused[1],
+        Err(LockError::InvalidKey(InvalidKey::Brace))
+    ));
+    assert!(matches!(
+        none,
+        Err(LockError::InvalidKey(InvalidKey::NoKeys))
+    ));
+    assert_eq!(backend.counts().total(), 0, "the store was never asked");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_lock_renews_itself_past_its_ttl() {
+    let backend = CountingBackend::new(MemoryBackend::new());
+    let ttl = Duration::from_millis(300);
+    let locker = locker(backend.clone(), |locker| locker.ttl(ttl).reject());
+    let held = locker.lock("k").await.unwrap();
+
+    tokio::time::sleep(ttl * 4).await;
+
+    assert!(held.is_held());
+    assert!(
+        locker.lock("k").await.is_err(),
+        "still held by its renewals"
+    );
+    assert!(backend.counts().extends >= 8, "renewed every TTL/3");
+    held.release().await.unwrap();
+    let extends = backend.counts().extends;
+    tokio::time::sleep(ttl * 4).await;
+    assert_eq!(
+        backend.counts().extends,
+        extends,
+        "no renewal after the release"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_renewal_a_held_lock_is_lost_at_its_deadline_and_says_so() {
+    let ttl = Duration::from_millis(300);
+    let locker = locker(MemoryBackend::new(), |locker| locker.ttl(ttl).renew(false));
+    let held = locker.lock("k").await.unwrap();
+    let taken = Instant::now();
+
+    let lost = held.lost().await;
+
+    assert_eq!(lost, LeaseLost::Expired);
+    assert!(
+        taken.elapsed() < ttl,
+        "lost by its local deadline, before the store's expiry"
+    );
+    assert!(!held.is_held());
+    assert!(matches!(
+        held.release().await,
+        Err(LockError::LeaseLost { .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_taken_by_someone_else_is_reported_taken_at_the_next_renewal() {
+    let ttl = Duration::from_millis(300);
+    let locker = locker(Stolen::default(), |locker| locker.ttl(ttl));
+    let held = locker.lock("k").await.unwrap();
+    let taken = Instant::now();
+
+    let lost = held.lost().await;
+
+    assert_eq!(lost, LeaseLost::Taken);
+    assert_eq!(taken.elapsed(), ttl / 3, "found at the first renewal");
+    assert!(!held.is_held());
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_lock_stops_work_whose_lease_is_lost() {
+    let locker = locker(Stolen::default(), |locker| {
+        locker.ttl(Duration::from_millis(300))
+    });
+    let finished = std::sync::atomic::AtomicBool::new(false);
+
+    let stopped = locker
+        .with_lock("k", |_| async {
+            tokio::time::sleep(TTL).await;
+            finished.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+        .await;
+
+    assert!(
+        matches!(stopped, Err(LockError::LeaseLost { .. })),
+        "{stopped:?}"
+    );
+    assert!(
+        !finished.load(std::sync::atomic::Ordering::SeqCst),
+        "no step after the loss ran"
+    );
+}
+
+#[tokio::test]
+async fn a_lost_answer_is_abandoned_so_the_lock_it_took_is_freed() {
+    let backend = LostAnswers::default();
+    let store = backend.0.clone();
+    let locker = Locker::new(backend);
+
+    let failed = locker.lock("k").await;
+
+    assert!(
+        matches!(failed, Err(LockError::StoreUnavailable(_))),
+        "{failed:?}"
+    );
+    // The twin: the store did take the lock for the attempt whose answer was lost...
+    assert!(
+        !is_free(&store, "lock:k").await,
+        "the lost answer's lock is held"
+    );
+    tokio::task::yield_now().await;
+    // ...and the attempt's abandonment, run in the background, gave it back.
+    assert!(is_free(&store, "lock:k").await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_does_not_answer_is_unavailable_after_the_store_timeout() {
+    let store_timeout = Duration::from_millis(300);
+    let locker = locker(Hanging, |locker| locker.store_timeout(store_timeout));
+    let started = Instant::now();
+
+    let refused = locker.lock("k").await;
+
+    assert!(
+        matches!(refused, Err(LockError::StoreUnavailable(_))),
+        "{refused:?}"
+    );
+    assert_eq!(started.elapsed(), store_timeout);
+}
+
+#[test]
+fn settings_that_cannot_work_are_refused_when_the_locker_is_built() {
+    fn build(
+        configure: impl FnOnce(crate::LockerBuilder<Hanging>) -> crate::LockerBuilder<Hanging>,
+    ) -> Result<(), ConfigError> {
+        configure(Locker::builder(Hanging)).build().map(drop)
+    }
+    let ms = Duration::from_millis;
+
+    assert_eq!(
+        build(|l| l.ttl(ms(1))),
+        Err(ConfigError::TtlTooShort(ms(1)))
+    );
+    assert_eq!(
+        build(|l| l.prefix("a{")),
+        Err(ConfigError::InvalidPrefix("a{".into()))
+    );
+    assert_eq!(
+        build(|l| l.backoff(ms(20), ms(10))),
+        Err(ConfigError::InvalidBackoff {
+            initial: ms(20),
+            max: ms(10)
+        })
+    );
+    assert_eq!(
+        build(|l| l.store_timeout(Duration::ZERO)),
+        Err(ConfigError::ZeroStoreTimeout)
+    );
+    assert_eq!(
+        build(|l| l.fair(ms(3000))),
+        Err(ConfigError::FairWithoutQueue),
+        "a backend without a wait queue cannot serve waiters in order"
+    );
+    let memory = Locker::builder(MemoryBackend::new()).fair(ms(1)).build();
+    assert_eq!(memory.map(drop), Err(ConfigError::TicketTtlTooShort(ms(1))));
+}

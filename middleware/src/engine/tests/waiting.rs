@@ -1,0 +1,223 @@
+//! Waiting for a busy lock: woken by releases, one contender per lock in the process, first
+//! come first served.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::{TTL, locker};
+use crate::backend::{LockBackend, LockRequest, QueuedAttempt, TokenLease};
+use crate::engine::HEAD_TICKET_TTL;
+use crate::test_support::hold;
+use crate::testing::CountingBackend;
+use crate::{LockError, Locker, LockerBuilder, MemoryBackend};
+
+/// The memory backend, counting calls.
+type Counted = CountingBackend<MemoryBackend>;
+
+/// A waiter for lock `k` that reports its `id` once it holds it.
+fn waiter(
+    locker: &Locker<Counted>,
+    id: usize,
+    served: &mpsc::UnboundedSender<usize>,
+) -> JoinHandle<Result<(), LockError>> {
+    let (locker, served) = (locker.clone(), served.clone());
+    tokio::spawn(async move {
+        locker
+            .with_lock("k", |_| async move { served.send(id).ok() })
+            .await
+            .map(drop)
+    })
+}
+
+/// A counted backend, a locker on it configured with `waiting`, lock `k` held by another
+/// process, and a channel on which waiters report.
+async fn held_lock(
+    waiting: impl FnOnce(LockerBuilder<Counted>) -> LockerBuilder<Counted>,
+) -> (
+    Counted,
+    Locker<Counted>,
+    TokenLease,
+    mpsc::UnboundedSender<usize>,
+    mpsc::UnboundedReceiver<usize>,
+) {
+    let backend = CountingBackend::new(MemoryBackend::new());
+    let locker = locker(backend.clone(), waiting);
+    let holder = hold(backend.inner(), "lock:k", TTL).await;
+    let (served, order) = mpsc::unbounded_channel();
+    (backend, locker, holder, served, order)
+}
+
+/// Lets spawned waiters run until they all wait (well within a ticket renewal).
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_is_woken_by_the_release_not_by_a_timer() {
+    let (backend, locker, holder, served, mut order) =
+        held_lock(|locker| locker.wait(Duration::from_secs(10))).await;
+    let waiter = waiter(&locker, 1, &served);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let attempts_while_waiting = backend.counts().acquires;
+
+    let waited = Duration::from_secs(5);
+    tokio::time::sleep(waited).await;
+    let renewals = (waited.as_millis() / (HEAD_TICKET_TTL / 3).as_millis()) as u64;
+    assert!(
+        backend.counts().acquires <= attempts_while_waiting + renewals,
+        "no polling: only the head's ticket is renewed, every third of its TTL"
+    );
+    let released = Instant::now();
+    backend.inner().release("lock:k", &holder).await.unwrap();
+
+    waiter.await.unwrap().unwrap();
+    assert_eq!(released.elapsed(), Duration::ZERO, "woken at the release");
+    assert_eq!(order.recv().await, Some(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn polling_waiters_retry_on_timers_instead() {
+    let (backend, locker, holder, served, _order) =
+        held_lock(|locker| locker.wait_polling(Duration::from_secs(10))).await;
+    let waiter = waiter(&locker, 1, &served);
+
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(backend.counts().acquires > 10, "the baseline polls");
+    backend.inner().release("lock:k", &holder).await.unwrap();
+
+    waiter.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn local_waiters_are_served_in_arrival_order_with_one_contender() {
+    let (backend, locker, holder, served, mut order) =
+        held_lock(|locker| locker.wait(Duration::from_secs(10))).await;
+    let mut waiters = Vec::new();
+    for id in 0..20 {
+        waiters.push(waiter(&locker, id, &served));
+        settle().await;
+    }
+    let attempts_before = backend.counts().acquires;
+    assert_eq!(
+        attempts_before, 2,
+        "only the first waiter asked: a first look, then as head"
+    );
+
+    backend.inner().release("lock:k", &holder).await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap().unwrap();
+    }
+
+    let served: Vec<usize> = (0..20).map(|_| order.try_recv().unwrap()).collect();
+    assert_eq!(served, (0..20).collect::<Vec<_>>());
+    let per_handoff = (backend.counts().acquires - attempts_before) as f64 / 20.0;
+    assert!(
+        per_handoff <= 2.0,
+        "O(1) attempts per handoff, not O(waiters): {per_handoff}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_waiter_leaves_the_line_at_once() {
+    let (backend, locker, holder, served, mut order) =
+        held_lock(|locker| locker.wait(Duration::from_secs(10))).await;
+    let first = waiter(&locker, 1, &served);
+    settle().await;
+    let second = waiter(&locker, 2, &served);
+    settle().await;
+
+    first.abort();
+    drop(first.await);
+    backend.inner().release("lock:k", &holder).await.unwrap();
+
+    second.await.unwrap().unwrap();
+    assert_eq!(order.recv().await, Some(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn fair_waiters_are_served_in_arrival_order() {
+    let fair = |locker: LockerBuilder<Counted>| {
+        locker
+            .wait(Duration::from_secs(10))
+            .fair(Duration::from_secs(3))
+    };
+    let (backend, locker, holder, served, mut order) = held_lock(fair).await;
+    let mut waiters = Vec::new();
+    for id in 0..10 {
+        waiters.push(waiter(&locker, id, &served));
+        settle().await;
+    }
+
+    backend.inner().release("lock:k", &holder).await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap().unwrap();
+    }
+
+    let served: Vec<usize> = (0..10).map(|_| order.try_recv().unwrap()).collect();
+    assert_eq!(served, (0..10).collect::<Vec<_>>());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crashed_fair_waiter_holds_up_the_line_only_until_its_ticket_expires() {
+    let store = MemoryBackend::new();
+    let queue = store.wait_queue().unwrap();
+    let ticket_ttl = Duration::from_secs(3);
+    let ask = |name| async move {
+        let request = LockRequest::new(crate::OwnerToken::new(), TTL);
+        (
+            request,
+            queue
+                .acquire_queued(name, request, ticket_ttl)
+                .await
+                .unwrap(),
+        )
+    };
+    let (_, QueuedAttempt::Acquired(holder)) = ask("k").await else {
+        panic!("free");
+    };
+    // A waiter queues its ticket, then its process dies: nobody renews or withdraws it.
+    let (_, crashed) = ask("k").await;
+    assert!(matches!(crashed, QueuedAttempt::Queued { .. }));
+    let (patient, _) = ask("k").await;
+    store.release("k", &holder.lease).await.unwrap();
+
+    let before_expiry = queue
+        .acquire_queued("k", patient, ticket_ttl)
+        .await
+        .unwrap();
+    tokio::time::sleep(ticket_ttl).await;
+    let after_expiry = queue
+        .acquire_queued("k", patient, ticket_ttl)
+        .await
+        .unwrap();
+
+    assert!(
+        matches!(before_expiry, QueuedAttempt::Queued { .. }),
+        "the line is kept: {before_expiry:?}"
+    );
+    assert!(
+        matches!(after_expiry, QueuedAttempt::Acquired(_)),
+        "{after_expiry:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_gives_up_at_its_deadline_and_its_place_is_forgotten() {
+    let (backend, locker, _holder, served, _order) =
+        held_lock(|locker| locker.wait(Duration::from_secs(2))).await;
+    let started = Instant::now();
+
+    let gave_up = waiter(&locker, 1, &served).await.unwrap();
+
+    assert!(
+        matches!(gave_up, Err(LockError::Busy { .. })),
+        "{gave_up:?}"
+    );
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let room = backend.wait_queue().unwrap().room();
+    assert_eq!(room.waiting_names(), 0);
+}

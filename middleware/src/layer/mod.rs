@@ -1,0 +1,26 @@
+//! The Tower layer: each HTTP request runs under the lock its key names.
+//!
+//! * [`LockLayer`] configures it (the [`Locker`](crate::Locker) settings, the shape of lock per
+//!   request, fail-open, the busy status) and builds a [`LockService`] per inner service.
+//! * [`LockService::call`](tower_service::Service::call) finds the request's key with the
+//!   layer's [`KeyExtractor`](crate::key::KeyExtractor), takes the lock through the engine,
+//!   puts the [`LockGuard`](crate::LockGuard) in the request's extensions, runs the inner
+//!   service while the engine keeps the lease, and releases the lock when it finishes.
+//! * Its [`ResponseFuture`] owns the lock while the inner service runs: dropping it (the client
+//!   went away, an outer timeout fired) releases the lock in the background.
+//! * Whatever stops a request is answered as RFC 9457 `application/problem+json`
+//!   ([`LockError::into_response`](crate::LockError::into_response)).
+//!
+//! The layer holds no lock logic of its own: everything but HTTP is the engine's.
+
+mod future;
+mod lock_layer;
+mod mode;
+mod problem;
+mod service;
+#[cfg(test)]
+mod tests;
+
+pub use future::ResponseFuture;
+pub use lock_layer::LockLayer;
+pub use service::LockService;

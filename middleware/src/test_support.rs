@@ -1,0 +1,218 @@
+//! What the crate's own tests share: driving an app in-process, building requests, holding and
+//! probing locks on the memory backend, and counting who is inside by hold.
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+
+use crate::backend::{Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, TokenLease};
+use crate::{MemoryBackend, OwnerToken};
+
+/// What an app answered, with the body read to the end.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: String,
+}
+
+/// Sends `request` to a clone of `app` and reads the whole answer.
+pub(crate) async fn send(app: &Router, request: Request<Body>) -> Reply {
+    let response = app
+        .clone()
+        .oneshot(request)
+        .await
+        .expect("routers are infallible");
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.expect("a readable body").to_bytes();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+/// Sends `request` to `app` in a task of its own; its status.
+pub(crate) fn spawn_send(
+    app: &Router,
+    request: Request<Body>,
+) -> tokio::task::JoinHandle<StatusCode> {
+    let app = app.clone();
+    tokio::spawn(async move { send(&app, request).await.status })
+}
+
+/// A request with an empty body.
+pub(crate) fn request(method: Method, uri: &str) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(Body::empty())
+        .expect("a valid request")
+}
+
+/// A request to `/` whose `x-key` header names its lock, and whose `x-id` names the request.
+pub(crate) fn keyed(method: Method, key: &str, id: usize) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri("/")
+        .header("x-key", key)
+        .header("x-id", id.to_string())
+        .body(Body::empty())
+        .expect("a valid request")
+}
+
+/// Takes lock `name` in `store` as another process would; its lease.
+pub(crate) async fn hold(store: &MemoryBackend, name: &str, ttl: Duration) -> TokenLease {
+    let request = LockRequest::new(OwnerToken::new(), ttl);
+    match store.acquire(name, request).await.expect("memory answers") {
+        Attempt::Acquired(grant) => grant.lease,
+        Attempt::Busy { .. } => panic!("{name} should be free"),
+    }
+}
+
+/// Whether lock `name` is free in `store` (taken and given back to find out).
+pub(crate) async fn is_free(store: &MemoryBackend, name: &str) -> bool {
+    let request = LockRequest::new(OwnerToken::new(), Duration::from_secs(1));
+    match store.acquire(name, request).await.expect("memory answers") {
+        Attempt::Acquired(grant) => {
+            store.release(name, &grant.lease).await.ok();
+            true
+        }
+        Attempt::Busy { .. } => false,
+    }
+}
+
+/// Counts who is inside a critical section by hold, the most readers at once, and every
+/// moment a writer was not alone.
+#[derive(Debug, Default)]
+pub(crate) struct Inside {
+    readers: AtomicUsize,
+    writers: AtomicUsize,
+    most_readers: AtomicUsize,
+    overlaps: AtomicUsize,
+}
+
+impl Inside {
+    /// Stays inside for `work` as `hold`.
+    pub(crate) async fn visit(&self, hold: Hold, work: Duration) {
+        let (mine, other) = match hold {
+            Hold::Read => (&self.readers, &self.writers),
+            _ => (&self.writers, &self.readers),
+        };
+        let now = mine.fetch_add(1, SeqCst) + 1;
+        if hold == Hold::Read {
+            self.most_readers.fetch_max(now, SeqCst);
+        }
+        if other.load(SeqCst) > 0 || (hold.is_exclusive() && now > 1) {
+            self.overlaps.fetch_add(1, SeqCst);
+        }
+        tokio::time::sleep(work).await;
+        mine.fetch_sub(1, SeqCst);
+    }
+
+    pub(crate) fn most_readers(&self) -> usize {
+        self.most_readers.load(SeqCst)
+    }
+
+    pub(crate) fn overlaps(&self) -> usize {
+        self.overlaps.load(SeqCst)
+    }
+}
+
+/// The memory backend, but the store's answer to every acquire is lost after the store acted on
+/// it (a dropped connection, a timeout): the lock may have been taken.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct LostAnswers(pub(crate) MemoryBackend);
+
+/// The memory backend, but every renewal finds the lock taken by somebody else.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Stolen(pub(crate) MemoryBackend);
+
+/// A store that never answers.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Hanging;
+
+impl LockBackend for LostAnswers {
+    type Lease = TokenLease;
+
+    async fn acquire(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        let _taken = self.0.acquire(name, request).await?;
+        Err(BackendError::new(
+            "the connection dropped before the answer",
+        ))
+    }
+
+    async fn extend(
+        &self,
+        name: &str,
+        lease: &TokenLease,
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        self.0.extend(name, lease, ttl).await
+    }
+
+    async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
+        self.0.release(name, lease).await
+    }
+
+    async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
+        self.0.abandon(name, request).await
+    }
+}
+
+impl LockBackend for Stolen {
+    type Lease = TokenLease;
+
+    async fn acquire(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        self.0.acquire(name, request).await
+    }
+
+    async fn extend(&self, _: &str, _: &TokenLease, _: Duration) -> Result<bool, BackendError> {
+        Ok(false)
+    }
+
+    async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
+        self.0.release(name, lease).await
+    }
+
+    async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
+        self.0.abandon(name, request).await
+    }
+}
+
+impl LockBackend for Hanging {
+    type Lease = TokenLease;
+
+    async fn acquire(
+        &self,
+        _: &str,
+        _: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        std::future::pending().await
+    }
+
+    async fn extend(&self, _: &str, _: &TokenLease, _: Duration) -> Result<bool, BackendError> {
+        std::future::pending().await
+    }
+
+    async fn release(&self, _: &str, _: &TokenLease) -> Result<bool, BackendError> {
+        std::future::pending().await
+    }
+
+    async fn abandon(&self, _: &str, _: LockRequest) -> Result<(), BackendError> {
+        std::future::pending().await
+    }
+}

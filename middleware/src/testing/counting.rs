@@ -1,0 +1,257 @@
+//! A backend wrapper that counts calls: for tests and benchmarks that check what a lock costs
+//! the store.
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::OwnerToken;
+use crate::backend::waiting::WaitingRoom;
+use crate::backend::{
+    Attempt, BackendError, BoxFuture, Granted, LockBackend, LockRequest, QueuedAttempt, Semaphores,
+    SharedLocks, WaitQueue,
+};
+
+/// Wraps a backend and counts its calls by kind. With the Redis backend each call is one
+/// round trip. Clones share the counts, so keep one to read them while a locker owns another.
+/// It offers every capability its backend has, counted.
+///
+/// # Example
+///
+/// ```
+/// use tower_lock::testing::CountingBackend;
+/// use tower_lock::{Locker, MemoryBackend};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower_lock::LockError> {
+/// let backend = CountingBackend::new(MemoryBackend::new());
+/// let locker = Locker::new(backend.clone());
+/// locker.lock("a").await?.release().await?;
+///
+/// let counts = backend.counts();
+/// assert_eq!((counts.acquires, counts.extends, counts.releases), (1, 0, 1));
+/// assert_eq!(counts.total(), 2);
+/// # Ok(()) }
+/// ```
+pub struct CountingBackend<B: LockBackend> {
+    inner: Arc<B>,
+    counts: Arc<Counts>,
+    queue: Option<CountedQueue<B>>,
+}
+
+/// Calls counted by a [`CountingBackend`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallCounts {
+    /// Acquire attempts of every kind (mutex, queued, shaped, several names).
+    pub acquires: u64,
+    /// Lease renewals.
+    pub extends: u64,
+    /// Releases, abandoned attempts and tickets withdrawn.
+    pub releases: u64,
+}
+
+impl CallCounts {
+    /// All calls.
+    pub fn total(&self) -> u64 {
+        self.acquires + self.extends + self.releases
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    acquires: AtomicU64,
+    extends: AtomicU64,
+    releases: AtomicU64,
+}
+
+fn count(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The wrapped backend's wait queue, counted.
+struct CountedQueue<B> {
+    inner: Arc<B>,
+    counts: Arc<Counts>,
+    room: Arc<WaitingRoom>,
+}
+
+impl<B: LockBackend> CountingBackend<B> {
+    /// Counts the calls made to `inner`.
+    pub fn new(inner: B) -> Self {
+        let (inner, counts) = (Arc::new(inner), Arc::<Counts>::default());
+        let queue = inner.wait_queue().map(|queue| CountedQueue {
+            inner: Arc::clone(&inner),
+            counts: Arc::clone(&counts),
+            room: Arc::clone(queue.room()),
+        });
+        Self {
+            inner,
+            counts,
+            queue,
+        }
+    }
+
+    /// The wrapped backend.
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    /// The calls counted so far.
+    pub fn counts(&self) -> CallCounts {
+        let Counts {
+            acquires,
+            extends,
+            releases,
+        } = &*self.counts;
+        CallCounts {
+            acquires: acquires.load(Ordering::Relaxed),
+            extends: extends.load(Ordering::Relaxed),
+            releases: releases.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl<B: LockBackend> Clone for CountingBackend<B> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            counts: Arc::clone(&self.counts),
+            queue: self.queue.as_ref().map(|queue| CountedQueue {
+                inner: Arc::clone(&queue.inner),
+                counts: Arc::clone(&queue.counts),
+                room: Arc::clone(&queue.room),
+            }),
+        }
+    }
+}
+
+impl<B: LockBackend + fmt::Debug> fmt::Debug for CountingBackend<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CountingBackend")
+            .field("inner", &self.inner)
+            .field("counts", &self.counts())
+            .finish()
+    }
+}
+
+impl<B: LockBackend> LockBackend for CountingBackend<B> {
+    type Lease = B::Lease;
+
+    async fn acquire(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<B::Lease>>, BackendError> {
+        count(&self.counts.acquires);
+        self.inner.acquire(name, request).await
+    }
+
+    async fn extend(
+        &self,
+        name: &str,
+        lease: &B::Lease,
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        count(&self.counts.extends);
+        self.inner.extend(name, lease, ttl).await
+    }
+
+    async fn release(&self, name: &str, lease: &B::Lease) -> Result<bool, BackendError> {
+        count(&self.counts.releases);
+        self.inner.release(name, lease).await
+    }
+
+    async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
+        count(&self.counts.releases);
+        self.inner.abandon(name, request).await
+    }
+
+    async fn acquire_many(
+        &self,
+        names: &[&str],
+        request: LockRequest,
+    ) -> Result<Attempt<Vec<Granted<B::Lease>>>, BackendError> {
+        count(&self.counts.acquires);
+        self.inner.acquire_many(names, request).await
+    }
+
+    fn wait_queue(&self) -> Option<&dyn WaitQueue<B::Lease>> {
+        self.queue
+            .as_ref()
+            .map(|queue| queue as &dyn WaitQueue<B::Lease>)
+    }
+
+    fn max_name_len(&self) -> Option<usize> {
+        self.inner.max_name_len()
+    }
+}
+
+impl<B: SharedLocks> SharedLocks for CountingBackend<B> {
+    async fn acquire_read(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<B::Lease>>, BackendError> {
+        count(&self.counts.acquires);
+        self.inner.acquire_read(name, request).await
+    }
+
+    async fn acquire_write(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<B::Lease>>, BackendError> {
+        count(&self.counts.acquires);
+        self.inner.acquire_write(name, request).await
+    }
+}
+
+impl<B: Semaphores> Semaphores for CountingBackend<B> {
+    async fn acquire_permit(
+        &self,
+        name: &str,
+        request: LockRequest,
+        permits: NonZeroU32,
+    ) -> Result<Attempt<Granted<B::Lease>>, BackendError> {
+        count(&self.counts.acquires);
+        self.inner.acquire_permit(name, request, permits).await
+    }
+}
+
+/// The wrapped backend offered no queue after all (its queue is looked up again per call).
+fn no_queue() -> BackendError {
+    BackendError::new("the wrapped backend has no wait queue")
+}
+
+impl<B: LockBackend> WaitQueue<B::Lease> for CountedQueue<B> {
+    fn room(&self) -> &Arc<WaitingRoom> {
+        &self.room
+    }
+
+    fn acquire_queued<'a>(
+        &'a self,
+        name: &'a str,
+        request: LockRequest,
+        ticket_ttl: Duration,
+    ) -> BoxFuture<'a, Result<QueuedAttempt<B::Lease>, BackendError>> {
+        count(&self.counts.acquires);
+        Box::pin(async move {
+            let queue = self.inner.wait_queue().ok_or_else(no_queue)?;
+            queue.acquire_queued(name, request, ticket_ttl).await
+        })
+    }
+
+    fn leave_queue<'a>(
+        &'a self,
+        name: &'a str,
+        token: OwnerToken,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        count(&self.counts.releases);
+        Box::pin(async move {
+            let queue = self.inner.wait_queue().ok_or_else(no_queue)?;
+            queue.leave_queue(name, token).await
+        })
+    }
+}

@@ -1,0 +1,5 @@
+//! Tools for tests and benchmarks (feature `test-util`): not part of the default API.
+
+mod counting;
+
+pub use counting::{CallCounts, CountingBackend};
