@@ -1,70 +1,11 @@
-//! What the crate's own tests share: driving an app in-process, building requests, holding and
-//! probing locks on the memory backend, and counting who is inside by hold.
+//! What the crate's own tests share: holding and probing locks on the memory backend, counting
+//! who is inside by hold, and backends that fail on purpose.
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Body;
-use http::{HeaderMap, Method, Request, StatusCode};
-use http_body_util::BodyExt;
-use tower::ServiceExt;
-
 use crate::backend::{Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, TokenLease};
 use crate::{MemoryBackend, OwnerToken};
-
-/// What an app answered, with the body read to the end.
-#[derive(Debug)]
-pub(crate) struct Reply {
-    pub(crate) status: StatusCode,
-    pub(crate) headers: HeaderMap,
-    pub(crate) body: String,
-}
-
-/// Sends `request` to a clone of `app` and reads the whole answer.
-pub(crate) async fn send(app: &Router, request: Request<Body>) -> Reply {
-    let response = app
-        .clone()
-        .oneshot(request)
-        .await
-        .expect("routers are infallible");
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await.expect("a readable body").to_bytes();
-    Reply {
-        status: parts.status,
-        headers: parts.headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    }
-}
-
-/// Sends `request` to `app` in a task of its own; its status.
-pub(crate) fn spawn_send(
-    app: &Router,
-    request: Request<Body>,
-) -> tokio::task::JoinHandle<StatusCode> {
-    let app = app.clone();
-    tokio::spawn(async move { send(&app, request).await.status })
-}
-
-/// A request with an empty body.
-pub(crate) fn request(method: Method, uri: &str) -> Request<Body> {
-    Request::builder()
-        .method(method)
-        .uri(uri)
-        .body(Body::empty())
-        .expect("a valid request")
-}
-
-/// A request to `/` whose `x-key` header names its lock, and whose `x-id` names the request.
-pub(crate) fn keyed(method: Method, key: &str, id: usize) -> Request<Body> {
-    Request::builder()
-        .method(method)
-        .uri("/")
-        .header("x-key", key)
-        .header("x-id", id.to_string())
-        .body(Body::empty())
-        .expect("a valid request")
-}
 
 /// Takes lock `name` in `store` as another process would; its lease.
 pub(crate) async fn hold(store: &MemoryBackend, name: &str, ttl: Duration) -> TokenLease {

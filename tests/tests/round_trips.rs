@@ -252,3 +252,96 @@ async fn a_waiting_writer_asks_with_one_script_not_a_failing_transaction_first()
          the keys of its line: {lines:#?}"
     );
 }
+
+/// Lock `coupon:7` is held by a request inside its handler; a second request, made by a layer
+/// configured with `second`, finds it busy and answers `second_status` (it gives up, or
+/// waits); then the holder finishes. The commands Redis ran from the second request on.
+async fn holder_release_after(
+    second: fn(LockLayer<RedisBackend, KeyTemplate>) -> LockLayer<RedisBackend, KeyTemplate>,
+    second_status: u16,
+) -> Vec<String> {
+    use integration_tests::Gate;
+    let redis = RedisServer::start();
+    let backend = RedisBackend::connect(redis.url()).await.unwrap();
+    let (gate, mut control) = Gate::new();
+    let holder = axum::Router::new()
+        .route(
+            "/coupons/{id}/claim",
+            axum::routing::post(move || async move { gate.pass("holder".into()).await }),
+        )
+        .route_layer(coupon_lock(backend.clone()));
+    let other = claims(second(coupon_lock(backend))).await;
+    let holding = tokio::spawn(async move { send(&holder, post("/coupons/7/claim")).await.status });
+    control.entered().await;
+
+    let (status, lines) = monitored(&redis, async {
+        let asking =
+            tokio::spawn(async move { send(&other, post("/coupons/7/claim")).await.status });
+        if second_status == 409 {
+            assert_eq!(asking.await.unwrap(), 409, "the lock is held");
+            control.let_out(1);
+            holding.await.unwrap()
+        } else {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            control.let_out(1);
+            assert_eq!(holding.await.unwrap(), 200);
+            asking.await.unwrap()
+        }
+    })
+    .await;
+
+    assert_eq!(status, 200);
+    lines
+}
+
+#[tokio::test]
+async fn a_rejected_request_costs_the_holders_release_nothing() {
+    let lines = holder_release_after(LockLayer::reject, 409).await;
+
+    assert_eq!(
+        client_commands(&lines),
+        ["SET", "INCR", "PTTL", "EVALSHA"],
+        "the rejected acquire (SET NX PX and INCR, then a plain PTTL for Retry-After: the lock \
+         is not marked as waited for), then the holder's release, with the lock key alone: \
+         {lines:#?}"
+    );
+    assert!(
+        !lines.iter().any(|line| command(line) == "PUBLISH"),
+        "{lines:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_polling_waiter_costs_the_holders_release_nothing() {
+    let poll = |layer: LockLayer<RedisBackend, KeyTemplate>| {
+        layer.wait_polling(std::time::Duration::from_secs(5))
+    };
+    let lines = holder_release_after(poll, 200).await;
+
+    let releases = lines
+        .iter()
+        .filter(|line| {
+            sent_by_a_client(line)
+                && line.contains("\"EVALSHA\"")
+                && line.contains("\"1\" \"{lock:coupon:7}\"")
+        })
+        .count();
+    assert!(releases >= 1, "{lines:#?}");
+    assert!(
+        !lines.iter().any(|line| command(line) == "PUBLISH"),
+        "nobody listens, so no release is announced: {lines:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_listening_waiter_has_the_holders_release_announced() {
+    let wait =
+        |layer: LockLayer<RedisBackend, KeyTemplate>| layer.wait(std::time::Duration::from_secs(5));
+    let lines = holder_release_after(wait, 200).await;
+
+    assert!(
+        lines.iter().any(|line| command(line) == "PUBLISH"),
+        "the twin: a waiter that listens marks the lock, and the release announces it: \
+         {lines:#?}"
+    );
+}

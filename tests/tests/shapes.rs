@@ -252,3 +252,113 @@ async fn a_writer_that_waited_withdraws_its_intent_when_it_gets_in() {
         "its release is announced to the readers it held back"
     );
 }
+
+/// A coupon route under a read-write lock on `coupon:{id}` configured by `configure`: GET reads,
+/// POST writes, and both handlers wait at `gate` (reporting their method) until let out.
+async fn gated_coupon(
+    redis: &RedisServer,
+    configure: impl FnOnce(
+        LockLayer<RedisBackend, tower_lock::key::KeyTemplate>,
+    ) -> LockLayer<RedisBackend, tower_lock::key::KeyTemplate>,
+    gate: integration_tests::Gate,
+) -> Router {
+    let backend = RedisBackend::connect(redis.url()).await.unwrap();
+    let key = tower_lock::key::KeyTemplate::parse("coupon:{path id}").unwrap();
+    let handler = move |method: Method| {
+        let gate = gate.clone();
+        async move { gate.pass(method.to_string()).await }
+    };
+    Router::new()
+        .route("/coupons/{id}", get(handler.clone()).post(handler))
+        .route_layer(configure(LockLayer::new(backend, key).read_write()))
+}
+
+fn coupon(app: &Router, method: Method) -> tokio::task::JoinHandle<StatusCode> {
+    let request = Request::builder()
+        .method(method)
+        .uri("/coupons/r")
+        .body(Body::empty())
+        .unwrap();
+    let app = app.clone();
+    tokio::spawn(async move { send(&app, request).await.status })
+}
+
+/// A claim holds `coupon:r`; a second claim, made through a layer configured by `second`, is
+/// refused; the first finishes. What three reads in a row answer right after.
+async fn reads_after_a_refused_writer(
+    second: fn(
+        LockLayer<RedisBackend, tower_lock::key::KeyTemplate>,
+    ) -> LockLayer<RedisBackend, tower_lock::key::KeyTemplate>,
+) -> Vec<StatusCode> {
+    let redis = RedisServer::start();
+    let (gate, mut control) = integration_tests::Gate::new();
+    let holding = gated_coupon(&redis, |layer| layer.reject(), gate.clone()).await;
+    let refused = gated_coupon(&redis, second, gate.clone()).await;
+    let readers = gated_coupon(&redis, |layer| layer.reject(), gate).await;
+    let holder = coupon(&holding, Method::POST);
+    assert_eq!(control.entered().await, "POST");
+
+    assert_eq!(
+        coupon(&refused, Method::POST).await.unwrap(),
+        StatusCode::CONFLICT
+    );
+    control.let_out(1);
+    assert_eq!(holder.await.unwrap(), StatusCode::OK);
+
+    control.let_out(3);
+    let mut reads = Vec::new();
+    for _ in 0..3 {
+        reads.push(coupon(&readers, Method::GET).await.unwrap());
+    }
+    reads
+}
+
+#[tokio::test]
+async fn a_rejected_writer_leaves_nothing_that_keeps_readers_out() {
+    let reads = reads_after_a_refused_writer(LockLayer::reject).await;
+
+    assert_eq!(
+        reads,
+        [StatusCode::OK; 3],
+        "no intent of the rejected writer bars them"
+    );
+}
+
+#[tokio::test]
+async fn a_writer_that_gave_up_waiting_leaves_nothing_that_keeps_readers_out() {
+    let reads = reads_after_a_refused_writer(|layer| layer.wait(Duration::from_millis(300))).await;
+
+    assert_eq!(
+        reads,
+        [StatusCode::OK; 3],
+        "the writer withdrew its intent when it gave up"
+    );
+}
+
+#[tokio::test]
+async fn a_writer_still_waiting_keeps_new_readers_out() {
+    let redis = RedisServer::start();
+    let (gate, mut control) = integration_tests::Gate::new();
+    let waiting = gated_coupon(
+        &redis,
+        |layer| layer.wait(Duration::from_secs(10)),
+        gate.clone(),
+    )
+    .await;
+    let rejecting = gated_coupon(&redis, |layer| layer.reject(), gate).await;
+    let reader = coupon(&rejecting, Method::GET);
+    assert_eq!(control.entered().await, "GET");
+    let writer = coupon(&waiting, Method::POST);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let barred = coupon(&rejecting, Method::GET).await.unwrap();
+
+    assert_eq!(
+        barred,
+        StatusCode::CONFLICT,
+        "the twin: a waiting writer's intent bars readers"
+    );
+    control.let_out(2);
+    assert_eq!(reader.await.unwrap(), StatusCode::OK);
+    assert_eq!(writer.await.unwrap(), StatusCode::OK);
+}

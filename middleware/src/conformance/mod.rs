@@ -1,7 +1,8 @@
 //! The conformance suite every backend passes (feature `conformance`).
 //!
 //! A backend's tests describe its store once — a [`Store`]: how to start a fresh one, and how
-//! to connect a backend to it as another process would — and [`conformance_suite!`] turns
+//! to connect a backend to it as another process would — and
+//! [`conformance_suite!`](crate::conformance_suite) turns
 //! every case into a named test, so a failure says which backend broke which rule:
 //!
 //! ```ignore

@@ -18,7 +18,7 @@ mod lock_layer;
 mod mode;
 mod problem;
 mod service;
-#[cfg(test)]
+#[cfg(all(test, feature = "axum"))]
 mod tests;
 
 pub use future::ResponseFuture;

@@ -9,15 +9,66 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
-use http::{Method, Request, StatusCode};
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::BodyExt;
 use tower::{ServiceBuilder, ServiceExt, service_fn};
 
 use crate::backend::LockBackend;
 use crate::key::{Header, KeyTemplate, header, many, path};
-use crate::test_support::{Hanging, hold, is_free, keyed, request, send, spawn_send};
+use crate::test_support::{Hanging, hold, is_free};
 use crate::{LockGuard, LockLayer, MemoryBackend, OnLost};
 
 const TTL: Duration = Duration::from_secs(30);
+
+/// What an app answered, with the body read to the end.
+#[derive(Debug)]
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+/// Sends `request` to a clone of `app` and reads the whole answer.
+async fn send(app: &Router, request: Request<Body>) -> Reply {
+    let response = app
+        .clone()
+        .oneshot(request)
+        .await
+        .expect("routers are infallible");
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.expect("a readable body").to_bytes();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+/// Sends `request` to `app` in a task of its own; its status.
+fn spawn_send(app: &Router, request: Request<Body>) -> tokio::task::JoinHandle<StatusCode> {
+    let app = app.clone();
+    tokio::spawn(async move { send(&app, request).await.status })
+}
+
+/// A request with an empty body.
+fn request(method: Method, uri: &str) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(Body::empty())
+        .expect("a valid request")
+}
+
+/// A request to `/` whose `x-key` header names its lock, and whose `x-id` names the request.
+fn keyed(method: Method, key: &str, id: usize) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri("/")
+        .header("x-key", key)
+        .header("x-id", id.to_string())
+        .body(Body::empty())
+        .expect("a valid request")
+}
 
 fn coupon_key() -> KeyTemplate {
     KeyTemplate::parse("coupon:{path id}").unwrap()
@@ -483,5 +534,47 @@ async fn a_full_semaphore_is_answered_with_the_busy_status() {
         send(&app, keyed(Method::POST, "k", 4)).await.status,
         StatusCode::OK,
         "permits came back"
+    );
+}
+
+/// Lock `k` on one memory store: readers through a read-write layer, a writer of several keys
+/// or a mutex through others. Whether the mutex, then the multi-key request, got in while a
+/// reader held `k`.
+async fn exclusive_holds_while_a_reader_holds() -> [StatusCode; 2] {
+    let store = MemoryBackend::new();
+    let (gate_tx, mut gate_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let release = Arc::new(tokio::sync::Notify::new());
+    let reader = {
+        let release = release.clone();
+        Router::new()
+            .route(
+                "/",
+                get(move || async move {
+                    gate_tx.send(()).await.ok();
+                    release.notified().await;
+                }),
+            )
+            .route_layer(LockLayer::new(store.clone(), header("x-key")).read_write())
+    };
+    let mutex = hold_app(LockLayer::new(store.clone(), header("x-key")).reject());
+    let both = many(|_: &http::request::Parts| Ok(vec!["k".to_owned(), "z".to_owned()]));
+    let multi = hold_app(LockLayer::new(store, both).reject());
+    let reading = spawn_send(&reader, keyed(Method::GET, "k", 0));
+    gate_rx.recv().await;
+
+    let statuses = [
+        send(&mutex, keyed(Method::POST, "k", 1)).await.status,
+        send(&multi, request(Method::POST, "/")).await.status,
+    ];
+    release.notify_one();
+    assert_eq!(reading.await.unwrap(), StatusCode::OK);
+    statuses
+}
+
+#[tokio::test]
+async fn a_mutex_and_a_multi_key_request_wait_for_readers_in_memory_as_in_redis() {
+    assert_eq!(
+        exclusive_holds_while_a_reader_holds().await,
+        [StatusCode::CONFLICT; 2]
     );
 }

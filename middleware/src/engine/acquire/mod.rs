@@ -157,7 +157,9 @@ async fn wait_shared<B: LockBackend>(
         Abandon::new(attempts.backend, attempts.names, request, store_timeout)
     });
     if let Answer::Acquired(obtained) = attempts.once(How::Plain).await? {
-        writer.map(Abandon::disarm);
+        if let Some(writer) = writer {
+            writer.disarm();
+        }
         return Ok(obtained);
     }
     let place = queue
