@@ -92,6 +92,11 @@ mod test_support;
 pub mod testing;
 mod token;
 
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
+
 #[cfg(feature = "redis")]
 pub use backend::redis::RedisBackend;
 pub use backend::{BackendError, FencingToken, Hold, LockBackend, memory::MemoryBackend};
