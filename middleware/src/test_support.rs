@@ -65,20 +65,46 @@ impl Inside {
     }
 }
 
-/// The memory backend, but the store's answer to every acquire is lost after the store acted on
-/// it (a dropped connection, a timeout): the lock may have been taken.
+/// The memory backend's mutex and nothing else — no shapes, no wait queue (waiters poll), the
+/// contract's default `acquire_many` — optionally failing on purpose.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct LostAnswers(pub(crate) MemoryBackend);
+pub(crate) struct MutexOnly {
+    memory: MemoryBackend,
+    fault: Fault,
+}
 
-/// The memory backend, but every renewal finds the lock taken by somebody else.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Stolen(pub(crate) MemoryBackend);
+/// How a [`MutexOnly`] fails.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// It does not.
+    #[default]
+    None,
+    /// The answer to every acquire is lost after the store acted on it (a dropped connection,
+    /// a timeout): the lock may have been taken.
+    LostAnswers,
+    /// Every renewal finds the lock taken by somebody else.
+    Stolen,
+}
+
+impl MutexOnly {
+    pub(crate) fn failing(fault: Fault) -> Self {
+        Self {
+            fault,
+            ..Self::default()
+        }
+    }
+
+    /// The store it keeps its locks in.
+    pub(crate) fn memory(&self) -> &MemoryBackend {
+        &self.memory
+    }
+}
 
 /// A store that never answers.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Hanging;
 
-impl LockBackend for LostAnswers {
+impl LockBackend for MutexOnly {
     type Lease = TokenLease;
 
     async fn acquire(
@@ -86,10 +112,13 @@ impl LockBackend for LostAnswers {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        let _taken = self.0.acquire(name, request).await?;
-        Err(BackendError::new(
-            "the connection dropped before the answer",
-        ))
+        let answer = self.memory.acquire(name, request).await;
+        match self.fault {
+            Fault::LostAnswers => Err(BackendError::new(
+                "the connection dropped before the answer",
+            )),
+            _ => answer,
+        }
     }
 
     async fn extend(
@@ -98,39 +127,18 @@ impl LockBackend for LostAnswers {
         lease: &TokenLease,
         ttl: Duration,
     ) -> Result<bool, BackendError> {
-        self.0.extend(name, lease, ttl).await
+        match self.fault {
+            Fault::Stolen => Ok(false),
+            _ => self.memory.extend(name, lease, ttl).await,
+        }
     }
 
     async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
-        self.0.release(name, lease).await
+        self.memory.release(name, lease).await
     }
 
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
-        self.0.abandon(name, request).await
-    }
-}
-
-impl LockBackend for Stolen {
-    type Lease = TokenLease;
-
-    async fn acquire(
-        &self,
-        name: &str,
-        request: LockRequest,
-    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        self.0.acquire(name, request).await
-    }
-
-    async fn extend(&self, _: &str, _: &TokenLease, _: Duration) -> Result<bool, BackendError> {
-        Ok(false)
-    }
-
-    async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
-        self.0.release(name, lease).await
-    }
-
-    async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
-        self.0.abandon(name, request).await
+        self.memory.abandon(name, request).await
     }
 }
 

@@ -100,8 +100,11 @@ impl KeyState {
         self.live_holder(now).map(|holder| holder.token)
     }
 
+    /// Whether anybody holds the name now: its exclusive holder, or a reader or permit whose
+    /// lease has not run out.
     pub(super) fn is_held(&self, now: Instant) -> bool {
-        self.live_holder(now).is_some() || !self.readers.is_empty() || !self.permits.is_empty()
+        let live = |holds: &Shared| holds.iter().any(|(_, expires_at)| *expires_at > now);
+        self.live_holder(now).is_some() || live(&self.readers) || live(&self.permits)
     }
 
     pub(super) fn is_dead(&self, now: Instant) -> bool {

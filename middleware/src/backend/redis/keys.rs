@@ -116,6 +116,34 @@ impl fmt::Display for FenceCounter {
     }
 }
 
+/// A key of a script call on one lock: one of its keys, or its fencing counter.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum ScriptKey<'a> {
+    Lock(LockKey<'a>),
+    Fence(FenceCounter),
+}
+
+impl<'a> From<LockKey<'a>> for ScriptKey<'a> {
+    fn from(key: LockKey<'a>) -> Self {
+        Self::Lock(key)
+    }
+}
+
+impl From<FenceCounter> for ScriptKey<'_> {
+    fn from(counter: FenceCounter) -> Self {
+        Self::Fence(counter)
+    }
+}
+
+impl ToRedisArgs for ScriptKey<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        match self {
+            Self::Lock(key) => key.write_redis_args(out),
+            Self::Fence(counter) => counter.write_redis_args(out),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, Cmd, FromRedisValue, IntoConnectionInfo, RedisError};
+use redis::{Client, FromRedisValue, IntoConnectionInfo, RedisError};
 use tokio::time::Instant;
 
 use super::waiting::WaitingRoom;
@@ -17,7 +17,7 @@ use commands::{
     ScriptArg, answered_within_lease, fence, fence_incr, holder_ttl, millis, pttl, set_nx,
     unexpected_reply,
 };
-use keys::{FenceCounter, LockKey};
+use keys::{FenceCounter, LockKey, ScriptKey};
 use scripts::{LuaScript, Scripts};
 
 mod announcements;
@@ -244,13 +244,14 @@ impl RedisBackend {
         token: OwnerToken,
         args: &[ScriptArg],
     ) -> Result<T, BackendError> {
-        let shared = &self.scripts.shared;
-        let mut call = shared.call(4, 2 + args.len());
-        call.arg(LockKey::lock(name))
-            .arg(LockKey::shared(name))
-            .arg(LockKey::intent(name))
-            .arg(FenceCounter::of_lock(name));
-        self.run_op(shared, call, (op, token), args).await
+        let keys = [
+            LockKey::lock(name).into(),
+            LockKey::shared(name).into(),
+            LockKey::intent(name).into(),
+            FenceCounter::of_lock(name).into(),
+        ];
+        self.run_op(&self.scripts.shared, &keys, (op, token), args)
+            .await
     }
 
     /// Runs `release.lua` for lock `name`, with the keys of its line or without them.
@@ -293,18 +294,18 @@ impl RedisBackend {
         Ok(self.run_release(name, token, ReleaseKeys::WithLine).await? == 1)
     }
 
-    /// Completes a `call` of a script that serves several operations (`shared.lua`,
-    /// `fair.lua`), whose keys are in place: the operation, the owner token, then `args`.
+    /// Runs operation `op` of a script that serves several (`shared.lua`, `fair.lua`) on
+    /// `keys`: the operation, the owner token, then `args`.
     async fn run_op<T: FromRedisValue>(
         &self,
         script: &LuaScript,
-        mut call: Cmd,
+        keys: &[ScriptKey<'_>],
         (op, token): (&str, OwnerToken),
         args: &[ScriptArg],
     ) -> Result<T, BackendError> {
         let mut buf = [0; 32];
-        call.arg(op).arg(token.encode(&mut buf));
-        call.arg(args);
+        let mut call = script.call(keys.len(), 2 + args.len());
+        call.arg(keys).arg(op).arg(token.encode(&mut buf)).arg(args);
         script.run(&call, &mut self.connection.clone()).await
     }
 }

@@ -25,13 +25,14 @@ impl RedisBackend {
         token: OwnerToken,
         args: &[ScriptArg],
     ) -> Result<T, BackendError> {
-        let fair = &self.scripts.fair;
-        let mut call = fair.call(4, 2 + args.len());
-        call.arg(LockKey::lock(name))
-            .arg(FenceCounter::of_lock(name))
-            .arg(LockKey::line(name))
-            .arg(LockKey::tickets(name));
-        self.run_op(fair, call, (op, token), args).await
+        let keys = [
+            LockKey::lock(name).into(),
+            FenceCounter::of_lock(name).into(),
+            LockKey::line(name).into(),
+            LockKey::tickets(name).into(),
+        ];
+        self.run_op(&self.scripts.fair, &keys, (op, token), args)
+            .await
     }
 
     async fn acquire_in_line(

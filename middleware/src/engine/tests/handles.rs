@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{TTL, locker};
-use crate::test_support::{Hanging, LostAnswers, Stolen, is_free};
+use crate::test_support::{Fault, Hanging, MutexOnly, is_free};
 use crate::testing::CountingBackend;
 use crate::{ConfigError, InvalidKey, LeaseLost, LockError, Locker, MemoryBackend};
 
@@ -139,7 +139,7 @@ async fn without_renewal_a_held_lock_is_lost_at_its_deadline_and_says_so() {
 #[tokio::test(start_paused = true)]
 async fn a_lock_taken_by_someone_else_is_reported_taken_at_the_next_renewal() {
     let ttl = Duration::from_millis(300);
-    let locker = locker(Stolen::default(), |locker| locker.ttl(ttl));
+    let locker = locker(MutexOnly::failing(Fault::Stolen), |locker| locker.ttl(ttl));
     let held = locker.lock("k").await.unwrap();
     let taken = Instant::now();
 
@@ -152,7 +152,7 @@ async fn a_lock_taken_by_someone_else_is_reported_taken_at_the_next_renewal() {
 
 #[tokio::test(start_paused = true)]
 async fn with_lock_stops_work_whose_lease_is_lost() {
-    let locker = locker(Stolen::default(), |locker| {
+    let locker = locker(MutexOnly::failing(Fault::Stolen), |locker| {
         locker.ttl(Duration::from_millis(300))
     });
     let finished = std::sync::atomic::AtomicBool::new(false);
@@ -176,8 +176,8 @@ async fn with_lock_stops_work_whose_lease_is_lost() {
 
 #[tokio::test]
 async fn a_lost_answer_is_abandoned_so_the_lock_it_took_is_freed() {
-    let backend = LostAnswers::default();
-    let store = backend.0.clone();
+    let backend = MutexOnly::failing(Fault::LostAnswers);
+    let store = backend.memory().clone();
     let locker = Locker::new(backend);
 
     let failed = locker.lock("k").await;
