@@ -23,10 +23,3 @@ pub enum Announcement {
         fence: Option<FencingToken>,
     },
 }
-
-impl From<Option<OwnerToken>> for Announcement {
-    /// The first ticket of the lock's queue, if it has one.
-    fn from(next: Option<OwnerToken>) -> Self {
-        next.map_or(Self::Free, Self::Next)
-    }
-}
