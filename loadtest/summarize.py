@@ -42,7 +42,7 @@ rows = [
 ] + [(f"  status {status}", f"{count}") for status, count in sorted(statuses.items())] + [
     ("throughput", f"{answered / wall:,.0f} req/s over {wall:.2f} s"),
     ("latency p50 / p99", f"{percentile(0.50):.2f} ms / {percentile(0.99):.2f} ms"),
-    ("stock / remaining", f"{coupon['initial_stock']} / {coupon['remaining']}"),
+    ("stock / remaining", f"{coupon['supply']} / {coupon['remaining']}"),
     ("claimed", f"{coupon['claimed']} (expected min(stock, users) = {expected_claims})"),
     ("users holding it twice", f"{coupon['duplicate_claims']}"),
     ("oversold", f"{coupon['oversold']}"),

@@ -6,13 +6,14 @@
 //! `coupon:{id}`), it never is — on one process, or across replicas sharing Redis.
 
 use std::net::SocketAddr;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use axum::Router;
 use axum::http::request::Parts;
 use axum::routing::{MethodRouter, get, post, put};
 use tower_lock::backend::{Semaphores, SharedLocks};
-use tower_lock::key::{KeyExtractor, KeyTemplate, many};
+use tower_lock::key::{KeyError, KeyExtractor, KeyTemplate, many};
 use tower_lock::{LockBackend, LockLayer, MemoryBackend, OnLost, RedisBackend};
 
 pub mod problem;
@@ -209,7 +210,25 @@ fn lock_layer<B: LockBackend, K: KeyExtractor>(
         .ttl(settings.ttl)
         .renew(settings.renew)
         .on_lost(settings.on_lost)
+        .on_rejection(problem::lock_rejection)
 }
+
+/// A coupon's lock key, `coupon:{id}`, for a valid coupon id; any other id is refused as the
+/// handlers refuse it.
+fn coupon_key(parts: &Parts) -> Result<Option<String>, KeyError> {
+    let Some(key) = COUPON_KEY.extract(parts)? else {
+        return Ok(None);
+    };
+    let id = key.strip_prefix("coupon:").unwrap_or_default();
+    if routes::is_coupon_id(id) {
+        Ok(Some(key))
+    } else {
+        Err(KeyError::invalid(routes::COUPON_ID_RULE))
+    }
+}
+
+static COUPON_KEY: LazyLock<KeyTemplate> =
+    LazyLock::new(|| KeyTemplate::parse("coupon:{path id}").expect("a valid key template"));
 
 /// The coupon routes' locks: a read-write lock on `coupon:{id}` (reading a coupon shares it,
 /// resetting or claiming takes it alone), and a semaphore admitting `audit_permits` audits.
@@ -218,8 +237,7 @@ fn with_locks<B: SharedLocks + Semaphores + Clone>(
     settings: LockSettings,
     routes: Routes,
 ) -> Routes {
-    let key = KeyTemplate::parse("coupon:{path id}").expect("a valid key template");
-    let coupon_lock = lock_layer(backend.clone(), key, settings).read_write();
+    let coupon_lock = lock_layer(backend.clone(), coupon_key, settings).read_write();
     let audits = |_: &Parts| Ok(Some("audits".to_owned()));
     let audit_lock =
         lock_layer(backend.clone(), audits, settings).semaphore(settings.audit_permits);
@@ -273,6 +291,8 @@ pub fn app(state: AppState) -> Router {
         .route("/coupons/{id}/audit", routes.audit)
         .route("/transfers", routes.transfer)
         .route("/healthz", get(routes::healthz))
+        .fallback(routes::no_such_route)
+        .method_not_allowed_fallback(routes::method_not_allowed)
         .with_state(state)
 }
 
@@ -289,8 +309,17 @@ pub fn redacted(url: &str) -> String {
 /// Serves until SIGTERM or Ctrl-C, then lets in-flight requests finish (and release their
 /// locks) before returning.
 pub async fn serve(options: Options) -> Result<(), Box<dyn std::error::Error>> {
-    let state = AppState::from_options(&options).await?;
-    let listener = tokio::net::TcpListener::bind(options.listen).await?;
+    let state = AppState::from_options(&options).await.map_err(|error| {
+        let url = options
+            .redis_url
+            .as_deref()
+            .map(redacted)
+            .unwrap_or_default();
+        format!("cannot connect to Redis at {url}: {error}")
+    })?;
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|error| format!("cannot listen on {}: {error}", options.listen))?;
     let store = match &options.redis_url {
         Some(url) => format!("redis at {} (shared by replicas)", redacted(url)),
         None => "embedded in-process store and MemoryBackend (one process only; set REDIS_URL for replicas)".to_owned(),
@@ -321,21 +350,32 @@ pub async fn serve(options: Options) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// The whole program behind the `demo-coupon-service` binary: logs (`RUST_LOG`, default
-/// `info`), options from the command line and environment, then [`serve`].
-pub fn run_from_command_line() -> Result<(), Box<dyn std::error::Error>> {
+/// `info`; coloured only on a terminal), options from the command line and environment, then
+/// [`serve`]. A failure to start is one line on stderr, naming what failed, and exit code 1.
+pub fn run_from_command_line() -> std::process::ExitCode {
     use clap::Parser;
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
 
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
     let options = Options::parse();
-    tokio::runtime::Builder::new_multi_thread()
+    let served = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?
-        .block_on(serve(options))
+        .build()
+        .map_err(|error| format!("cannot start the runtime: {error}").into())
+        .and_then(|runtime| runtime.block_on(serve(options)));
+    match served {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("demo-coupon-service: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 async fn shutdown_signal() {

@@ -6,6 +6,6 @@
 //! cargo run -p demo-coupon-service -- --help                        # every option
 //! ```
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
     demo_coupon_service::run_from_command_line()
 }

@@ -1,10 +1,11 @@
 //! The demo's own error answers, as RFC 9457 problem details.
 
-use axum::Json;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::body::Body;
+use axum::http::{HeaderValue, Response, StatusCode, header};
+use axum::response::IntoResponse;
 use serde_json::json;
-use tower_lock::LockError;
+use tower_lock::key::KeyError;
+use tower_lock::{LockError, Rejection};
 
 /// Why a coupon request was refused. Each has its own problem `type`, distinct from the lock
 /// layer's (`urn:tower-lock:*`), so a client can tell "sold out" from "busy, retry".
@@ -14,6 +15,10 @@ pub enum Problem {
     InvalidRequest(String),
     /// No coupon with this id.
     CouponNotFound,
+    /// No route has this path.
+    NoSuchRoute,
+    /// The route does not serve this method.
+    MethodNotAllowed,
     /// No stock left.
     SoldOut,
     /// This user already holds the coupon.
@@ -27,15 +32,22 @@ pub enum Problem {
     LockLost(String),
 }
 
-impl IntoResponse for Problem {
-    fn into_response(self) -> Response {
-        let (status, kind, title) = match &self {
+impl Problem {
+    /// The answer, with a body any HTTP stack can send.
+    pub fn to_response(&self) -> Response<String> {
+        let (status, kind, title) = match self {
             Self::InvalidRequest(_) => (
                 StatusCode::BAD_REQUEST,
                 "invalid-request",
                 "invalid request",
             ),
             Self::CouponNotFound => (StatusCode::NOT_FOUND, "coupon-not-found", "no such coupon"),
+            Self::NoSuchRoute => (StatusCode::NOT_FOUND, "no-such-route", "no such route"),
+            Self::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                "method not allowed on this route",
+            ),
             Self::SoldOut => (StatusCode::GONE, "sold-out", "coupon is sold out"),
             Self::AlreadyClaimed => (
                 StatusCode::CONFLICT,
@@ -54,7 +66,7 @@ impl IntoResponse for Problem {
             ),
             Self::LockLost(coupon) => {
                 let key = format!("coupon:{coupon}");
-                return LockError::LeaseLost { key }.into_response();
+                return Rejection::from(LockError::LeaseLost { key }).into_response();
             }
         };
         let mut body = json!({
@@ -62,15 +74,37 @@ impl IntoResponse for Problem {
             "title": title,
             "status": status.as_u16(),
         });
-        if let Self::InvalidRequest(detail) = &self {
+        if let Self::InvalidRequest(detail) = self {
             body["detail"] = json!(detail);
         }
-        let mut response = (status, Json(body)).into_response();
+        let mut response = Response::new(body.to_string());
+        *response.status_mut() = status;
         response.headers_mut().insert(
             header::CONTENT_TYPE,
-            header::HeaderValue::from_static("application/problem+json"),
+            HeaderValue::from_static("application/problem+json"),
         );
         response
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> axum::response::Response {
+        self.to_response().map(Body::from)
+    }
+}
+
+/// The lock layers' answers: a request whose coupon id (the lock's key) is bad gets the same
+/// answer as from a handler; every other rejection keeps the layer's problem document.
+pub fn lock_rejection(rejection: Rejection) -> Response<String> {
+    match rejection {
+        Rejection::Key(error) => Problem::from(error).to_response(),
+        other => other.into_response(),
+    }
+}
+
+impl From<KeyError> for Problem {
+    fn from(error: KeyError) -> Self {
+        Self::InvalidRequest(error.to_string())
     }
 }
 

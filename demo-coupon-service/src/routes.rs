@@ -23,17 +23,23 @@ pub struct ClaimRequest {
     user_id: String,
 }
 
-pub(crate) fn checked_id(id: &str) -> Result<&str, Problem> {
-    let valid = (1..=64).contains(&id.len())
+/// What a coupon id is; the detail of every answer to a request naming another one.
+pub(crate) const COUPON_ID_RULE: &str =
+    "a coupon id is 1 to 64 characters of A-Z, a-z, 0-9, `-` and `_`";
+
+/// Whether `id` can name a coupon.
+pub(crate) fn is_coupon_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
         && id
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if valid {
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+pub(crate) fn checked_id(id: &str) -> Result<&str, Problem> {
+    if is_coupon_id(id) {
         Ok(id)
     } else {
-        Err(Problem::InvalidRequest(
-            "a coupon id is 1 to 64 characters of A-Z, a-z, 0-9, `-` and `_`".into(),
-        ))
+        Err(Problem::InvalidRequest(COUPON_ID_RULE.into()))
     }
 }
 
@@ -122,10 +128,10 @@ pub async fn show(
         .ok_or(Problem::CouponNotFound)?;
     Ok(Json(json!({
         "coupon_id": id,
-        "initial_stock": summary.stock.initial,
+        "supply": summary.stock.supply,
         "remaining": summary.stock.remaining,
         "claimed": summary.claimed,
-        "oversold": (summary.claimed - summary.stock.initial).max(0),
+        "oversold": (summary.claimed - summary.stock.supply).max(0),
         "duplicate_claims": summary.duplicate_claims,
     })))
 }
@@ -149,8 +155,18 @@ pub async fn audit(
         "coupon_id": id,
         "running_audits": running,
         "claimed": summary.claimed,
-        "oversold": (summary.claimed - summary.stock.initial).max(0),
+        "oversold": (summary.claimed - summary.stock.supply).max(0),
     })))
+}
+
+/// Any path that is no route: 404, as a problem.
+pub async fn no_such_route() -> Problem {
+    Problem::NoSuchRoute
+}
+
+/// A route asked with a method it does not serve: 405, as a problem.
+pub async fn method_not_allowed() -> Problem {
+    Problem::MethodNotAllowed
 }
 
 /// Liveness.

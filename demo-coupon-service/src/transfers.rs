@@ -18,7 +18,8 @@ use tower_lock::key::KeyError;
 
 use crate::AppState;
 use crate::problem::Problem;
-use crate::routes::{checked_body, checked_id};
+use crate::routes::{COUPON_ID_RULE, checked_body, checked_id, is_coupon_id};
+use crate::store::Stock;
 
 /// The largest transfer body read.
 const BODY_LIMIT: usize = 16 * 1024;
@@ -35,18 +36,27 @@ pub struct TransferRequest {
 #[derive(Clone, Debug)]
 struct TransferCoupons([String; 2]);
 
-/// Reads the coupons a transfer names into the request, so the lock layer can take both.
-/// A body it cannot read goes on untouched: the lock layer then answers 400.
+/// Reads the coupons a transfer names into the request, so the lock layer can take both. A
+/// body that is no transfer is answered here, as the handler would answer it.
 pub async fn name_coupons(request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
     let Ok(bytes) = to_bytes(body, BODY_LIMIT).await else {
         return Problem::InvalidRequest(format!("a transfer body is at most {BODY_LIMIT} bytes"))
             .into_response();
     };
-    if let Ok(transfer) = serde_json::from_slice::<TransferRequest>(&bytes) {
-        parts
-            .extensions
-            .insert(TransferCoupons([transfer.from, transfer.to]));
+    match serde_json::from_slice::<TransferRequest>(&bytes) {
+        Ok(transfer) => {
+            let coupons = [transfer.from, transfer.to];
+            if let Some(bad) = coupons.iter().find(|id| !is_coupon_id(id)) {
+                tracing::debug!(coupon = bad, "transfer names an invalid coupon id");
+                return Problem::InvalidRequest(COUPON_ID_RULE.into()).into_response();
+            }
+            parts.extensions.insert(TransferCoupons(coupons));
+        }
+        Err(error) => {
+            return Problem::InvalidRequest(format!("invalid transfer body: {error}"))
+                .into_response();
+        }
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
@@ -57,7 +67,7 @@ pub fn lock_keys(parts: &Parts) -> Result<Vec<String>, KeyError> {
     let TransferCoupons(coupons) = parts
         .extensions
         .get::<TransferCoupons>()
-        .ok_or_else(|| KeyError::invalid("the body is not {\"from\", \"to\", \"amount\"}"))?;
+        .ok_or_else(|| KeyError::invalid("the transfer's coupons were not read"))?;
     Ok(coupons
         .iter()
         .map(|coupon| format!("coupon:{coupon}"))
@@ -91,14 +101,20 @@ pub async fn transfer(
         return Err(Problem::InsufficientStock);
     }
     state.simulate_work().await;
-    let (from_remaining, to_remaining) = (source.remaining - amount, target.remaining + amount);
-    state.store.set_remaining(from, from_remaining).await?;
-    state.store.set_remaining(to, to_remaining).await?;
+    // The units move with their supply, so that neither coupon counts as oversold when the
+    // moved units are claimed where they went.
+    let moved = |stock: Stock, by: i64| Stock {
+        supply: stock.supply + by,
+        remaining: stock.remaining + by,
+    };
+    let (source, target) = (moved(source, -amount), moved(target, amount));
+    state.store.set_stock(from, source).await?;
+    state.store.set_stock(to, target).await?;
     Ok(Json(json!({
         "from": from,
         "to": to,
         "amount": amount,
-        "from_remaining": from_remaining,
-        "to_remaining": to_remaining,
+        "from_remaining": source.remaining,
+        "to_remaining": target.remaining,
     })))
 }

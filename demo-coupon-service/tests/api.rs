@@ -79,7 +79,7 @@ async fn a_coupon_is_created_claimed_and_sold_out() {
     assert_eq!(
         coupon,
         json!({
-            "coupon_id": "c1", "initial_stock": 2, "remaining": 0,
+            "coupon_id": "c1", "supply": 2, "remaining": 0,
             "claimed": 2, "oversold": 0, "duplicate_claims": 0,
         })
     );
@@ -205,4 +205,99 @@ async fn malformed_transfers_are_400_and_change_nothing() {
     }
     let (_, _, coupon) = call(&app, Method::GET, "/coupons/a", None).await;
     assert_eq!(coupon["remaining"], 5);
+}
+
+#[tokio::test]
+async fn claims_of_units_moved_into_a_sold_out_coupon_are_not_oversold() {
+    let app = demo();
+    call(&app, Method::PUT, "/coupons/a", Some(r#"{"stock": 3}"#)).await;
+    call(&app, Method::PUT, "/coupons/b", Some(r#"{"stock": 1}"#)).await;
+    assert_eq!(claim(&app, "b", "ada").await.0, StatusCode::CREATED);
+    let transfer = r#"{"from": "a", "to": "b", "amount": 2}"#;
+    assert_eq!(
+        call(&app, Method::POST, "/transfers", Some(transfer))
+            .await
+            .0,
+        StatusCode::OK
+    );
+
+    assert_eq!(claim(&app, "b", "bob").await.0, StatusCode::CREATED);
+    assert_eq!(claim(&app, "b", "cyd").await.0, StatusCode::CREATED);
+    assert_eq!(claim(&app, "b", "dan").await.0, StatusCode::GONE);
+
+    let (_, _, b) = call(&app, Method::GET, "/coupons/b", None).await;
+    assert_eq!(
+        (b["supply"].clone(), b["claimed"].clone()),
+        (json!(3), json!(3))
+    );
+    assert_eq!(b["oversold"], 0, "{b}");
+    let (_, _, a) = call(&app, Method::GET, "/coupons/a", None).await;
+    assert_eq!(
+        (a["supply"].clone(), a["oversold"].clone()),
+        (json!(1), json!(0))
+    );
+}
+
+#[tokio::test]
+async fn a_bad_coupon_id_gets_one_answer_whatever_its_length() {
+    let app = demo();
+    let answers: Vec<Value> =
+        answers_to_claims_on(&app, ["x".repeat(65), "x".repeat(10_247)]).await;
+
+    assert_eq!(answers[0], answers[1]);
+    assert_eq!(answers[0]["type"], "urn:coupon-demo:invalid-request");
+    assert!(
+        answers[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("1 to 64 characters"),
+        "{}",
+        answers[0]
+    );
+}
+
+/// The problem documents answering claims on each of `ids`.
+async fn answers_to_claims_on(app: &Router, ids: [String; 2]) -> Vec<Value> {
+    let mut answers = Vec::new();
+    for id in ids {
+        let (status, _, problem) = claim(app, &id, "ada").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+        answers.push(problem);
+    }
+    answers
+}
+
+#[tokio::test]
+async fn a_negative_transfer_amount_is_an_invalid_request_not_an_invalid_lock_key() {
+    let app = demo();
+    call(&app, Method::PUT, "/coupons/a", Some(r#"{"stock": 5}"#)).await;
+    call(&app, Method::PUT, "/coupons/b", Some(r#"{"stock": 5}"#)).await;
+    let transfer = r#"{"from": "a", "to": "b", "amount": -1}"#;
+
+    let (status, _, problem) = call(&app, Method::POST, "/transfers", Some(transfer)).await;
+
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["title"], "invalid request", "{problem}");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("`-1`"),
+        "{problem}"
+    );
+}
+
+#[tokio::test]
+async fn unknown_routes_and_methods_are_problems_too() {
+    let app = demo();
+    let (status, content_type, problem) = call(&app, Method::GET, "/nope", None).await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (StatusCode::NOT_FOUND, "application/problem+json")
+    );
+    assert_eq!(problem["type"], "urn:coupon-demo:no-such-route");
+
+    let (status, content_type, problem) = call(&app, Method::DELETE, "/coupons/a", None).await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (StatusCode::METHOD_NOT_ALLOWED, "application/problem+json")
+    );
+    assert_eq!(problem["type"], "urn:coupon-demo:method-not-allowed");
 }

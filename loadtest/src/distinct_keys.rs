@@ -5,8 +5,10 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
 use redis::Script;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
@@ -14,7 +16,7 @@ use tower::util::BoxCloneSyncService;
 use tower::{Layer, ServiceExt, service_fn};
 use tower_lock::backend::{Attempt, LockBackend, LockRequest};
 use tower_lock::key::KeyError;
-use tower_lock::{LockLayer, Locker, OwnerToken, RedisBackend};
+use tower_lock::{LockLayer, Locker, OwnerToken, RedisBackend, ResponseBody};
 
 use crate::cpu;
 use crate::lockers::TTL;
@@ -85,7 +87,9 @@ pub struct PairSummary {
     pub redis_cpu_us: f64,
 }
 
-type Service = BoxCloneSyncService<Request<()>, Response<String>, Infallible>;
+/// The layer's service: empty requests, answered by a body that holds the lock until read.
+type Service =
+    BoxCloneSyncService<Request<Full<Bytes>>, Response<ResponseBody<String>>, Infallible>;
 
 enum Pairs {
     Raw {
@@ -148,7 +152,7 @@ impl Pairs {
             }
             PairImpl::TowerLockService => {
                 let backend = RedisBackend::connect(url).await.expect("Redis reachable");
-                let inner = service_fn(|_: Request<()>| async {
+                let inner = service_fn(|_: Request<Full<Bytes>>| async {
                     Ok::<_, Infallible>(Response::new(String::new()))
                 });
                 let service = LockLayer::new(backend, key_of)
@@ -230,10 +234,13 @@ impl Pairs {
             Pairs::Service(service) => {
                 let request = Request::builder()
                     .header("x-key", key)
-                    .body(())
+                    .body(Full::default())
                     .expect("a valid request");
                 let Ok(response) = service.clone().oneshot(request).await;
                 assert!(response.status().is_success(), "a distinct key is free");
+                // The lock is released as the body ends.
+                let body = response.into_body().collect().await;
+                body.expect("an in-memory body");
             }
             Pairs::Rslock(manager) => {
                 let lock = manager

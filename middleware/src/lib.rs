@@ -104,5 +104,7 @@ pub use engine::{
     ConfigError, DEFAULT_MAX_KEY_LEN, HeldLock, InvalidKey, LeaseLost, LockError, LockGuard,
     Locker, LockerBuilder, OnLost, validate_key,
 };
-pub use layer::{LockLayer, LockService, ResponseFuture};
+pub use layer::{
+    BodyError, BoxError, LockLayer, LockService, Rejection, ResponseBody, ResponseFuture,
+};
 pub use token::OwnerToken;

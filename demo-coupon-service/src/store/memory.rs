@@ -30,7 +30,7 @@ impl MemoryStore {
     pub(super) fn reset(&self, id: &str, stock: i64) {
         let coupon = Coupon {
             stock: Stock {
-                initial: stock,
+                supply: stock,
                 remaining: stock,
             },
             claims: Vec::new(),
@@ -73,9 +73,9 @@ impl MemoryStore {
         true
     }
 
-    pub(super) fn set_remaining(&self, id: &str, remaining: i64) {
+    pub(super) fn set_stock(&self, id: &str, stock: Stock) {
         if let Some(coupon) = self.coupons().get_mut(id) {
-            coupon.stock.remaining = remaining;
+            coupon.stock = stock;
         }
     }
 

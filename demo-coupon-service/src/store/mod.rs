@@ -12,8 +12,9 @@ pub use redis::RedisStore;
 /// A coupon's stock as the claim handler reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stock {
-    /// The stock it was created (or last reset) with.
-    pub initial: i64,
+    /// How many units it may give out: the stock it was created (or last reset) with, plus
+    /// what transfers moved in, minus what they moved out. Claims beyond it are oversold.
+    pub supply: i64,
     /// What is left, as last written.
     pub remaining: i64,
 }
@@ -92,14 +93,14 @@ impl CouponStore {
         }
     }
 
-    /// Writes a coupon's remaining stock (a plain write, nothing checked).
-    pub async fn set_remaining(&self, id: &str, remaining: i64) -> Result<(), StoreError> {
+    /// Writes a coupon's supply and remaining stock (a plain write, nothing checked).
+    pub async fn set_stock(&self, id: &str, stock: Stock) -> Result<(), StoreError> {
         match self {
             Self::Memory(store) => {
-                store.set_remaining(id, remaining);
+                store.set_stock(id, stock);
                 Ok(())
             }
-            Self::Redis(store) => store.set_remaining(id, remaining).await,
+            Self::Redis(store) => store.set_stock(id, stock).await,
         }
     }
 

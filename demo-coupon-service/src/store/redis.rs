@@ -9,7 +9,7 @@ static READ_STOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(
 static COMMIT_CLAIM: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("commit_claim.lua")));
 
-/// Coupons in Redis: `coupon:<id>` is a hash of `initial_stock`, `remaining` and `fence` (the
+/// Coupons in Redis: `coupon:<id>` is a hash of `supply`, `remaining` and `fence` (the
 /// largest fencing token that has read it for a claim), `coupon:<id>:claims` a list with one
 /// user id per claim record.
 #[derive(Clone)]
@@ -47,10 +47,7 @@ impl RedisStore {
         redis::pipe()
             .atomic()
             .del(claims_key(id))
-            .hset_multiple(
-                coupon_key(id),
-                &[("initial_stock", stock), ("remaining", stock)],
-            )
+            .hset_multiple(coupon_key(id), &[("supply", stock), ("remaining", stock)])
             .exec_async(&mut self.connection.clone())
             .await?;
         Ok(())
@@ -62,7 +59,7 @@ impl RedisStore {
         fence: Option<u64>,
     ) -> Result<Option<Stock>, StoreError> {
         let mut connection = self.connection.clone();
-        let (initial, remaining): (Option<i64>, Option<i64>) = match fence {
+        let (supply, remaining): (Option<i64>, Option<i64>) = match fence {
             Some(fence) => {
                 READ_STOCK
                     .key(coupon_key(id))
@@ -73,15 +70,15 @@ impl RedisStore {
             None => {
                 redis::cmd("HMGET")
                     .arg(coupon_key(id))
-                    .arg("initial_stock")
+                    .arg("supply")
                     .arg("remaining")
                     .query_async(&mut connection)
                     .await?
             }
         };
-        Ok(initial
+        Ok(supply
             .zip(remaining)
-            .map(|(initial, remaining)| Stock { initial, remaining }))
+            .map(|(supply, remaining)| Stock { supply, remaining }))
     }
 
     pub(super) async fn has_claim(&self, id: &str, user: &str) -> Result<bool, StoreError> {
@@ -111,11 +108,12 @@ impl RedisStore {
         Ok(written == 1)
     }
 
-    pub(super) async fn set_remaining(&self, id: &str, remaining: i64) -> Result<(), StoreError> {
+    pub(super) async fn set_stock(&self, id: &str, stock: Stock) -> Result<(), StoreError> {
+        let fields = [("supply", stock.supply), ("remaining", stock.remaining)];
         let _: () = self
             .connection
             .clone()
-            .hset(coupon_key(id), "remaining", remaining)
+            .hset_multiple(coupon_key(id), &fields)
             .await?;
         Ok(())
     }

@@ -8,7 +8,7 @@ use crate::backend::{BackendError, Hold};
 /// Why a lock was not taken, or not kept.
 ///
 /// Through the layer each becomes an RFC 9457 `application/problem+json` answer
-/// ([`into_response`](Self::into_response)); its `Display` is what the answer's detail says,
+/// ([`Rejection`](crate::Rejection)); its `Display` is what the answer's detail says,
 /// and never contains store addresses or internal errors (a [`BackendError`] is its
 /// [`source`](std::error::Error::source), for logs).
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +21,9 @@ pub enum LockError {
         key: String,
         /// The holder's remaining lease, when the store reported it.
         holder_ttl: Option<Duration>,
+        /// How long this process's locks are typically held (a moving average), once it has
+        /// released one.
+        typical_hold: Option<Duration>,
     },
     /// The key cannot name a lock.
     #[error(transparent)]

@@ -46,37 +46,48 @@ impl<B: LockBackend> Acquisition<B> {
     /// at its next await point or runs on. Dropping this future drops the work and releases
     /// the lock in the background.
     pub(crate) async fn run<F: Future>(self, work: F, on_lost: OnLost) -> Ran<F::Output> {
+        match self.run_and_keep(work, on_lost).await {
+            Ran::Finished((output, held)) => {
+                if let Some(held) = held {
+                    held.release_quietly().await;
+                }
+                Ran::Finished(output)
+            }
+            Ran::Aborted(error) => Ran::Aborted(error),
+        }
+    }
+
+    /// Like [`run`](Self::run), but a lock taken here outlives the work: it is returned with
+    /// the work's output, not renewing until [`HeldLock::renew_in_background`] is called, for
+    /// as long as that output is being delivered (a streamed response body). `None` for a lock
+    /// re-entered from an outer holder.
+    pub(crate) async fn run_and_keep<F: Future>(
+        self,
+        work: F,
+        on_lost: OnLost,
+    ) -> Ran<(F::Output, Option<HeldLock<B>>)> {
         let leases = match self {
-            Acquisition::Reentered(_) => return Ran::Finished(work.await),
+            Acquisition::Reentered(_) => return Ran::Finished((work.await, None)),
             Acquisition::Owned(leases) => leases,
         };
         let work = reentry::scope(leases.guard().clone(), work);
-        let ran = run_while_held(work, &leases, on_lost).await;
-        leases.release_quietly().await;
-        ran
+        match run_while_held(work, &leases, on_lost).await {
+            Ran::Finished(output) => Ran::Finished((output, Some(HeldLock::idle(leases)))),
+            Ran::Aborted(error) => {
+                leases.release_quietly().await;
+                Ran::Aborted(error)
+            }
+        }
     }
 
     /// The lock as a handle that renews itself (in a task of its own) until released.
     pub(crate) fn into_held(self) -> HeldLock<B> {
-        let leases = match self {
+        let mut held = match self {
             Acquisition::Reentered(guard) => return HeldLock { guard, owned: None },
-            Acquisition::Owned(leases) => Arc::new(leases),
+            Acquisition::Owned(leases) => HeldLock::idle(leases),
         };
-        let guard = leases.guard().clone();
-        let renewal = tokio::runtime::Handle::try_current().ok().map(|runtime| {
-            let leases = Arc::clone(&leases);
-            runtime
-                .spawn(async move {
-                    let (guard, plan) = (leases.guard(), leases.locker().settings.lease_plan());
-                    let lost = keep(guard.lease(), plan, guard.name(), || leases.extend()).await;
-                    tracing::warn!(lock = guard.name(), because = %lost, "lock lost");
-                })
-                .abort_handle()
-        });
-        HeldLock {
-            guard,
-            owned: Some(Owned { leases, renewal }),
-        }
+        held.renew_in_background();
+        held
     }
 }
 
@@ -139,10 +150,61 @@ pub struct HeldLock<B: LockBackend> {
 
 struct Owned<B: LockBackend> {
     leases: Arc<Leases<B>>,
-    renewal: Option<AbortHandle>,
+    renewal: Renewal,
+}
+
+/// The task renewing a held lock's lease.
+enum Renewal {
+    /// Not started: the lease is not being renewed.
+    Idle,
+    Running(AbortHandle),
+    /// There was no Tokio runtime to run it on: the lease runs out.
+    Impossible,
 }
 
 impl<B: LockBackend> HeldLock<B> {
+    /// The handle of `leases`, not renewing them yet.
+    fn idle(leases: Leases<B>) -> Self {
+        Self {
+            guard: leases.guard().clone(),
+            owned: Some(Owned {
+                leases: Arc::new(leases),
+                renewal: Renewal::Idle,
+            }),
+        }
+    }
+
+    /// Starts renewing the lease in a task of its own, from its last renewal, unless that runs
+    /// already; the task ends when the lease is lost or the handle released or dropped.
+    pub(crate) fn renew_in_background(&mut self) {
+        let Some(owned) = self.owned.as_mut() else {
+            return;
+        };
+        if !matches!(owned.renewal, Renewal::Idle) {
+            return;
+        }
+        owned.renewal = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let leases = Arc::clone(&owned.leases);
+                let renewal = runtime.spawn(async move {
+                    let (guard, plan) = (leases.guard(), leases.locker().settings.lease_plan());
+                    let lost = keep(guard.lease(), plan, guard.name(), || leases.extend()).await;
+                    tracing::warn!(lock = guard.name(), because = %lost, "lock lost");
+                });
+                Renewal::Running(renewal.abort_handle())
+            }
+            Err(_) => Renewal::Impossible,
+        };
+    }
+
+    /// Releases the lock now, logging what went wrong instead of returning it.
+    pub(crate) async fn release_quietly(mut self) {
+        if let Some(owned) = self.owned.take() {
+            owned.renewal.stop();
+            owned.leases.release_quietly().await;
+        }
+    }
+
     /// What the code under the lock sees of it (also reachable through `Deref`).
     pub fn guard(&self) -> &LockGuard {
         &self.guard
@@ -156,18 +218,24 @@ impl<B: LockBackend> HeldLock<B> {
         let Some(owned) = self.owned.take() else {
             return Ok(());
         };
-        if let Some(renewal) = &owned.renewal {
-            renewal.abort();
-        }
+        owned.renewal.stop();
         owned.leases.release().await
     }
 }
 
 impl<B: LockBackend> Drop for HeldLock<B> {
     fn drop(&mut self) {
-        if let Some(renewal) = self.owned.as_ref().and_then(|owned| owned.renewal.as_ref()) {
+        if let Some(owned) = &self.owned {
             // The task's copy of the leases goes with it; the last copy releases the lock.
-            renewal.abort();
+            owned.renewal.stop();
+        }
+    }
+}
+
+impl Renewal {
+    fn stop(&self) {
+        if let Renewal::Running(task) = self {
+            task.abort();
         }
     }
 }

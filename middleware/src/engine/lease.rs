@@ -40,6 +40,8 @@ pub(crate) struct Lease {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct LeaseState {
+    /// When the last confirmed acquire or renewal was sent.
+    renewed_at: Instant,
     /// Past this instant the lease may have expired in the store.
     deadline: Instant,
     status: Status,
@@ -56,6 +58,7 @@ impl Lease {
     /// A lease whose acquire (or renewal) command was sent at `sent` with `ttl`.
     pub(crate) fn new(sent: Instant, ttl: Duration) -> Self {
         let (state, _) = watch::channel(LeaseState {
+            renewed_at: sent,
             deadline: lease_deadline(sent, ttl),
             status: Status::Held,
         });
@@ -72,11 +75,16 @@ impl Lease {
         self.state.borrow().deadline
     }
 
+    fn renewed_at(&self) -> Instant {
+        self.state.borrow().renewed_at
+    }
+
     /// A renewal sent at `sent` with `ttl` was confirmed.
     fn renewed(&self, sent: Instant, ttl: Duration) {
         self.state.send_if_modified(|state| {
             let renewed = state.status == Status::Held;
             if renewed {
+                state.renewed_at = sent;
                 state.deadline = lease_deadline(sent, ttl);
             }
             renewed
@@ -110,7 +118,9 @@ impl Lease {
         let mut state = self.state.subscribe();
         async move {
             loop {
-                let LeaseState { deadline, status } = *state.borrow_and_update();
+                let LeaseState {
+                    deadline, status, ..
+                } = *state.borrow_and_update();
                 match status {
                     Status::Lost(because) => return because,
                     Status::Released => std::future::pending().await,
@@ -130,9 +140,10 @@ impl Lease {
 }
 
 /// Keeps `lease` while its lock (first named `name`, for logs) is held: renews it every TTL/3
-/// with `extend` (which extends every name of the lock) when `plan.renew`, and returns as soon
-/// as it is lost. Dropping this future stops renewal at once; it owns no task and at most one
-/// timer at a time.
+/// after its last confirmed renewal, with `extend` (which extends every name of the lock) when
+/// `plan.renew`, and returns as soon as it is lost. Dropping this future stops renewal at once;
+/// it owns no task and at most one timer at a time. Started again later (the work ended, its
+/// output is still being delivered), it goes on from the last renewal.
 pub(crate) async fn keep<F, Fut>(
     lease: &Lease,
     plan: LeasePlan,
@@ -145,7 +156,7 @@ where
 {
     let interval = plan.ttl / 3;
     let retry_after_failure = (interval / 3).max(Duration::from_millis(10));
-    let mut next_renewal = Instant::now() + interval;
+    let mut next_renewal = lease.renewed_at() + interval;
     loop {
         // Until the next renewal is due, one timer: the renewal's, or the deadline's when
         // there is no renewal before it.

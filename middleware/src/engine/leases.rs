@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures_util::future::join_all;
-use tokio::time::timeout;
+use tokio::time::{Instant, timeout};
 
 use super::error::LockError;
 use super::guard::LockGuard;
@@ -21,6 +21,7 @@ pub(crate) struct Leases<B: LockBackend> {
     guard: LockGuard,
     leases: Vec<B::Lease>,
     released: AtomicBool,
+    taken_at: Instant,
 }
 
 impl<B: LockBackend> Leases<B> {
@@ -36,6 +37,7 @@ impl<B: LockBackend> Leases<B> {
             guard,
             leases,
             released: AtomicBool::new(false),
+            taken_at: Instant::now(),
         }
     }
 
@@ -72,6 +74,7 @@ impl<B: LockBackend> Leases<B> {
         if self.released.swap(true, Ordering::Relaxed) {
             return Ok(());
         }
+        self.record_hold_time();
         let was_held = self.guard.is_held();
         self.guard.lease().release();
         let store_timeout = self.locker.settings.store_timeout;
@@ -89,6 +92,10 @@ impl<B: LockBackend> Leases<B> {
                 store_timeout,
             ))),
         }
+    }
+
+    fn record_hold_time(&self) {
+        self.locker.hold_times.record(self.taken_at.elapsed());
     }
 
     /// [`release`](Self::release), logging instead of returning what went wrong: the work's
@@ -136,6 +143,7 @@ impl<B: LockBackend> Drop for Leases<B> {
         if *self.released.get_mut() {
             return;
         }
+        self.record_hold_time();
         self.guard.lease().release();
         let (locker, guard, leases) = (
             Arc::clone(&self.locker),

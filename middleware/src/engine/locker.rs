@@ -11,6 +11,7 @@ use super::ask::Ask;
 use super::error::LockError;
 use super::guard::LockGuard;
 use super::held::{Acquisition, HeldLock, Ran};
+use super::hold_times::HoldTimes;
 use super::lease::Lease;
 use super::leases::Leases;
 use super::names::LockNames;
@@ -68,6 +69,8 @@ pub(crate) struct LockerInner<B> {
     pub(crate) settings: Settings,
     /// Locks held right now (leases not yet given back).
     pub(crate) held: Arc<AtomicUsize>,
+    /// How long locks are typically held, for busy answers' retry hints.
+    pub(crate) hold_times: Arc<HoldTimes>,
 }
 
 impl<B: LockBackend> Locker<B> {
@@ -96,7 +99,7 @@ impl<B: LockBackend> Locker<B> {
         let inner = &self.inner;
         let builder = LockerBuilder::with_settings(
             Arc::clone(&inner.backend),
-            Arc::clone(&inner.held),
+            (Arc::clone(&inner.held), Arc::clone(&inner.hold_times)),
             inner.settings.clone(),
         );
         change(builder).build()
@@ -183,7 +186,11 @@ impl<B: LockBackend> Locker<B> {
             Err(NotObtained::Busy { holder_ttl }) => {
                 let key = names.joined_keys();
                 tracing::debug!(locks = key, ?holder_ttl, "busy");
-                return Err(LockError::Busy { key, holder_ttl });
+                return Err(LockError::Busy {
+                    key,
+                    holder_ttl,
+                    typical_hold: self.inner.hold_times.typical(),
+                });
             }
             Err(NotObtained::Store(error)) => return Err(LockError::StoreUnavailable(error)),
         };

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
+use super::hold_times::HoldTimes;
 use super::lease::LeasePlan;
 use super::locker::{Locker, LockerInner};
 use super::names::DEFAULT_MAX_KEY_LEN;
@@ -79,6 +80,21 @@ pub enum ConfigError {
         "fair mode needs a backend with a wait queue (RedisBackend and MemoryBackend have one)"
     )]
     FairWithoutQueue,
+    /// Fair mode was combined with polling, which cannot keep a line's order.
+    #[error("fair mode wakes the next waiter in line; it cannot be combined with polling")]
+    FairPolling,
+    /// Fair mode was asked of a locker that does not wait (`reject()` or a zero wait).
+    #[error("fair mode orders waiters; it needs a wait timeout longer than zero")]
+    FairWithoutWaiting,
+    /// Fair mode was asked of a layer that takes shared holds (read-write, semaphore): it
+    /// orders the waiters of a mutex only.
+    #[error(
+        "fair mode orders the waiters of a mutex; read-write and semaphore layers cannot use it"
+    )]
+    FairSharedHolds,
+    /// A semaphore of zero permits would never admit anybody.
+    #[error("a semaphore needs at least one permit")]
+    NoPermits,
     /// Fair mode's tickets would live shorter than 10 ms.
     #[error("fair-mode tickets need to live at least 10 ms, got {0:?}")]
     TicketTtlTooShort(Duration),
@@ -122,9 +138,64 @@ pub enum ConfigError {
 pub struct LockerBuilder<B> {
     backend: Arc<B>,
     held: Arc<AtomicUsize>,
+    hold_times: Arc<HoldTimes>,
     settings: Settings,
     max_key_len: Option<usize>,
     backoff: (Duration, Duration),
+    waiting: Waiting,
+}
+
+/// The three independent answers to "the lock is busy": how long to wait, how to learn that
+/// it may be free, and whether to queue fairly. Combined into a [`BusyPolicy`] when built.
+#[derive(Clone, Copy, Debug)]
+struct Waiting {
+    timeout: Duration,
+    polling: bool,
+    fair: Option<Duration>,
+}
+
+impl Waiting {
+    fn of(policy: BusyPolicy) -> Self {
+        let (polling, fair) = match policy {
+            BusyPolicy::Wait {
+                mode: WaitMode::Polling,
+                ..
+            } => (true, None),
+            BusyPolicy::Wait {
+                mode: WaitMode::Fair { ticket_ttl },
+                ..
+            } => (false, Some(ticket_ttl)),
+            _ => (false, None),
+        };
+        Self {
+            timeout: policy.timeout(),
+            polling,
+            fair,
+        }
+    }
+
+    fn policy(self) -> Result<BusyPolicy, ConfigError> {
+        let mode = match (self.fair, self.polling) {
+            (Some(_), true) => return Err(ConfigError::FairPolling),
+            (Some(_), false) if self.timeout.is_zero() => {
+                return Err(ConfigError::FairWithoutWaiting);
+            }
+            (Some(ticket_ttl), false) if ticket_ttl < MIN_TTL => {
+                return Err(ConfigError::TicketTtlTooShort(ticket_ttl));
+            }
+            (Some(ticket_ttl), false) => WaitMode::Fair { ticket_ttl },
+            (None, true) => WaitMode::Polling,
+            (None, false) => WaitMode::Notified,
+        };
+        Ok(if self.timeout.is_zero() {
+            BusyPolicy::Reject
+        } else {
+            BusyPolicy::Wait {
+                timeout: self.timeout,
+                mode,
+            }
+        })
+    }
 }
 
 impl<B: LockBackend> LockerBuilder<B> {
@@ -133,30 +204,34 @@ impl<B: LockBackend> LockerBuilder<B> {
         Self {
             backend,
             held: Arc::default(),
+            hold_times: Arc::default(),
             backoff: (
                 settings.backoff.ceiling(0),
                 settings.backoff.ceiling(u32::MAX),
             ),
+            waiting: Waiting::of(settings.policy),
             settings,
             max_key_len: None,
         }
     }
 
     /// A builder that starts from a built locker's `settings` and keeps counting its held
-    /// locks in `held`.
+    /// locks and their hold times in `tallies`.
     pub(crate) fn with_settings(
         backend: Arc<B>,
-        held: Arc<AtomicUsize>,
+        (held, hold_times): (Arc<AtomicUsize>, Arc<HoldTimes>),
         settings: Settings,
     ) -> Self {
         Self {
             backend,
             held,
+            hold_times,
             backoff: (
                 settings.backoff.ceiling(0),
                 settings.backoff.ceiling(u32::MAX),
             ),
             max_key_len: Some(settings.max_key_len),
+            waiting: Waiting::of(settings.policy),
             settings,
         }
     }
@@ -171,6 +246,7 @@ impl<B: LockBackend> LockerBuilder<B> {
             backend: self.backend,
             settings: self.settings,
             held: self.held,
+            hold_times: self.hold_times,
         })
     }
 
@@ -211,42 +287,44 @@ impl<B: LockBackend> LockerBuilder<B> {
         self
     }
 
-    /// Answer busy at once when the lock is held.
-    pub fn reject(mut self) -> Self {
-        self.settings.policy = BusyPolicy::Reject;
+    /// Answer busy at once when the lock is held: the same as a zero [`wait`](Self::wait).
+    pub fn reject(self) -> Self {
+        self.wait(Duration::ZERO)
+    }
+
+    /// How long to wait for a held lock (default 3 s) before answering busy; zero rejects at
+    /// once. How the waiter learns that the lock may be free is set apart: woken when its
+    /// release is announced (the default; backends without a wait queue poll), by polling
+    /// ([`wait_polling`](Self::wait_polling)), or in a fair line ([`fair`](Self::fair)).
+    pub fn wait(mut self, timeout: Duration) -> Self {
+        self.waiting.timeout = timeout;
         self
     }
 
-    /// Wait up to `timeout` for a held lock (default 3 s), woken when its release is announced
-    /// (backends without a wait queue poll). A zero timeout rejects at once.
-    pub fn wait(self, timeout: Duration) -> Self {
-        self.waiting(timeout, WaitMode::Notified)
-    }
-
     /// Wait up to `timeout` for a held lock by retrying on a timer with the
-    /// [`backoff`](Self::backoff): no announcements needed.
-    pub fn wait_polling(self, timeout: Duration) -> Self {
-        self.waiting(timeout, WaitMode::Polling)
+    /// [`backoff`](Self::backoff): no announcements needed. Cannot be combined with
+    /// [`fair`](Self::fair).
+    pub fn wait_polling(mut self, timeout: Duration) -> Self {
+        self.waiting.timeout = timeout;
+        self.waiting.polling = true;
+        self
     }
 
-    /// Serve waiters first come, first served across all processes, keeping the wait timeout.
-    /// A waiter's ticket expires after `ticket_ttl` (3 s is a good start) unless refreshed, so
-    /// a crashed waiter holds up the line at most that long. Needs a backend with a wait queue.
+    /// Serve waiters first come, first served across all processes, however long they wait
+    /// ([`wait`](Self::wait); a fair locker must wait). A waiter's ticket expires after
+    /// `ticket_ttl` (at least 10 ms; 3 s is a good start) unless refreshed, so a crashed waiter
+    /// holds up the line at most that long. Needs a backend with a wait queue.
     ///
     /// When `ticket_ttl` is a little over 1.5 × the lease TTL (the ticket is renewed every third
     /// of its TTL, so it always outlives a lease), a release hands the lock straight to the
     /// next waiter, one round trip sooner than the waiter asking for it.
     ///
-    /// Waiters in notified mode queue in the same line (one ticket per process), but a first
-    /// attempt and polling waiters do not: for strict order, make every locker of the same
-    /// keys fair.
-    pub fn fair(self, ticket_ttl: Duration) -> Self {
-        let timeout = self.settings.policy.timeout();
-        self.waiting(timeout, WaitMode::Fair { ticket_ttl })
-    }
-
-    fn waiting(mut self, timeout: Duration, mode: WaitMode) -> Self {
-        self.settings.policy = BusyPolicy::Wait { timeout, mode };
+    /// Fairness orders the waiters of one key held as a mutex. Waiters in notified mode queue
+    /// in the same line (one ticket per process), but a first attempt and polling waiters do
+    /// not: for strict order, make every locker of the same keys fair. Shared holds (read,
+    /// write, permits) and several keys at once wait as in notified mode.
+    pub fn fair(mut self, ticket_ttl: Duration) -> Self {
+        self.waiting.fair = Some(ticket_ttl);
         self
     }
 
@@ -281,17 +359,9 @@ impl<B: LockBackend> LockerBuilder<B> {
         if settings.store_timeout.is_zero() {
             return Err(ConfigError::ZeroStoreTimeout);
         }
-        if let BusyPolicy::Wait {
-            mode: WaitMode::Fair { ticket_ttl },
-            ..
-        } = settings.policy
-        {
-            if self.backend.wait_queue().is_none() {
-                return Err(ConfigError::FairWithoutQueue);
-            }
-            if ticket_ttl < MIN_TTL {
-                return Err(ConfigError::TicketTtlTooShort(ticket_ttl));
-            }
+        settings.policy = self.waiting.policy()?;
+        if self.waiting.fair.is_some() && self.backend.wait_queue().is_none() {
+            return Err(ConfigError::FairWithoutQueue);
         }
         settings.max_key_len = self.max_key_len.unwrap_or(DEFAULT_MAX_KEY_LEN);
         if let Some(backend_max) = self.backend.max_name_len() {

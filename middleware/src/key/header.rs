@@ -3,7 +3,8 @@ use http::request::Parts;
 
 use super::{KeyError, KeyExtractor};
 
-/// Takes the key from a request header; a request without it is rejected with 400.
+/// Takes the key from a request header; a request without it, or with it more than once, is
+/// rejected with 400.
 ///
 /// Built by [`header`].
 #[derive(Clone, Debug)]
@@ -39,10 +40,13 @@ impl Header {
     }
 
     pub(super) fn read<'a>(&self, parts: &'a Parts) -> Result<&'a str, KeyError> {
-        let value = parts
-            .headers
-            .get(&self.name)
+        let mut values = parts.headers.get_all(&self.name).iter();
+        let value = values
+            .next()
             .ok_or_else(|| KeyError::MissingHeader(self.name.to_string()))?;
+        if values.next().is_some() {
+            return Err(KeyError::RepeatedHeader(self.name.to_string()));
+        }
         value
             .to_str()
             .map_err(|_| KeyError::InvalidHeader(self.name.to_string()))
@@ -66,6 +70,19 @@ mod tests {
         assert_eq!(
             header("X-Tenant").extract(&parts),
             Err(KeyError::MissingHeader("x-tenant".into()))
+        );
+    }
+
+    #[test]
+    fn a_repeated_header_is_refused_not_guessed() {
+        let parts = parts_of(
+            http::Request::get("/")
+                .header("x-tenant", "acme")
+                .header("x-tenant", "evil"),
+        );
+        assert_eq!(
+            header("x-tenant").extract(&parts),
+            Err(KeyError::RepeatedHeader("x-tenant".into()))
         );
     }
 

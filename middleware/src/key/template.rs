@@ -58,11 +58,17 @@ pub enum TemplateError {
     /// Literal text with an ASCII control character.
     #[error("the template contains a control character")]
     ControlCharacter,
+    /// An empty template, which would lock nothing.
+    #[error("the template is empty")]
+    Empty,
 }
 
 impl KeyTemplate {
     /// Parses a template; see the type's documentation for the syntax.
     pub fn parse(template: &str) -> Result<Self, TemplateError> {
+        if template.is_empty() {
+            return Err(TemplateError::Empty);
+        }
         if template.bytes().any(|byte| byte.is_ascii_control()) {
             return Err(TemplateError::ControlCharacter);
         }
@@ -116,13 +122,17 @@ impl Segment {
 }
 
 impl KeyExtractor for KeyTemplate {
+    /// The key; `None` when the request matched no route (its path parameters are unknown).
     fn extract(&self, parts: &Parts) -> Result<Option<String>, KeyError> {
         let mut key = String::new();
         for segment in &self.segments {
             match segment {
                 Segment::Literal(text) => key.push_str(text),
                 #[cfg(feature = "axum")]
-                Segment::Path(param) => key.push_str(&param.read(parts)?),
+                Segment::Path(param) => match param.read(parts)? {
+                    Some(value) => key.push_str(&value),
+                    None => return Ok(None),
+                },
                 Segment::Header(header) => key.push_str(header.read(parts)?),
                 Segment::Query(param) => key.push_str(&param.read(parts)?),
             }
@@ -181,6 +191,7 @@ mod tests {
                 TemplateError::InvalidHeaderName("a b".into()),
             ),
             ("a\nb", TemplateError::ControlCharacter),
+            ("", TemplateError::Empty),
         ];
         for (template, expected) in cases {
             assert_eq!(

@@ -4,15 +4,19 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::StatusCode;
+use bytes::Bytes;
+use http::{Response, StatusCode};
 use tower_layer::Layer;
 
 use super::mode::{Mode, safe_methods_read};
+use super::rejection::Rejection;
+use super::request_body::{DEFAULT_BODY_LIMIT, RequestBody};
 use super::service::LockService;
 use crate::backend::{LockBackend, Semaphores, SharedLocks};
 use crate::engine::Ask;
+use crate::engine::{BusyPolicy, WaitMode};
 use crate::key::KeyExtractor;
-use crate::{Locker, LockerBuilder, OnLost};
+use crate::{ConfigError, Locker, LockerBuilder, OnLost};
 
 /// Runs each request under a distributed lock on the key its [`KeyExtractor`] finds: an
 /// adapter of a [`Locker`] to HTTP.
@@ -51,7 +55,14 @@ pub(crate) struct Config<B: LockBackend, K> {
     pub(crate) mode: Mode<B>,
     pub(crate) fail_open: bool,
     pub(crate) busy_status: StatusCode,
+    pub(crate) request_body: RequestBody,
+    pub(crate) on_rejection: Option<Respond>,
+    /// The first setting refused.
+    pub(crate) invalid: Option<ConfigError>,
 }
+
+/// An application's own answer to a rejection.
+pub(crate) type Respond = Arc<dyn Fn(Rejection) -> Response<Bytes> + Send + Sync>;
 
 impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
     /// A layer locking in `backend` on the key `extractor` finds, with the defaults above.
@@ -70,6 +81,11 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
                 mode: Mode::Mutex,
                 fail_open: false,
                 busy_status: StatusCode::CONFLICT,
+                request_body: RequestBody::Read {
+                    limit: DEFAULT_BODY_LIMIT,
+                },
+                on_rejection: None,
+                invalid: None,
             }),
         }
     }
@@ -81,18 +97,56 @@ impl<B: LockBackend, K> LockLayer<B, K> {
         self
     }
 
-    /// Changes the locker's settings.
-    ///
-    /// # Panics
-    ///
-    /// When the locker refuses them, with its [`ConfigError`](crate::ConfigError)'s message.
+    /// Changes the locker's settings; a change the locker refuses is kept as the layer's
+    /// [`error`](Self::validate), and the settings stay as they were.
     fn locking(self, change: impl FnOnce(LockerBuilder<B>) -> LockerBuilder<B>) -> Self {
-        let locker = self
-            .config
-            .locker
-            .reconfigured(change)
-            .unwrap_or_else(|error| panic!("{error}"));
-        self.with(|config| config.locker = locker)
+        match self.config.locker.reconfigured(change) {
+            Ok(locker) => self.with(|config| config.locker = locker),
+            Err(error) => self.refused(error),
+        }
+    }
+
+    /// Keeps `error` as the layer's first configuration error.
+    fn refused(self, error: ConfigError) -> Self {
+        self.with(|config| {
+            config.invalid.get_or_insert(error);
+        })
+    }
+
+    /// Whether the settings work together: `Err` with the first one refused — a value out of
+    /// range (a TTL under 10 ms, a zero store timeout), or a combination that contradicts
+    /// itself (fair and polling, fair and never waiting, fairness for shared holds).
+    ///
+    /// Settings are checked as they are made and never panic there; applying a layer whose
+    /// settings were refused panics with this error's message (as tower-http's CORS layer
+    /// does), so call this first to handle it as an error.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_lock::{ConfigError, LockLayer, MemoryBackend, key::header};
+    ///
+    /// let layer = LockLayer::new(MemoryBackend::new(), header("x-account"))
+    ///     .fair(Duration::from_secs(3))
+    ///     .wait_polling(Duration::from_secs(1));
+    /// assert_eq!(layer.validate(), Err(ConfigError::FairPolling));
+    /// ```
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(error) = &self.config.invalid {
+            return Err(error.clone());
+        }
+        let fair = matches!(
+            self.config.locker.settings().policy,
+            BusyPolicy::Wait {
+                mode: WaitMode::Fair { .. },
+                ..
+            }
+        );
+        if fair && !matches!(self.config.mode, Mode::Mutex) {
+            return Err(ConfigError::FairSharedHolds);
+        }
+        Ok(())
     }
 
     /// The locker the layer takes its locks with.
@@ -101,10 +155,6 @@ impl<B: LockBackend, K> LockLayer<B, K> {
     }
 
     /// Prepended to every key to name the lock in the store (default `lock:`).
-    ///
-    /// # Panics
-    ///
-    /// When `prefix` contains `{`, `}` or an ASCII control character.
     pub fn prefix(self, prefix: impl Into<String>) -> Self {
         let prefix = prefix.into();
         self.locking(|locker| locker.prefix(prefix))
@@ -115,10 +165,6 @@ impl<B: LockBackend, K> LockLayer<B, K> {
     /// A lock is released as soon as its request finishes, and renewed every TTL/3 while it
     /// runs; the TTL bounds how long a crashed, paused or partitioned holder blocks the key.
     /// Without renewal, choose it longer than your slowest handler.
-    ///
-    /// # Panics
-    ///
-    /// When `ttl` is shorter than 10 ms.
     pub fn ttl(self, ttl: Duration) -> Self {
         self.locking(|locker| locker.ttl(ttl))
     }
@@ -142,8 +188,10 @@ impl<B: LockBackend, K> LockLayer<B, K> {
         self.locking(LockerBuilder::reject)
     }
 
-    /// Wait up to `timeout` for a held lock (default: 3 s), woken when its release is
-    /// announced (backends without a wait queue poll). A zero timeout rejects at once.
+    /// How long to wait for a held lock (default: 3 s) before answering busy; a zero timeout
+    /// rejects at once. It changes nothing else: waiters are woken when the release is
+    /// announced (backends without a wait queue poll), or poll, or queue fairly, as
+    /// [`wait_polling`](Self::wait_polling) and [`fair`](Self::fair) say.
     pub fn wait(self, timeout: Duration) -> Self {
         self.locking(|locker| locker.wait(timeout))
     }
@@ -156,40 +204,26 @@ impl<B: LockBackend, K> LockLayer<B, K> {
 
     /// Serve waiters first come, first served across all processes, keeping the wait timeout.
     /// A waiter's ticket expires after `ticket_ttl` (3 s is a good start) unless refreshed, so
-    /// a crashed waiter holds up the line at most that long. See [`LockerBuilder::fair`].
-    ///
-    /// # Panics
-    ///
-    /// When the backend has no wait queue, or `ticket_ttl` is shorter than 10 ms.
+    /// a crashed waiter holds up the line at most that long. See [`LockerBuilder::fair`]. For
+    /// mutex layers on a backend with a wait queue, with a wait timeout, without polling:
+    /// anything else is refused ([`validate`](Self::validate)).
     pub fn fair(self, ticket_ttl: Duration) -> Self {
         self.locking(|locker| locker.fair(ticket_ttl))
     }
 
     /// The bounds of the exponential backoff with full jitter between polling attempts
     /// (default 10 ms to 250 ms). See [`LockerBuilder::backoff`].
-    ///
-    /// # Panics
-    ///
-    /// When `initial` is zero or larger than `max`.
     pub fn backoff(self, initial: Duration, max: Duration) -> Self {
         self.locking(|locker| locker.backoff(initial, max))
     }
 
     /// How long one store call may take before the store counts as unavailable (default 1 s).
-    ///
-    /// # Panics
-    ///
-    /// When `timeout` is zero.
     pub fn store_timeout(self, timeout: Duration) -> Self {
         self.locking(|locker| locker.store_timeout(timeout))
     }
 
     /// The longest key accepted, in bytes, the prefix not counted (default 256). Longer keys
     /// are answered 400.
-    ///
-    /// # Panics
-    ///
-    /// When the prefix and keys this long would not fit the backend's lock names.
     pub fn max_key_len(self, max: usize) -> Self {
         self.locking(|locker| locker.max_key_len(max))
     }
@@ -205,6 +239,52 @@ impl<B: LockBackend, K> LockLayer<B, K> {
     /// The status answered when the lock stays busy (default 409 Conflict).
     pub fn busy_status(self, status: StatusCode) -> Self {
         self.with(|config| config.busy_status = status)
+    }
+
+    /// Read request bodies up to `limit` bytes (default 2 MiB, axum's default body limit)
+    /// before taking the lock, and answer 413 past it.
+    ///
+    /// The body of a locked request is read whole before its lock is taken, so a client
+    /// uploading slowly holds no lock meanwhile: how long a lock is held is up to the handler,
+    /// not to the client's upload speed. The handler gets the body from memory.
+    pub fn body_limit(self, limit: usize) -> Self {
+        self.with(|config| config.request_body = RequestBody::Read { limit })
+    }
+
+    /// Hand request bodies to the handler unread, for streaming uploads (or bodies larger
+    /// than memory should hold).
+    ///
+    /// The lock is then taken before the body is read and held while the handler reads it: a
+    /// slow client holds the lock as long as its upload takes. Bound that with a timeout on
+    /// the body (tower-http's `TimeoutBody`) below this layer.
+    pub fn stream_request_body(self) -> Self {
+        self.with(|config| config.request_body = RequestBody::Stream)
+    }
+
+    /// Answer rejections (busy, bad key, unreadable body, store down, lease lost) with
+    /// `respond` instead of the default problem+json document ([`Rejection::into_response`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use http::Response;
+    /// use tower_lock::{LockLayer, MemoryBackend, Rejection, key::header};
+    ///
+    /// let layer = LockLayer::new(MemoryBackend::new(), header("x-account")).on_rejection(
+    ///     |rejection: Rejection| {
+    ///         let mut response = Response::new(format!("try again later: {rejection}"));
+    ///         *response.status_mut() = rejection.status();
+    ///         response
+    ///     },
+    /// );
+    /// ```
+    pub fn on_rejection<F, R>(self, respond: F) -> Self
+    where
+        F: Fn(Rejection) -> Response<R> + Send + Sync + 'static,
+        R: Into<Bytes>,
+    {
+        let respond: Respond = Arc::new(move |rejection| respond(rejection).map(Into::into));
+        self.with(|config| config.on_rejection = Some(respond))
     }
 
     /// How many locks this layer's locker holds right now (each with its renewal). For
@@ -248,14 +328,13 @@ impl<B: Semaphores, K> LockLayer<B, K> {
     /// sharing the store — a cluster-wide concurrency limit (per tenant, per report). Each
     /// permit has its own token and lease, renewed like a lock's. Busy answers 409, or what
     /// [`busy_status`](Self::busy_status) says (429 for a rate-style limit).
-    ///
-    /// # Panics
-    ///
-    /// When `permits` is 0.
     pub fn semaphore(self, permits: u32) -> Self {
-        let permits = std::num::NonZeroU32::new(permits)
-            .unwrap_or_else(|| panic!("a semaphore needs at least one permit"));
-        self.with(|config| config.mode = Mode::Semaphore(Ask::permit(permits)))
+        match std::num::NonZeroU32::new(permits) {
+            Some(permits) => {
+                self.with(|config| config.mode = Mode::Semaphore(Ask::permit(permits)))
+            }
+            None => self.refused(ConfigError::NoPermits),
+        }
     }
 }
 
@@ -275,6 +354,9 @@ impl<B: LockBackend, K> Clone for Config<B, K> {
             mode: self.mode.clone(),
             fail_open: self.fail_open,
             busy_status: self.busy_status,
+            request_body: self.request_body,
+            on_rejection: self.on_rejection.clone(),
+            invalid: self.invalid.clone(),
         }
     }
 }
@@ -292,6 +374,8 @@ impl<B: LockBackend + fmt::Debug, K> fmt::Debug for Config<B, K> {
             .field("mode", &self.mode)
             .field("fail_open", &self.fail_open)
             .field("busy_status", &self.busy_status)
+            .field("request_body", &self.request_body)
+            .field("on_rejection", &self.on_rejection.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -299,7 +383,13 @@ impl<B: LockBackend + fmt::Debug, K> fmt::Debug for Config<B, K> {
 impl<S, B: LockBackend, K> Layer<S> for LockLayer<B, K> {
     type Service = LockService<S, B, K>;
 
+    /// # Panics
+    ///
+    /// When a setting was refused: see [`validate`](LockLayer::validate).
     fn layer(&self, inner: S) -> Self::Service {
+        if let Err(error) = self.validate() {
+            panic!("invalid LockLayer settings: {error}");
+        }
         LockService::new(inner, Arc::clone(&self.config))
     }
 }

@@ -13,14 +13,19 @@
 //!
 //! The layer holds no lock logic of its own: everything but HTTP is the engine's.
 
+mod body;
 mod future;
 mod lock_layer;
 mod mode;
-mod problem;
+mod rejection;
+mod request_body;
 mod service;
 #[cfg(all(test, feature = "axum"))]
 mod tests;
 
+pub use body::{BoxError, ResponseBody};
 pub use future::ResponseFuture;
 pub use lock_layer::LockLayer;
+pub use rejection::Rejection;
+pub use request_body::BodyError;
 pub use service::LockService;

@@ -1,23 +1,31 @@
-//! [`LockService`]: find the key, take the lock, run the inner service under it, release it.
+//! [`LockService`]: find the key, read the body, take the lock, then let the inner service run
+//! under it until its response body ends.
 
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
+use futures_util::future::poll_fn;
 use http::{Request, Response};
+use http_body::Body;
 use tower_service::Service;
 
+use super::body::{BodyLock, BoxError, ResponseBody};
 use super::future::ResponseFuture;
 use super::lock_layer::Config;
-use super::problem::key_problem;
-use crate::LockError;
+use super::rejection::Rejection;
 use crate::backend::LockBackend;
 use crate::engine::Ran;
 use crate::key::KeyExtractor;
+use crate::{LockError, OnLost};
 
 /// Runs the inner service under the request's lock. Built by [`LockLayer`](crate::LockLayer).
 ///
-/// Locking happens in `call`, never in `poll_ready`: the key comes from the request.
+/// Locking happens in `call`, never in `poll_ready`: the key comes from the request. The inner
+/// service's readiness is awaited once the lock is held, so a request waiting for its lock
+/// holds no slot of a concurrency limit or buffer below; `poll_ready` is therefore always
+/// ready.
 pub struct LockService<S, B: LockBackend, K> {
     inner: S,
     config: Arc<Config<B, K>>,
@@ -36,82 +44,126 @@ where
     S::Error: Send,
     B: LockBackend,
     K: KeyExtractor,
-    ReqBody: Send + 'static,
-    ResBody: From<String> + Send + 'static,
+    ReqBody: Body<Data = Bytes> + From<Bytes> + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: Send + 'static,
 {
-    type Response = Response<ResBody>;
+    type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
     type Future = ResponseFuture<Self::Response, S::Error>;
 
     #[inline]
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // The clone is not ready; keep the instance `poll_ready` was called on.
-        let clone = self.inner.clone();
-        let ready = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::new(call_locked(Arc::clone(&self.config), ready, request))
+        let inner = self.inner.clone();
+        ResponseFuture::new(call_locked(Arc::clone(&self.config), inner, request))
     }
 }
 
-/// Takes the request's lock with the layer's locker and runs `inner` under it; answers
-/// instead of `inner` when the request has no valid key, the lock stays busy, the store is
-/// down (unless the layer fails open) or the lease is lost (unless it lets handlers go on).
+/// Finds the request's key, reads its body, takes the lock with the layer's locker and runs
+/// `inner` under it; the response body keeps the lock until it ends. Answers instead of
+/// `inner` when the request has no valid key or readable body, the lock stays busy, the store
+/// is down (unless the layer fails open) or the lease is lost (unless it lets handlers go on).
 async fn call_locked<S, B, K, ReqBody, ResBody>(
     config: Arc<Config<B, K>>,
-    mut inner: S,
+    inner: S,
     request: Request<ReqBody>,
-) -> Result<Response<ResBody>, S::Error>
+) -> Result<Response<ResponseBody<ResBody>>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     B: LockBackend,
     K: KeyExtractor,
-    ResBody: From<String>,
+    ReqBody: Body<Data = Bytes> + From<Bytes> + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: Send + 'static,
 {
     let (mut parts, body) = request.into_parts();
     let keys = match config.extractor.extract_keys(&parts) {
-        Ok(keys) if keys.is_empty() => return inner.call(Request::from_parts(parts, body)).await,
+        Ok(keys) if keys.is_empty() => return call_unlocked(inner, parts, body).await,
         Ok(keys) => keys,
-        Err(error) => {
-            tracing::debug!(%error, "request has no valid lock key");
-            return Ok(key_problem(&error));
-        }
+        Err(error) => return Ok(config.refuse(error.into())),
+    };
+    let body = match config.request_body.prepare(&parts.headers, body).await {
+        Ok(body) => body,
+        Err(error) => return Ok(config.refuse(error.into())),
     };
     let ask = config.mode.ask_for(&parts);
     let acquisition = match config.locker.acquire(&keys, ask).await {
         Ok(acquisition) => acquisition,
         Err(LockError::StoreUnavailable(error)) if config.fail_open => {
             tracing::warn!(?keys, %error, "lock store unavailable; running unlocked (fail-open)");
-            return inner.call(Request::from_parts(parts, body)).await;
+            return call_unlocked(inner, parts, body).await;
         }
-        Err(error) => return Ok(refuse(&config, error)),
+        Err(error) => return Ok(config.refuse(error.into())),
     };
     parts.extensions.insert(acquisition.guard().clone());
-    let call = inner.call(Request::from_parts(parts, body));
+    let on_lost = config.locker.settings().on_lost;
     match acquisition
-        .run(call, config.locker.settings().on_lost)
+        .run_and_keep(call_ready(inner, parts, body), on_lost)
         .await
     {
-        Ran::Finished(response) => response,
-        Ran::Aborted(error) => Ok(refuse(&config, error)),
+        Ran::Finished((Ok(response), held)) => {
+            let held = held.map(|held| Box::new(held) as Box<dyn BodyLock>);
+            let abort_on_lost = on_lost == OnLost::Abort;
+            Ok(response.map(|body| ResponseBody::locked(body, held, abort_on_lost)))
+        }
+        Ran::Finished((Err(error), held)) => {
+            if let Some(held) = held {
+                held.release_quietly().await;
+            }
+            Err(error)
+        }
+        Ran::Aborted(error) => Ok(config.refuse(error.into())),
     }
 }
 
-/// The layer's answer to `error`, with its busy status for a busy lock.
-fn refuse<B: LockBackend, K, ResBody: From<String>>(
-    config: &Config<B, K>,
-    error: LockError,
-) -> Response<ResBody> {
-    let status = match error {
-        LockError::Busy { .. } => config.busy_status,
-        _ => error.status(),
-    };
-    if status.is_server_error() {
-        tracing::warn!(%error, "answered {status}");
+/// Runs `inner` once it is ready.
+async fn call_ready<S, ReqBody>(
+    mut inner: S,
+    parts: http::request::Parts,
+    body: ReqBody,
+) -> Result<S::Response, S::Error>
+where
+    S: Service<Request<ReqBody>>,
+{
+    poll_fn(|cx| inner.poll_ready(cx)).await?;
+    inner.call(Request::from_parts(parts, body)).await
+}
+
+async fn call_unlocked<S, ReqBody, ResBody>(
+    inner: S,
+    parts: http::request::Parts,
+    body: ReqBody,
+) -> Result<Response<ResponseBody<ResBody>>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    let response = call_ready(inner, parts, body).await?;
+    Ok(response.map(|body| ResponseBody::locked(body, None, false)))
+}
+
+impl<B: LockBackend, K> Config<B, K> {
+    /// The layer's answer to `rejection`: its hook's, or the problem document with the busy
+    /// status for a busy lock.
+    fn refuse<ResBody>(&self, rejection: Rejection) -> Response<ResponseBody<ResBody>> {
+        let status = match &rejection {
+            Rejection::Lock(LockError::Busy { .. }) => self.busy_status,
+            other => other.status(),
+        };
+        if status.is_server_error() {
+            tracing::warn!(error = %rejection, "answered {status}");
+        } else {
+            tracing::debug!(error = %rejection, "answered {status}");
+        }
+        let response = match &self.on_rejection {
+            Some(respond) => respond(rejection),
+            None => rejection.into_response_with_status(status).map(Bytes::from),
+        };
+        response.map(ResponseBody::answer)
     }
-    error.into_response_with_status(status)
 }
 
 impl<S: Clone, B: LockBackend, K> Clone for LockService<S, B, K> {

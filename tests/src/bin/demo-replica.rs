@@ -2,6 +2,6 @@
 //! real processes (Cargo builds a package's own binaries for its tests, not other packages').
 //! Same code as `cargo run -p demo-coupon-service`.
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
     demo_coupon_service::run_from_command_line()
 }

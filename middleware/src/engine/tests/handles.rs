@@ -60,7 +60,10 @@ async fn a_busy_lock_is_refused_at_once_with_its_holders_lease() {
 
     let refused = rejecting.lock("k").await;
 
-    let Err(LockError::Busy { key, holder_ttl }) = refused else {
+    let Err(LockError::Busy {
+        key, holder_ttl, ..
+    }) = refused
+    else {
         panic!("{refused:?}");
     };
     assert_eq!(key, "k");
@@ -246,4 +249,43 @@ fn settings_that_cannot_work_are_refused_when_the_locker_is_built() {
     );
     let memory = Locker::builder(MemoryBackend::new()).fair(ms(1)).build();
     assert_eq!(memory.map(drop), Err(ConfigError::TicketTtlTooShort(ms(1))));
+}
+
+#[test]
+fn waiting_settings_combine_in_any_order_and_contradictions_are_refused() {
+    use crate::engine::policy::{BusyPolicy, WaitMode};
+    fn policy(
+        configure: impl FnOnce(
+            crate::LockerBuilder<MemoryBackend>,
+        ) -> crate::LockerBuilder<MemoryBackend>,
+    ) -> Result<BusyPolicy, ConfigError> {
+        configure(Locker::builder(MemoryBackend::new()))
+            .build()
+            .map(|locker| locker.settings().policy)
+    }
+    let (ms, ticket_ttl) = (Duration::from_millis, Duration::from_secs(3));
+    let fair = Ok(BusyPolicy::Wait {
+        timeout: ms(500),
+        mode: WaitMode::Fair { ticket_ttl },
+    });
+
+    assert_eq!(
+        policy(|l| l.fair(ticket_ttl).wait(ms(500))),
+        fair,
+        "wait keeps fairness"
+    );
+    assert_eq!(policy(|l| l.wait(ms(500)).fair(ticket_ttl)), fair);
+    assert_eq!(
+        policy(|l| l.fair(ticket_ttl).wait_polling(ms(500))),
+        Err(ConfigError::FairPolling)
+    );
+    assert_eq!(
+        policy(|l| l.fair(ticket_ttl).reject()),
+        Err(ConfigError::FairWithoutWaiting)
+    );
+    assert_eq!(
+        policy(|l| l.fair(Duration::ZERO)),
+        Err(ConfigError::TicketTtlTooShort(Duration::ZERO)),
+        "a zero ticket TTL would ask the store every millisecond"
+    );
 }

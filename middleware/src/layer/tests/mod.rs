@@ -18,6 +18,11 @@ use crate::key::{Header, KeyTemplate, header, many, path};
 use crate::test_support::{Hanging, hold, is_free};
 use crate::{LockGuard, LockLayer, MemoryBackend, OnLost};
 
+mod answers;
+mod bodies;
+mod routing;
+mod settings;
+
 const TTL: Duration = Duration::from_secs(30);
 
 /// What an app answered, with the body read to the end.
@@ -144,7 +149,7 @@ async fn a_busy_lock_is_rejected_with_409_and_retry_after() {
     let reply = send(&app, claim("7")).await;
 
     assert_eq!(reply.status, StatusCode::CONFLICT);
-    assert_eq!(reply.headers["retry-after"], "30");
+    assert_eq!(reply.headers["retry-after"], "1", "no hold time known yet");
     assert_eq!(reply.headers["content-type"], "application/problem+json");
     assert!(reply.body.contains("resource is locked"), "{}", reply.body);
     assert_eq!(runs.load(Ordering::SeqCst), 0);
@@ -182,7 +187,7 @@ async fn a_waiter_gives_up_with_409_when_its_timeout_passes() {
     let reply = send(&app, claim("7")).await;
 
     assert_eq!(reply.status, StatusCode::CONFLICT);
-    assert_eq!(reply.headers["retry-after"], "28");
+    assert_eq!(reply.headers["retry-after"], "1");
     assert_eq!(started.elapsed(), Duration::from_secs(2));
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
@@ -247,23 +252,6 @@ async fn the_path_parameter_is_seen_under_router_layer_too() {
         .layer(LockLayer::new(MemoryBackend::new(), path("id")));
 
     assert_eq!(send(&app, claim("7")).await.status, StatusCode::OK);
-}
-
-#[tokio::test]
-async fn a_layer_around_the_whole_router_reports_the_missing_path_parameter() {
-    let router: Router = Router::new().route("/coupons/{id}/claim", post(|| async { "claimed" }));
-    let app = ServiceBuilder::new()
-        .layer(LockLayer::new(MemoryBackend::new(), path("id")))
-        .service(router);
-
-    let response = app.oneshot(claim("7")).await.unwrap();
-
-    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-    let body = http_body_util::BodyExt::collect(response.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
-    assert!(String::from_utf8_lossy(&body).contains("path parameter `id` is missing"));
 }
 
 #[tokio::test]

@@ -1,0 +1,51 @@
+//! What an operator sees when the demo starts, or cannot: a plain log when it is not on a
+//! terminal, and a one-line error naming what failed.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+
+const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
+
+#[test]
+fn an_address_in_use_is_one_line_naming_the_address() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+
+    let output = Command::new(DEMO)
+        .args(["--listen", &address])
+        .output()
+        .expect("the demo runs");
+
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("cannot listen on {address}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("Os {"), "no Debug output: {stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn the_log_has_no_colour_codes_when_it_is_not_on_a_terminal() {
+    let port = integration_tests::free_port();
+    let mut demo = Command::new(DEMO)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the demo runs");
+    let mut log = BufReader::new(demo.stdout.take().unwrap());
+    let mut first_line = String::new();
+
+    log.read_line(&mut first_line).unwrap();
+    demo.kill().unwrap();
+    demo.wait().unwrap();
+
+    assert!(
+        first_line.contains("coupon service listening"),
+        "{first_line}"
+    );
+    assert!(!first_line.contains('\u{1b}'), "{first_line:?}");
+}
