@@ -12,7 +12,7 @@
 //!   offer ([`LockBackend::wait_queue`]); without one, waiters poll.
 //!
 //! Backends: [`MemoryBackend`](memory::MemoryBackend) (one process) and, with the `redis`
-//! feature, [`RedisBackend`](redis::RedisBackend).
+//! feature, `RedisBackend`.
 
 use std::future::Future;
 use std::time::Duration;

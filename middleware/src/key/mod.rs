@@ -2,7 +2,7 @@
 //!
 //! A [`KeyExtractor`] reads the request head and answers `Ok(Some(key))` (lock on `key`),
 //! `Ok(None)` (this request is not locked) or `Err` (the request is malformed: 400, the
-//! handler never runs). Built-ins read a [path parameter](path), a [header], a
+//! handler never runs). Built-ins read a path parameter (`path`, feature `axum`), a [header], a
 //! [query parameter](query), or [several parts joined](KeyTemplate); any
 //! `Fn(&Parts) -> Result<Option<String>, KeyError>` closure is an extractor too.
 //!
