@@ -1,15 +1,17 @@
 //! The Tower layer: each HTTP request runs under the lock its key names.
 //!
 //! * [`LockLayer`] configures it (the [`Locker`](crate::Locker) settings, the shape of lock per
-//!   request, fail-open, the busy status) and builds a [`LockService`] per inner service.
+//!   request, fail-open, the busy status, the request-body limit, the rejection hook) and builds
+//!   a [`LockService`] per inner service.
 //! * [`LockService::call`](tower_service::Service::call) finds the request's key with the
-//!   layer's [`KeyExtractor`](crate::key::KeyExtractor), takes the lock through the engine,
-//!   puts the [`LockGuard`](crate::LockGuard) in the request's extensions, runs the inner
-//!   service while the engine keeps the lease, and releases the lock when it finishes.
-//! * Its [`ResponseFuture`] owns the lock while the inner service runs: dropping it (the client
-//!   went away, an outer timeout fired) releases the lock in the background.
-//! * Whatever stops a request is answered as RFC 9457 `application/problem+json`
-//!   ([`LockError::into_response`](crate::LockError::into_response)).
+//!   layer's [`KeyExtractor`](crate::key::KeyExtractor), reads the request body, takes the lock
+//!   through the engine, puts the [`LockGuard`](crate::LockGuard) in the request's extensions,
+//!   and runs the inner service (once it is ready) while the engine keeps the lease.
+//! * Its [`ResponseFuture`] owns the lock while the inner service runs, its [`ResponseBody`]
+//!   while the answer streams: the lock is released as the body ends, or in the background when
+//!   either is dropped (the client went away, an outer timeout fired).
+//! * Whatever stops a request is a [`Rejection`], answered as RFC 9457
+//!   `application/problem+json` unless the layer's hook answers it.
 //!
 //! The layer holds no lock logic of its own: everything but HTTP is the engine's.
 
