@@ -3,7 +3,7 @@
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::{Extension, Json};
+use axum::Json;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tower_lock::{FencingToken, LockGuard};
@@ -67,7 +67,7 @@ pub async fn reset(
 pub async fn claim(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    lock: Option<Extension<LockGuard>>,
+    lock: Option<LockGuard>,
     body: Result<Json<ClaimRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), Problem> {
     let id = checked_id(&id)?;
@@ -81,7 +81,7 @@ pub async fn claim(
     let fence = lock
         .as_ref()
         .filter(|_| state.lock.fence_writes)
-        .and_then(|Extension(lock)| lock.fence())
+        .and_then(LockGuard::fence)
         .map(FencingToken::get);
     let stock = state
         .store

@@ -8,8 +8,8 @@
 //! handlers cannot oversell. Background jobs and queue consumers take the same locks through
 //! the engine.
 //!
-//! * [`LockLayer`] (with [`key`] extractors) puts the lock around HTTP handlers, which see it
-//!   as a [`LockGuard`] in their request extensions.
+//! * [`LockLayer`] (with [`key`] extractors) puts the lock around HTTP handlers, which take it
+//!   as a [`LockGuard`] argument ([`LockGuards`] for every lock of nested layers).
 //! * [`Locker`] is the engine: [`lock`](Locker::lock), [`with_lock`](Locker::with_lock),
 //!   [`read`](Locker::read)/[`write`](Locker::write), [`permit`](Locker::permit),
 //!   [`lock_all`](Locker::lock_all). A [`HeldLock`] renews its lease every TTL/3, reports its
@@ -50,6 +50,7 @@
 //! With axum, apply the layer with `route_layer` or `Router::layer`, so it runs after routing
 //! and sees path parameters. Two nested layers that resolve to the same lock for a request do
 //! not wait for each other: the inner one sees the outer lock and passes the request through.
+//! Handlers behind layers on different locks reach all of them through [`LockGuards`].
 //!
 //! # The engine, without HTTP
 //!
@@ -104,7 +105,10 @@ pub use engine::{
     ConfigError, DEFAULT_MAX_KEY_LEN, HeldLock, InvalidKey, LeaseLost, LockError, LockGuard,
     Locker, LockerBuilder, OnLost, validate_key,
 };
+#[cfg(feature = "axum")]
+pub use layer::NoLockGuard;
 pub use layer::{
-    BodyError, BoxError, LockLayer, LockService, Rejection, ResponseBody, ResponseFuture,
+    BodyError, BoxError, LockGuards, LockLayer, LockService, Rejection, ResponseBody,
+    ResponseFuture,
 };
 pub use token::OwnerToken;

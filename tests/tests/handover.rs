@@ -82,7 +82,7 @@ fn fence_held<L: std::fmt::Debug>(answer: Result<QueuedAttempt<L>, BackendError>
 }
 
 async fn release(backend: &RedisBackend, token: OwnerToken) -> bool {
-    let lease = TokenLease::new(token, Hold::Exclusive);
+    let lease = TokenLease::new(token, Hold::Mutex);
     backend.release("lock:k", &lease).await.unwrap()
 }
 

@@ -86,8 +86,8 @@ pub enum Attempt<T> {
 /// use tower_lock::backend::TokenLease;
 ///
 /// let token = OwnerToken::new();
-/// let lease = TokenLease::new(token, Hold::Exclusive);
-/// assert_eq!((lease.token(), lease.hold()), (token, Hold::Exclusive));
+/// let lease = TokenLease::new(token, Hold::Mutex);
+/// assert_eq!((lease.token(), lease.hold()), (token, Hold::Mutex));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokenLease {

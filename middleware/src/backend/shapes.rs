@@ -12,8 +12,9 @@ use super::{Attempt, BackendError, Granted, LockBackend, LockRequest};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Hold {
-    /// The only holder: a mutex, or a lock on several names at once.
-    Exclusive,
+    /// The only holder of a mutex (also of several names locked together). A [`Write`](Self::Write)
+    /// hold is just as exclusive, but on a read-write lock.
+    Mutex,
     /// One of any number of readers of a read-write lock.
     Read,
     /// The writer of a read-write lock: the only holder, readers included.
@@ -29,14 +30,14 @@ impl Hold {
     /// Whether the holder is alone on the lock (mutex or writer): only then are fencing tokens
     /// issued.
     pub fn is_exclusive(self) -> bool {
-        matches!(self, Hold::Exclusive | Hold::Write)
+        matches!(self, Hold::Mutex | Hold::Write)
     }
 
     /// Whether holding `self` already grants `wanted` on the same lock: an exclusive hold
     /// covers a read, a read covers only a read, a permit only a permit of the same semaphore.
     pub fn covers(self, wanted: Hold) -> bool {
         match (self, wanted) {
-            (Hold::Exclusive | Hold::Write, Hold::Exclusive | Hold::Write | Hold::Read) => true,
+            (Hold::Mutex | Hold::Write, Hold::Mutex | Hold::Write | Hold::Read) => true,
             (Hold::Read, Hold::Read) => true,
             (Hold::Permit { permits }, Hold::Permit { permits: wanted }) => permits == wanted,
             _ => false,
@@ -47,7 +48,7 @@ impl Hold {
 impl fmt::Display for Hold {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Hold::Exclusive => f.write_str("a mutex"),
+            Hold::Mutex => f.write_str("a mutex"),
             Hold::Read => f.write_str("a read lock"),
             Hold::Write => f.write_str("a write lock"),
             Hold::Permit { permits } => write!(f, "a permit of {permits}"),
@@ -104,11 +105,11 @@ mod tests {
 
     #[test]
     fn an_exclusive_hold_covers_reads_but_a_read_covers_no_upgrade() {
-        assert!(Hold::Exclusive.covers(Hold::Read));
-        assert!(Hold::Write.covers(Hold::Exclusive));
+        assert!(Hold::Mutex.covers(Hold::Read));
+        assert!(Hold::Write.covers(Hold::Mutex));
         assert!(Hold::Read.covers(Hold::Read));
         assert!(!Hold::Read.covers(Hold::Write));
-        assert!(!Hold::Read.covers(Hold::Exclusive));
+        assert!(!Hold::Read.covers(Hold::Mutex));
     }
 
     #[test]
@@ -119,6 +120,6 @@ mod tests {
         assert!(permits(2).covers(permits(2)));
         assert!(!permits(2).covers(permits(3)));
         assert!(!permits(2).covers(Hold::Read));
-        assert!(!Hold::Exclusive.covers(permits(2)));
+        assert!(!Hold::Mutex.covers(permits(2)));
     }
 }

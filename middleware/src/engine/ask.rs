@@ -31,7 +31,7 @@ type PermitOf<B> = for<'a> fn(
 /// How an attempt asks for its lock.
 pub(crate) enum Ask<B: LockBackend> {
     /// A mutex: [`LockBackend::acquire`].
-    Exclusive,
+    Mutex,
     /// A read hold: [`SharedLocks::acquire_read`].
     Read(Shaped<B>),
     /// A write hold: [`SharedLocks::acquire_write`].
@@ -58,7 +58,7 @@ impl<B: LockBackend> Ask<B> {
     /// The hold this asks for.
     pub(crate) fn hold(&self) -> Hold {
         match self {
-            Ask::Exclusive => Hold::Exclusive,
+            Ask::Mutex => Hold::Mutex,
             Ask::Read(_) => Hold::Read,
             Ask::Write(_) => Hold::Write,
             Ask::Permit(_, permits) => Hold::Permit { permits: *permits },
@@ -73,7 +73,7 @@ impl<B: LockBackend> Ask<B> {
         request: LockRequest,
     ) -> AttemptResult<B::Lease> {
         match *self {
-            Ask::Exclusive => backend.acquire(name, request).await,
+            Ask::Mutex => backend.acquire(name, request).await,
             Ask::Read(acquire) | Ask::Write(acquire) => acquire(backend, name, request).await,
             Ask::Permit(acquire, permits) => acquire(backend, name, request, permits).await,
         }

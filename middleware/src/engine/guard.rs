@@ -11,8 +11,9 @@ use crate::backend::{FencingToken, Hold};
 /// What the code running under a lock sees of it: its keys, the kind of hold, whether the
 /// lease is still held, and its fencing tokens.
 ///
-/// Handlers behind a [`LockLayer`](crate::LockLayer) read it with axum's
-/// `Extension<LockGuard>`; [`Locker::with_lock`](crate::Locker::with_lock) passes it to its
+/// Handlers behind a [`LockLayer`](crate::LockLayer) take it as an argument (an axum extractor
+/// with the `axum` feature; `Option<LockGuard>` where a request may run unlocked, or
+/// `Extension<LockGuard>` from the request's extensions); [`Locker::with_lock`](crate::Locker::with_lock) passes it to its
 /// work; a [`HeldLock`](crate::HeldLock) dereferences to it. Clones are cheap and only
 /// describe the lock: dropping one never releases anything.
 ///
@@ -24,10 +25,10 @@ use crate::backend::{FencingToken, Hold};
 /// # Example
 ///
 /// ```
-/// use axum::{Extension, Router, routing::post};
+/// use axum::{Router, routing::post};
 /// use tower_lock::{LockGuard, LockLayer, MemoryBackend, key::KeyTemplate};
 ///
-/// async fn claim(Extension(lock): Extension<LockGuard>) -> String {
+/// async fn claim(lock: LockGuard) -> String {
 ///     // Pass the fence to the store you write to, so a stale holder's writes are refused.
 ///     let fence = lock.fence().map(|fence| fence.get());
 ///     format!("holding {} with fence {fence:?}", lock.key())
@@ -90,7 +91,7 @@ impl LockGuard {
         self.inner.names.iter()
     }
 
-    /// What is held: the key alone ([`Hold::Exclusive`], the mutex, or [`Hold::Write`]), a
+    /// What is held: the key alone ([`Hold::Mutex`], the mutex, or [`Hold::Write`]), a
     /// share of it ([`Hold::Read`]), or one of its permits ([`Hold::Permit`]).
     pub fn hold(&self) -> Hold {
         self.inner.hold
@@ -142,6 +143,11 @@ impl LockGuard {
     /// ```
     pub fn lost(&self) -> impl Future<Output = LeaseLost> + Send + 'static {
         self.inner.lease.lost()
+    }
+
+    /// Whether `other` describes the same held lock (a clone of this guard).
+    pub(crate) fn is_same_lock(&self, other: &LockGuard) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     pub(crate) fn lease(&self) -> &Lease {

@@ -122,7 +122,7 @@ impl<B: LockBackend> Locker<B> {
 
     /// Takes the mutex on `key`, waiting while it is busy as the settings say.
     pub async fn lock(&self, key: &str) -> Result<HeldLock<B>, LockError> {
-        self.hold([key], Ask::Exclusive).await
+        self.hold([key], Ask::Mutex).await
     }
 
     /// Takes every one of `keys` exclusively, all or none (never holding some while waiting
@@ -132,7 +132,7 @@ impl<B: LockBackend> Locker<B> {
         &self,
         keys: impl IntoIterator<Item = S>,
     ) -> Result<HeldLock<B>, LockError> {
-        self.hold(keys, Ask::Exclusive).await
+        self.hold(keys, Ask::Mutex).await
     }
 
     /// Runs `work` under the mutex on `key` and releases it when the work ends, also when this
@@ -145,7 +145,7 @@ impl<B: LockBackend> Locker<B> {
         F: FnOnce(LockGuard) -> Fut,
         Fut: Future<Output = T>,
     {
-        let acquisition = self.acquire([key], Ask::Exclusive).await?;
+        let acquisition = self.acquire([key], Ask::Mutex).await?;
         let work = work(acquisition.guard().clone());
         match acquisition.run(work, self.settings().on_lost).await {
             Ran::Finished(output) => Ok(output),
@@ -173,7 +173,7 @@ impl<B: LockBackend> Locker<B> {
         let ask = if names.single().is_some() {
             ask
         } else {
-            Ask::Exclusive
+            Ask::Mutex
         };
         match reentry::check(&names, ask.hold()) {
             Reentry::No => {}

@@ -30,7 +30,7 @@ impl<B: LockBackend> Mode<B> {
     /// How a request asks for its lock.
     pub(crate) fn ask_for(&self, parts: &Parts) -> Ask<B> {
         match self {
-            Self::Mutex => Ask::Exclusive,
+            Self::Mutex => Ask::Mutex,
             Self::ReadWrite {
                 is_read,
                 read,
@@ -113,6 +113,6 @@ mod tests {
     #[test]
     fn the_mutex_holds_the_same_way_for_every_request() {
         let mode = Mode::<MemoryBackend>::Mutex;
-        assert_eq!(mode.ask_for(&parts(Method::GET)).hold(), Hold::Exclusive);
+        assert_eq!(mode.ask_for(&parts(Method::GET)).hold(), Hold::Mutex);
     }
 }

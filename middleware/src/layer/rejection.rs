@@ -138,24 +138,38 @@ impl Rejection {
 
     /// The default answer with `status` instead of the default one.
     pub(crate) fn into_response_with_status(self, status: StatusCode) -> Response<String> {
-        let body = serde_json::json!({
-            "type": self.problem_type(),
-            "title": self.title(),
-            "status": status.as_u16(),
-            "detail": self.to_string(),
-        });
-        let mut response = Response::new(body.to_string());
-        *response.status_mut() = status;
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
+        let detail = self.to_string();
+        let mut response = problem(status, self.problem_type(), self.title(), &detail);
         if let Some(seconds) = self.retry_after() {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            let retry_after = HeaderValue::from(seconds);
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, retry_after);
         }
         response
     }
+}
+
+/// An RFC 9457 `application/problem+json` answer.
+pub(crate) fn problem(
+    status: StatusCode,
+    problem_type: &str,
+    title: &str,
+    detail: &str,
+) -> Response<String> {
+    let body = serde_json::json!({
+        "type": problem_type,
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    let mut response = Response::new(body.to_string());
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
 }
 
 const INVALID_KEY: &str = "urn:tower-lock:invalid-lock-key";

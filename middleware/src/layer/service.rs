@@ -13,6 +13,7 @@ use tower_service::Service;
 
 use super::body::{BodyLock, BoxError, ResponseBody};
 use super::future::ResponseFuture;
+use super::guards::LockGuards;
 use super::lock_layer::Config;
 use super::rejection::Rejection;
 use crate::backend::LockBackend;
@@ -99,7 +100,10 @@ where
         }
         Err(error) => return Ok(config.refuse(error.into())),
     };
-    parts.extensions.insert(acquisition.guard().clone());
+    let guard = acquisition.guard();
+    let guards = parts.extensions.remove::<LockGuards>().unwrap_or_default();
+    parts.extensions.insert(guards.with_inner(guard));
+    parts.extensions.insert(guard.clone());
     let on_lost = config.locker.settings().on_lost;
     match acquisition
         .run_and_keep(call_ready(inner, parts, body), on_lost)

@@ -177,7 +177,7 @@ impl LockBackend for MemoryBackend {
         let taken = self.with_key(name, |entry, fences, now| {
             entry.take_exclusive(terms, fences, now)
         });
-        Ok(granted(taken, request.token, Hold::Exclusive))
+        Ok(granted(taken, request.token, Hold::Mutex))
     }
 
     async fn extend(
@@ -238,7 +238,7 @@ impl LockBackend for MemoryBackend {
             .map(|name| {
                 let entry = keys.entry((*name).to_owned()).or_default();
                 Granted {
-                    lease: TokenLease::new(request.token, Hold::Exclusive),
+                    lease: TokenLease::new(request.token, Hold::Mutex),
                     fence: Some(entry.take(request.token, request.ttl, fences, now)),
                 }
             })
@@ -306,7 +306,7 @@ impl WaitQueue<TokenLease> for MemoryBackend {
             let taken = self.with_key(name, |entry, fences, now| {
                 entry.take_queued(terms, fences, now)
             });
-            let lease = TokenLease::new(request.token, Hold::Exclusive);
+            let lease = TokenLease::new(request.token, Hold::Mutex);
             Ok(match taken {
                 Attempt::Acquired(fence) => QueuedAttempt::Acquired(Granted { lease, fence }),
                 Attempt::Busy { holder_ttl } => QueuedAttempt::Queued {

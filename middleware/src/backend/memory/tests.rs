@@ -49,7 +49,7 @@ fn holder_of(store: &MemoryBackend) -> Option<OwnerToken> {
 }
 
 fn exclusive(token: OwnerToken) -> TokenLease {
-    TokenLease::new(token, Hold::Exclusive)
+    TokenLease::new(token, Hold::Mutex)
 }
 
 #[tokio::test(start_paused = true)]

@@ -210,7 +210,7 @@ impl RedisBackend {
             taken.map(|()| None)
         };
         if let Some(fence) = taken {
-            let lease = TokenLease::new(token, Hold::Exclusive);
+            let lease = TokenLease::new(token, Hold::Mutex);
             return Ok(Attempt::Acquired(Granted { lease, fence }));
         }
         self.busy(name, request.patience).await
@@ -392,7 +392,7 @@ impl LockBackend for RedisBackend {
             .arg(millis(request.ttl))
             .arg(u64::from(self.fencing));
         let reply: Vec<i64> = many.run(&call, &mut self.connection.clone()).await?;
-        let lease = TokenLease::new(request.token, Hold::Exclusive);
+        let lease = TokenLease::new(request.token, Hold::Mutex);
         match reply.split_first() {
             Some((1, fences)) if fences.len() == names.len() => Ok(Attempt::Acquired(
                 fences

@@ -47,7 +47,7 @@ impl RedisBackend {
             ScriptArg::Int(u64::from(self.fencing)),
         ];
         let reply = self.run_fair(name, "acquire", request.token, &args).await?;
-        let lease = TokenLease::new(request.token, Hold::Exclusive);
+        let lease = TokenLease::new(request.token, Hold::Mutex);
         Ok(match acquire_reply(reply)? {
             Attempt::Acquired(fence) => QueuedAttempt::Acquired(Granted { lease, fence }),
             Attempt::Busy { holder_ttl } => QueuedAttempt::Queued {

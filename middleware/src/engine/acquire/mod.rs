@@ -86,16 +86,16 @@ pub(crate) async fn acquire<B: LockBackend>(
     }
     let deadline = Instant::now() + timeout;
     match (ask, mode, queue) {
-        (Ask::Exclusive, WaitMode::Fair { ticket_ttl }, Some(queue)) => {
+        (Ask::Mutex, WaitMode::Fair { ticket_ttl }, Some(queue)) => {
             let place = queue.room().take_ticket(name, token);
             attempts
                 .wait_queued(Some(&place), deadline, ticket_ttl)
                 .await
         }
-        (Ask::Exclusive, WaitMode::Notified, Some(queue)) => {
+        (Ask::Mutex, WaitMode::Notified, Some(queue)) => {
             wait_in_line(&attempts, queue, deadline).await
         }
-        (Ask::Exclusive, ..) => attempts.wait(None, deadline, None, How::Plain).await,
+        (Ask::Mutex, ..) => attempts.wait(None, deadline, None, How::Plain).await,
         (_, _, queue) => wait_shared(&attempts, queue, deadline).await,
     }
 }

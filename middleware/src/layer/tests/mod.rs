@@ -20,6 +20,7 @@ use crate::{LockGuard, LockLayer, MemoryBackend, OnLost};
 
 mod answers;
 mod bodies;
+mod guards;
 mod routing;
 mod settings;
 
@@ -479,10 +480,7 @@ async fn the_guard_says_which_hold_it_has() {
 async fn the_mutex_stays_the_default() {
     let app = hold_app(LockLayer::new(MemoryBackend::new(), header("x-key")));
 
-    assert_eq!(
-        send(&app, keyed(Method::GET, "k", 0)).await.body,
-        "Exclusive"
-    );
+    assert_eq!(send(&app, keyed(Method::GET, "k", 0)).await.body, "Mutex");
 }
 
 #[tokio::test]
@@ -491,10 +489,7 @@ async fn several_keys_are_held_exclusively_and_released_even_in_read_write_mode(
     let both = many(|_: &http::request::Parts| Ok(vec!["b".to_owned(), "a".to_owned()]));
     let app = hold_app(LockLayer::new(store.clone(), both).read_write());
 
-    assert_eq!(
-        send(&app, request(Method::GET, "/")).await.body,
-        "Exclusive"
-    );
+    assert_eq!(send(&app, request(Method::GET, "/")).await.body, "Mutex");
     assert_eq!(store.held_locks(), 0, "both keys were released");
 }
 
