@@ -1,9 +1,9 @@
 //! The HTTP handlers. The claim handler is written the ordinary, non-atomic way.
 
+use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::Json;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tower_lock::{FencingToken, LockGuard};

@@ -14,9 +14,9 @@ use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::{Layer, ServiceExt, service_fn};
-use tower_lock::backend::{Attempt, LockBackend, LockRequest};
+use tower_lock::backend::{Attempt, LockBackend, LockRequest, OwnerToken};
 use tower_lock::key::KeyError;
-use tower_lock::{LockLayer, Locker, OwnerToken, RedisBackend, ResponseBody};
+use tower_lock::{LockLayer, Locker, RedisBackend, ResponseBody};
 
 use crate::cpu;
 use crate::lockers::TTL;

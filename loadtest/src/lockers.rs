@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use redis::Script;
 use redis::aio::MultiplexedConnection;
+use tower_lock::backend::OwnerToken;
 use tower_lock::testing::CountingBackend;
-use tower_lock::{Locker, OwnerToken, RedisBackend};
+use tower_lock::{Locker, RedisBackend};
 
 /// Lease TTL every implementation uses.
 pub const TTL: Duration = Duration::from_secs(10);

@@ -102,8 +102,8 @@ struct ReadmeDoctests;
 pub use backend::redis::RedisBackend;
 pub use backend::{BackendError, FencingToken, Hold, LockBackend, memory::MemoryBackend};
 pub use engine::{
-    ConfigError, DEFAULT_MAX_KEY_LEN, HeldLock, InvalidKey, LeaseLost, LockError, LockGuard,
-    Locker, LockerBuilder, OnLost, validate_key,
+    ConfigError, HeldLock, InvalidKey, LeaseLost, LockError, LockGuard, Locker, LockerBuilder,
+    OnLost,
 };
 #[cfg(feature = "axum")]
 pub use layer::NoLockGuard;
@@ -111,4 +111,4 @@ pub use layer::{
     BodyError, BoxError, LockGuards, LockLayer, LockService, Rejection, ResponseBody,
     ResponseFuture,
 };
-pub use token::OwnerToken;
+pub(crate) use token::OwnerToken;

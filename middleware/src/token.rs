@@ -13,7 +13,7 @@ use uuid::Uuid;
 /// # Example
 ///
 /// ```
-/// use tower_lock::OwnerToken;
+/// use tower_lock::backend::OwnerToken;
 ///
 /// let a = OwnerToken::new();
 /// assert_ne!(a, OwnerToken::new());

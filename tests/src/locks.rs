@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use tower_lock::backend::{Attempt, BackendError, Granted, LockBackend, LockRequest};
-use tower_lock::{FencingToken, OwnerToken};
+use tower_lock::FencingToken;
+use tower_lock::backend::{Attempt, BackendError, Granted, LockBackend, LockRequest, OwnerToken};
 
 /// A request by a fresh owner token for a lease of `ttl`, asking once.
 pub fn request(ttl: Duration) -> LockRequest {

@@ -13,10 +13,12 @@ use integration_tests::{RedisServer, send};
 use integration_tests::{fence_of, granted};
 use redis::AsyncCommands;
 use redis::aio::{MultiplexedConnection, PubSub};
-use tower_lock::backend::{BackendError, LockBackend, LockRequest, QueuedAttempt, TokenLease};
+use tower_lock::backend::{
+    BackendError, LockBackend, LockRequest, OwnerToken, QueuedAttempt, TokenLease,
+};
 use tower_lock::key::header;
 use tower_lock::testing::CountingBackend;
-use tower_lock::{Hold, LockLayer, OwnerToken, RedisBackend};
+use tower_lock::{Hold, LockLayer, RedisBackend};
 
 const LEASE: Duration = Duration::from_secs(3);
 /// A ticket that outlives a lease.

@@ -11,9 +11,9 @@ use http::{Request, StatusCode};
 use integration_tests::{Occupancy, RedisServer, send};
 use redis::AsyncCommands;
 use tokio::sync::mpsc;
-use tower_lock::backend::{LockBackend, LockRequest, QueuedAttempt, TokenLease};
+use tower_lock::backend::{LockBackend, LockRequest, OwnerToken, QueuedAttempt, TokenLease};
 use tower_lock::key::header;
-use tower_lock::{LockLayer, OwnerToken, RedisBackend};
+use tower_lock::{LockLayer, RedisBackend};
 
 const HOLD_TTL: Duration = Duration::from_secs(3);
 

@@ -82,7 +82,8 @@ pub enum Attempt<T> {
 /// # Example
 ///
 /// ```
-/// use tower_lock::{Hold, OwnerToken};
+/// use tower_lock::Hold;
+/// use tower_lock::backend::OwnerToken;
 /// use tower_lock::backend::TokenLease;
 ///
 /// let token = OwnerToken::new();

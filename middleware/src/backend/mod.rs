@@ -29,6 +29,7 @@ mod shapes;
 mod tests;
 pub mod waiting;
 
+pub use crate::token::OwnerToken;
 pub use attempt::{Attempt, FencingToken, Granted, TokenLease};
 pub use error::BackendError;
 pub use queue::{BoxFuture, QueuedAttempt, WaitQueue};

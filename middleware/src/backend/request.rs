@@ -29,7 +29,7 @@ pub enum Patience {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_lock::OwnerToken;
+/// use tower_lock::backend::OwnerToken;
 /// use tower_lock::backend::{LockRequest, Patience};
 ///
 /// let request = LockRequest::new(OwnerToken::new(), Duration::from_secs(10)).patience(Patience::Polls);

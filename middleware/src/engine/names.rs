@@ -37,7 +37,8 @@ pub enum InvalidKey {
 /// # Example
 ///
 /// ```
-/// use tower_lock::{InvalidKey, validate_key};
+/// use tower_lock::InvalidKey;
+/// use tower_lock::key::validate_key;
 ///
 /// assert!(validate_key("coupon:42", 256).is_ok());
 /// assert_eq!(validate_key("a{b}", 256), Err(InvalidKey::Brace));

@@ -69,6 +69,7 @@ pub(crate) enum WaitMode {
 /// let layer = LockLayer::new(MemoryBackend::new(), header("x-account")).on_lost(OnLost::Continue);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OnLost {
     /// Drop the work's future at its next await point: no step after the loss runs. The layer
     /// answers 503 (problem type `urn:tower-lock:lock-lost`), `Locker::with_lock` returns

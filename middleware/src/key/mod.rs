@@ -7,7 +7,7 @@
 //! `Fn(&Parts) -> Result<Option<String>, KeyError>` closure is an extractor too.
 //!
 //! Whatever an extractor returns is then checked by the locker
-//! ([`validate_key`](crate::validate_key)): a key it refuses is answered 400 too.
+//! ([`validate_key`]): a key it refuses is answered 400 too.
 
 use http::request::Parts;
 
@@ -18,6 +18,7 @@ mod path;
 mod query;
 mod template;
 
+pub use crate::engine::{DEFAULT_MAX_KEY_LEN, validate_key};
 pub use error::KeyError;
 pub use header::{Header, header};
 #[cfg(feature = "axum")]
