@@ -5,6 +5,7 @@
 #   loadtest/bench-http.sh                       # 64 and 1 connections, 10 s each, 3 rounds
 #   loadtest/bench-http.sh --duration 5 --rounds 2 --connections "64 1"
 #   loadtest/bench-http.sh --workload not-found  # claims on coupons that do not exist
+#   loadtest/bench-http.sh --before ../before/target/release/demo-coupon-service
 #
 # Workloads: `claim` (default) claims a random coupon of a pool of 20,000, created up front
 # with stock enough for every run, each request as another user: the whole claim runs (read
@@ -13,16 +14,19 @@
 #
 # Starts its own redis-server (or uses REDIS_URL) and one demo replica per mode; prints
 # throughput and p50/p99 for each, the lock/no-lock throughput ratio and the added latency.
+# --before BIN adds a third mode, `before`: BIN (the demo built from another commit) with the
+# lock, in the same rounds, and prints this build's throughput and latency against it.
 set -euo pipefail
 
-duration=10 rounds=3 connections="64 1" workload=claim
+duration=10 rounds=3 connections="64 1" workload=claim before=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) duration=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --connections) connections=$2; shift 2 ;;
     --workload) workload=$2; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --before) before=$(realpath "$2"); shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -63,13 +67,19 @@ if [ -z "${REDIS_URL:-}" ]; then
   wait_until 10 redis-cli -p "$redis_port" ping
 fi
 
-declare -A url
-for mode in lock no-lock; do
+modes=(lock no-lock)
+declare -A url binary=([lock]="$root/target/release/demo-coupon-service")
+binary[no-lock]=${binary[lock]}
+if [ -n "$before" ]; then
+  [ -x "$before" ] || { echo "--before $before: no such executable" >&2; exit 2; }
+  modes=(lock before no-lock) binary[before]=$before
+fi
+for mode in "${modes[@]}"; do
   port=$(free_port)
   # --no-fence: the claim handler does not register the lock's fencing token when it reads
   # (a script instead of a plain HMGET), so both modes run the same handler.
   flag="--no-fence"; [ "$mode" = no-lock ] && flag="--no-lock"
-  RUST_LOG=warn "$root/target/release/demo-coupon-service" --listen "127.0.0.1:$port" \
+  RUST_LOG=warn "${binary[$mode]}" --listen "127.0.0.1:$port" \
     --redis-url "$REDIS_URL" --work-ms 0 $flag >"$work/$mode.log" 2>&1 &
   pids+=($!)
   url[$mode]="http://127.0.0.1:$port"
@@ -101,7 +111,10 @@ else
 fi
 for c in $connections; do
   for round in $(seq 1 "$rounds"); do
-    for mode in lock no-lock; do
+    # Each round starts with another mode, so none always runs on the warmest host.
+    n=${#modes[@]} order=()
+    for i in $(seq 0 $((n - 1))); do order+=("${modes[$(((i + round) % n))]}"); done
+    for mode in "${order[@]}"; do
       oha -z "${duration}s" -c "$c" -m POST -T application/json "${bodies[@]}" --no-tui \
         --output-format json -o "$work/$mode-$c-$round.json" \
         --rand-regex-url "${url[$mode]}/coupons/$ids/claim" 2>/dev/null
@@ -109,13 +122,13 @@ for c in $connections; do
   done
 done
 
-python3 - "$work" "$rounds" "$connections" <<'PY'
+python3 - "$work" "$rounds" "$connections" "${modes[@]}" <<'PY'
 import json, statistics, sys
-work, rounds, connections = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+work, rounds, connections, modes = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4:]
 print(f"\n  {'conns':>5} {'mode':<8} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8}   (median of {rounds} alternating rounds)")
 for c in connections:
     figures = {}
-    for mode in ("lock", "no-lock"):
+    for mode in modes:
         runs = [json.load(open(f"{work}/{mode}-{c}-{r}.json")) for r in range(1, rounds + 1)]
         rps = statistics.median(run["summary"]["requestsPerSec"] for run in runs)
         p50 = statistics.median(run["latencyPercentiles"]["p50"] for run in runs) * 1000
@@ -126,6 +139,7 @@ for c in connections:
                 codes[code] = codes.get(code, 0) + n
         figures[mode] = (rps, p50, p99)
         print(f"  {c:>5} {mode:<8} {rps:>9.0f} {p50:>8.3f} {p99:>8.3f}   statuses {codes}")
-    (l_rps, l_p50, l_p99), (n_rps, n_p50, n_p99) = figures["lock"], figures["no-lock"]
-    print(f"  {c:>5} lock/no-lock throughput {l_rps / n_rps:.2f}, added p50 {l_p50 - n_p50:+.3f} ms, added p99 {l_p99 - n_p99:+.3f} ms")
+    for base in modes[1:]:
+        (l_rps, l_p50, l_p99), (b_rps, b_p50, b_p99) = figures["lock"], figures[base]
+        print(f"  {c:>5} lock/{base} throughput {l_rps / b_rps:.2f}, added p50 {l_p50 - b_p50:+.3f} ms, added p99 {l_p99 - b_p99:+.3f} ms")
 PY

@@ -1,7 +1,8 @@
 //! [`ResponseBody`]: the lock ends with the response body, not with the handler.
 
+use std::collections::VecDeque;
 use std::fmt;
-use std::future::Future;
+use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
@@ -22,9 +23,11 @@ pin_project! {
     ///
     /// The lock is released when the body has produced its last frame — before that frame is
     /// handed on, so a client that has read the whole response finds the lock free — or when
-    /// the body is dropped (the client went away). A body still streaming renews the lease in
-    /// the background; if the lease is lost meanwhile and the layer aborts on loss, the body
-    /// ends with an error instead of streaming on unprotected.
+    /// the body is dropped (the client went away). A body whose frames are all ready when the
+    /// handler returns (any body built from bytes or a string) is read right away and the lock
+    /// released before the response goes out, so head and body leave together. A body still
+    /// streaming renews the lease in the background; if the lease is lost meanwhile and the
+    /// layer aborts on loss, the body ends with an error instead of streaming on unprotected.
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
@@ -34,9 +37,16 @@ pin_project! {
 pin_project! {
     #[project = KindProjection]
     enum Kind<B> {
-        Locked {
+        // No lock of this layer's: the inner body as it is.
+        Unlocked {
             #[pin]
             inner: B,
+        },
+        // The inner body, holding the lock until it ends.
+        Locked {
+            inner: Pin<Box<B>>,
+            // Frames read before the response was returned, handed on first.
+            ahead: VecDeque<Frame<Bytes>>,
             lock: Option<Box<dyn BodyLock>>,
             abort_on_lost: bool,
             // Wakes the body when the lease is lost while it waits (created once it waits).
@@ -45,32 +55,113 @@ pin_project! {
             last: Option<Frame<Bytes>>,
             done: bool,
         },
-        Answer { bytes: Option<Bytes> },
+        // Read to its end already: the handler's whole answer, or the layer's own.
+        Complete {
+            frames: VecDeque<Frame<Bytes>>,
+            error: Option<BoxError>,
+        },
     }
 }
 
-impl<B> ResponseBody<B> {
-    /// `inner`, holding `lock` (if this layer took one) until it ends.
-    pub(crate) fn locked(inner: B, lock: Option<Box<dyn BodyLock>>, abort_on_lost: bool) -> Self {
-        Self {
-            kind: Kind::Locked {
+/// How much of a body that is ready at once is read before the response is returned; past
+/// it, the body streams under the lock.
+const READ_AHEAD_LIMIT: usize = 64 * 1024;
+
+impl<B> ResponseBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    /// `inner`, holding `lock` (if this layer took one) until it ends. What `inner` has ready
+    /// is read now; if that is all of it, the lock is released before this returns.
+    pub(crate) async fn holding(
+        inner: B,
+        lock: Option<Box<dyn BodyLock>>,
+        abort_on_lost: bool,
+    ) -> Self {
+        let Some(lock) = lock else {
+            return Self::unlocked(inner);
+        };
+        let mut inner = Box::pin(inner);
+        let mut ahead = VecDeque::new();
+        let read = poll_fn(|cx| Poll::Ready(read_ready(inner.as_mut(), cx, &mut ahead))).await;
+        let kind = match read {
+            ReadAhead::Ended(error) => {
+                lock.release().await;
+                Kind::Complete {
+                    frames: ahead,
+                    error,
+                }
+            }
+            ReadAhead::Waits => Kind::Locked {
                 inner,
-                lock,
+                ahead,
+                lock: Some(lock),
                 abort_on_lost,
                 lost: None,
                 releasing: None,
                 last: None,
                 done: false,
             },
+        };
+        Self { kind }
+    }
+}
+
+impl<B> ResponseBody<B> {
+    /// `inner` as it is: this layer holds no lock for it.
+    pub(crate) fn unlocked(inner: B) -> Self {
+        Self {
+            kind: Kind::Unlocked { inner },
         }
     }
 
     /// The layer's own answer instead of the handler's.
     pub(crate) fn answer(bytes: Bytes) -> Self {
+        let frames = (!bytes.is_empty()).then(|| Frame::data(bytes));
         Self {
-            kind: Kind::Answer {
-                bytes: (!bytes.is_empty()).then_some(bytes),
+            kind: Kind::Complete {
+                frames: frames.into_iter().collect(),
+                error: None,
             },
+        }
+    }
+}
+
+/// Where reading the frames a body has ready stopped.
+enum ReadAhead {
+    /// At its end, or at its error.
+    Ended(Option<BoxError>),
+    /// At a frame it does not have yet, or at the read-ahead limit.
+    Waits,
+}
+
+/// Moves the frames `inner` has ready into `frames`, up to [`READ_AHEAD_LIMIT`] bytes.
+fn read_ready<B>(
+    mut inner: Pin<&mut B>,
+    cx: &mut Context<'_>,
+    frames: &mut VecDeque<Frame<Bytes>>,
+) -> ReadAhead
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let mut read = 0;
+    loop {
+        if inner.is_end_stream() {
+            return ReadAhead::Ended(None);
+        }
+        if read >= READ_AHEAD_LIMIT {
+            return ReadAhead::Waits;
+        }
+        match inner.as_mut().poll_frame(cx) {
+            Poll::Pending => return ReadAhead::Waits,
+            Poll::Ready(None) => return ReadAhead::Ended(None),
+            Poll::Ready(Some(Err(error))) => return ReadAhead::Ended(Some(error.into())),
+            Poll::Ready(Some(Ok(frame))) => {
+                read += frame.data_ref().map_or(0, Bytes::len);
+                frames.push_back(frame);
+            }
         }
     }
 }
@@ -87,21 +178,39 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let (mut inner, lock, abort_on_lost, lost, releasing, last, done) =
+        let (inner, ahead, lock, abort_on_lost, lost, releasing, last, done) =
             match self.project().kind.project() {
-                KindProjection::Answer { bytes } => {
-                    return Poll::Ready(bytes.take().map(|bytes| Ok(Frame::data(bytes))));
+                KindProjection::Unlocked { inner } => {
+                    return inner.poll_frame(cx).map_err(Into::into);
+                }
+                KindProjection::Complete { frames, error } => {
+                    let next = frames.pop_front().map(Ok);
+                    return Poll::Ready(next.or_else(|| error.take().map(Err)));
                 }
                 KindProjection::Locked {
                     inner,
+                    ahead,
                     lock,
                     abort_on_lost,
                     lost,
                     releasing,
                     last,
                     done,
-                } => (inner, lock, *abort_on_lost, lost, releasing, last, done),
+                } => (
+                    inner,
+                    ahead,
+                    lock,
+                    *abort_on_lost,
+                    lost,
+                    releasing,
+                    last,
+                    done,
+                ),
             };
+        // Frames read ahead are never the last one: the body had not ended.
+        if let Some(frame) = ahead.pop_front() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
         loop {
             if let Some(release) = releasing {
                 ready!(release.as_mut().poll(cx));
@@ -161,36 +270,57 @@ where
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Answer { bytes } => bytes.is_none(),
+            Kind::Unlocked { inner } => inner.is_end_stream(),
+            Kind::Complete { frames, error } => frames.is_empty() && error.is_none(),
             Kind::Locked {
                 inner,
+                ahead,
                 lock,
                 releasing,
                 done,
                 ..
-            } => *done || (lock.is_none() && releasing.is_none() && inner.is_end_stream()),
+            } => {
+                *done
+                    || (ahead.is_empty()
+                        && lock.is_none()
+                        && releasing.is_none()
+                        && inner.is_end_stream())
+            }
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        let exact =
-            |bytes: Option<&Bytes>| SizeHint::with_exact(bytes.map_or(0, |b| b.len() as u64));
         match &self.kind {
-            Kind::Answer { bytes } => exact(bytes.as_ref()),
-            Kind::Locked { done: true, .. } => exact(None),
+            Kind::Unlocked { inner } => inner.size_hint(),
+            Kind::Complete { frames, .. } => SizeHint::with_exact(data_len(frames.iter())),
+            Kind::Locked { done: true, .. } => SizeHint::with_exact(0),
             Kind::Locked {
                 last: Some(frame), ..
-            } => exact(frame.data_ref()),
-            Kind::Locked { inner, .. } => inner.size_hint(),
+            } => SizeHint::with_exact(data_len([frame])),
+            Kind::Locked { inner, ahead, .. } => {
+                let (hint, ahead) = (inner.size_hint(), data_len(ahead.iter()));
+                let mut total = SizeHint::new();
+                total.set_lower(hint.lower() + ahead);
+                if let Some(upper) = hint.upper() {
+                    total.set_upper(upper + ahead);
+                }
+                total
+            }
         }
     }
+}
+
+/// How many data bytes `frames` carry.
+fn data_len<'a>(frames: impl IntoIterator<Item = &'a Frame<Bytes>>) -> u64 {
+    let bytes = frames.into_iter().filter_map(Frame::data_ref).map(Bytes::len);
+    bytes.sum::<usize>() as u64
 }
 
 impl<B> fmt::Debug for ResponseBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let holding = match &self.kind {
             Kind::Locked { lock, .. } => lock.is_some(),
-            Kind::Answer { .. } => false,
+            Kind::Unlocked { .. } | Kind::Complete { .. } => false,
         };
         f.debug_struct("ResponseBody")
             .field("holding_lock", &holding)

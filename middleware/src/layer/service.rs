@@ -47,7 +47,8 @@ where
     K: KeyExtractor,
     ReqBody: Body<Data = Bytes> + From<Bytes> + Send + 'static,
     ReqBody::Error: Into<BoxError>,
-    ResBody: Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
@@ -79,7 +80,8 @@ where
     K: KeyExtractor,
     ReqBody: Body<Data = Bytes> + From<Bytes> + Send + 'static,
     ReqBody::Error: Into<BoxError>,
-    ResBody: Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
 {
     let (mut parts, body) = request.into_parts();
     let keys = match config.extractor.extract_keys(&parts) {
@@ -112,7 +114,9 @@ where
         Ran::Finished((Ok(response), held)) => {
             let held = held.map(|held| Box::new(held) as Box<dyn BodyLock>);
             let abort_on_lost = on_lost == OnLost::Abort;
-            Ok(response.map(|body| ResponseBody::locked(body, held, abort_on_lost)))
+            let (parts, body) = response.into_parts();
+            let body = ResponseBody::holding(body, held, abort_on_lost).await;
+            Ok(Response::from_parts(parts, body))
         }
         Ran::Finished((Err(error), held)) => {
             if let Some(held) = held {
@@ -146,7 +150,7 @@ where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
 {
     let response = call_ready(inner, parts, body).await?;
-    Ok(response.map(|body| ResponseBody::locked(body, None, false)))
+    Ok(response.map(ResponseBody::unlocked))
 }
 
 impl<B: LockBackend, K> Config<B, K> {

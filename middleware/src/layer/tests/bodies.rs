@@ -2,7 +2,9 @@
 //! the response body is sent under it (the lock ends with the body).
 
 use bytes::Bytes;
-use futures_util::stream::{self, Stream};
+use futures_util::FutureExt;
+use http_body::Body as _;
+use futures_util::stream::{self, Stream, StreamExt};
 use tokio::sync::mpsc;
 
 use super::*;
@@ -199,5 +201,48 @@ async fn any_inner_body_type_is_accepted() {
     let body = response.into_body().collect().await.unwrap().to_bytes();
 
     assert_eq!(body, "boxed");
+    assert!(is_free(&store, "lock:a").await);
+}
+
+#[tokio::test]
+async fn a_whole_response_comes_back_with_its_lock_released_and_its_body_ready() {
+    let store = MemoryBackend::new();
+    let app = hold_app(LockLayer::new(store.clone(), header("x-key")));
+
+    let response = app.oneshot(keyed(Method::POST, "a", 0)).await.unwrap();
+
+    assert!(
+        is_free(&store, "lock:a").await,
+        "released before the response was returned, as with no body at all"
+    );
+    let mut body = response.into_body();
+    let first = body.frame().now_or_never();
+    assert!(
+        matches!(first, Some(Some(Ok(_)))),
+        "the server writes head and body at once, never waiting for a release in between"
+    );
+    assert!(body.is_end_stream());
+}
+
+#[tokio::test]
+async fn a_large_body_that_is_all_ready_streams_under_the_lock_instead_of_being_buffered() {
+    let store = MemoryBackend::new();
+    let chunk = Bytes::from(vec![b'x'; 1024]);
+    let endless_enough = move || {
+        let chunks = stream::repeat(Ok::<_, Infallible>(chunk.clone())).take(1024);
+        async move { Body::from_stream(chunks) }
+    };
+    let app = Router::new()
+        .route("/", post(endless_enough))
+        .route_layer(LockLayer::new(store.clone(), header("x-key")));
+
+    let response = app.oneshot(keyed(Method::POST, "a", 0)).await.unwrap();
+
+    assert!(
+        !is_free(&store, "lock:a").await,
+        "1 MiB is more than is read ahead: the rest streams under the lock"
+    );
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body.len(), 1024 * 1024);
     assert!(is_free(&store, "lock:a").await);
 }
