@@ -13,8 +13,9 @@ use crate::backend::{FencingToken, Hold};
 ///
 /// Handlers behind a [`LockLayer`](crate::LockLayer) take it as an argument (an axum extractor
 /// with the `axum` feature; `Option<LockGuard>` where a request may run unlocked, or
-/// `Extension<LockGuard>` from the request's extensions); [`Locker::with_lock`](crate::Locker::with_lock) passes it to its
-/// work; a [`HeldLock`](crate::HeldLock) dereferences to it. Clones are cheap and only
+/// `Extension<LockGuard>` from the request's extensions);
+/// [`Locker::with_lock`](crate::Locker::with_lock) passes it to its work; a
+/// [`HeldLock`](crate::HeldLock) dereferences to it. Clones are cheap and only
 /// describe the lock: dropping one never releases anything.
 ///
 /// While the lock is held, its lease is renewed every TTL/3. If a renewal finds the lock taken,
@@ -91,7 +92,7 @@ impl LockGuard {
         self.inner.names.iter()
     }
 
-    /// What is held: the key alone ([`Hold::Mutex`], the mutex, or [`Hold::Write`]), a
+    /// What is held: the key alone ([`Hold::Mutex`], or [`Hold::Write`] on a read-write lock), a
     /// share of it ([`Hold::Read`]), or one of its permits ([`Hold::Permit`]).
     pub fn hold(&self) -> Hold {
         self.inner.hold

@@ -312,7 +312,10 @@ where
 
 /// How many data bytes `frames` carry.
 fn data_len<'a>(frames: impl IntoIterator<Item = &'a Frame<Bytes>>) -> u64 {
-    let bytes = frames.into_iter().filter_map(Frame::data_ref).map(Bytes::len);
+    let bytes = frames
+        .into_iter()
+        .filter_map(Frame::data_ref)
+        .map(Bytes::len);
     bytes.sum::<usize>() as u64
 }
 

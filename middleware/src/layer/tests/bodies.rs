@@ -3,8 +3,8 @@
 
 use bytes::Bytes;
 use futures_util::FutureExt;
-use http_body::Body as _;
 use futures_util::stream::{self, Stream, StreamExt};
+use http_body::Body as _;
 use tokio::sync::mpsc;
 
 use super::*;
