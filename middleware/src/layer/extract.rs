@@ -48,38 +48,31 @@ impl IntoResponse for NoLockGuard {
     }
 }
 
-/// The innermost lock layer's guard; [`NoLockGuard`] (500) when no layer locked the request.
-impl<S: Send + Sync> FromRequestParts<S> for LockGuard {
-    type Rejection = NoLockGuard;
+/// Implements both extractors for a type the layer puts in the request's extensions.
+macro_rules! extract_from_extensions {
+    ($locks:ty, $what:literal) => {
+        #[doc = concat!($what, "; [`NoLockGuard`] (500) when no layer locked the request.")]
+        impl<S: Send + Sync> FromRequestParts<S> for $locks {
+            type Rejection = NoLockGuard;
 
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        parts.extensions.get().cloned().ok_or(NoLockGuard)
-    }
+            async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, NoLockGuard> {
+                parts.extensions.get().cloned().ok_or(NoLockGuard)
+            }
+        }
+
+        #[doc = concat!($what, ", or `None` when the request runs unlocked.")]
+        impl<S: Send + Sync> OptionalFromRequestParts<S> for $locks {
+            type Rejection = Infallible;
+
+            async fn from_request_parts(
+                parts: &mut Parts,
+                _: &S,
+            ) -> Result<Option<Self>, Infallible> {
+                Ok(parts.extensions.get().cloned())
+            }
+        }
+    };
 }
 
-/// The innermost lock layer's guard, or `None` when the request runs unlocked.
-impl<S: Send + Sync> OptionalFromRequestParts<S> for LockGuard {
-    type Rejection = Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Option<Self>, Infallible> {
-        Ok(parts.extensions.get().cloned())
-    }
-}
-
-/// Every lock layer's guard; [`NoLockGuard`] (500) when no layer locked the request.
-impl<S: Send + Sync> FromRequestParts<S> for LockGuards {
-    type Rejection = NoLockGuard;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        parts.extensions.get().cloned().ok_or(NoLockGuard)
-    }
-}
-
-/// Every lock layer's guard, or `None` when the request runs unlocked.
-impl<S: Send + Sync> OptionalFromRequestParts<S> for LockGuards {
-    type Rejection = Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Option<Self>, Infallible> {
-        Ok(parts.extensions.get().cloned())
-    }
-}
+extract_from_extensions!(LockGuard, "The innermost lock layer's guard");
+extract_from_extensions!(LockGuards, "Every lock layer's guard");
