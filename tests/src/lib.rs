@@ -2,13 +2,15 @@
 //! loopback ports, started per test and killed on drop, with fault injection (kill, restart on
 //! the same port, pause with SIGSTOP).
 //!
-//! Tests never use a Redis somebody left running: each starts its own. Demo replicas run as
+//! Tests never use a Redis somebody left running: each starts its own. On the machine's
+//! PostgreSQL, each takes a fresh schema of its own ([`PostgresSchema`]) and drops it. Demo replicas run as
 //! real processes too ([`DemoReplica`]), driven over HTTP ([`Http`]).
 
 mod demo;
 mod http_client;
 mod in_process;
 mod locks;
+mod postgres;
 mod probes;
 mod process;
 mod redis_server;
@@ -17,6 +19,7 @@ pub use demo::DemoReplica;
 pub use http_client::Http;
 pub use in_process::{Reply, post, send};
 pub use locks::{fence_of, granted, hold, request};
+pub use postgres::PostgresSchema;
 pub use probes::{Gate, GateControl};
 pub use process::free_port;
 pub use redis_server::RedisServer;

@@ -83,8 +83,7 @@ pub enum Attempt<T> {
 ///
 /// ```
 /// use tower_lock::Hold;
-/// use tower_lock::backend::OwnerToken;
-/// use tower_lock::backend::TokenLease;
+/// use tower_lock::backend::{OwnerToken, TokenLease};
 ///
 /// let token = OwnerToken::new();
 /// let lease = TokenLease::new(token, Hold::Mutex);

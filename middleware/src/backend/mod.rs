@@ -12,7 +12,7 @@
 //!   offer ([`LockBackend::wait_queue`]); without one, waiters poll.
 //!
 //! Backends: [`MemoryBackend`](memory::MemoryBackend) (one process) and, with the `redis`
-//! feature, `RedisBackend`.
+//! feature, `RedisBackend`; with the `postgres` feature, `postgres::PostgresBackend`.
 
 use std::future::Future;
 use std::time::Duration;
@@ -20,6 +20,8 @@ use std::time::Duration;
 mod attempt;
 mod error;
 pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod queue;
 #[cfg(feature = "redis")]
 pub mod redis;

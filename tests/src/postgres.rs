@@ -1,0 +1,83 @@
+//! A fresh schema on the machine's PostgreSQL per test, dropped when the test ends.
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgConnection};
+
+/// Where the tests find PostgreSQL: `TEST_POSTGRES_URL`, or the loopback server with trust
+/// authentication that `.ci/run` sets up.
+pub fn postgres_url() -> String {
+    std::env::var("TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".to_owned())
+}
+
+/// A schema of its own on the machine's PostgreSQL, dropped with everything in it on drop.
+#[derive(Debug)]
+pub struct PostgresSchema {
+    name: String,
+}
+
+impl PostgresSchema {
+    /// Creates a fresh schema; panics, saying how to get PostgreSQL, when it does not answer.
+    pub async fn create() -> Self {
+        let name = format!("tower_lock_test_{:016x}", fastrand::u64(..));
+        let mut admin = admin().await;
+        sqlx::query(&format!("CREATE SCHEMA {name}"))
+            .execute(&mut admin)
+            .await
+            .expect("creating a test schema");
+        admin.close().await.ok();
+        Self { name }
+    }
+
+    /// The schema's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `table` in this schema: `schema.table`.
+    pub fn table(&self, table: &str) -> String {
+        format!("{}.{table}", self.name)
+    }
+
+    /// A pool of its own on the test database, as another process would have.
+    pub async fn pool(&self) -> PgPool {
+        PgPoolOptions::new()
+            .max_connections(4)
+            .connect(&postgres_url())
+            .await
+            .expect("PostgreSQL answered a moment ago")
+    }
+}
+
+impl Drop for PostgresSchema {
+    fn drop(&mut self) {
+        let drop_schema = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name);
+        // Drop runs inside the test's runtime, which cannot be blocked on: a thread of its own.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime to drop the test schema");
+            runtime.block_on(async {
+                let mut admin = admin().await;
+                sqlx::query(&drop_schema).execute(&mut admin).await
+            })
+        });
+        if let Ok(Err(error)) = dropped.join() {
+            eprintln!("could not drop test schema {}: {error}", self.name);
+        }
+    }
+}
+
+async fn admin() -> PgConnection {
+    let url = postgres_url();
+    let options: PgConnectOptions = url.parse().expect("TEST_POSTGRES_URL is a postgres:// URL");
+    options.connect().await.unwrap_or_else(|error| {
+        panic!(
+            "PostgreSQL at {url} does not answer ({error}). Install and start it \
+             (apt-get install postgresql; service postgresql start), with a role and database \
+             the URL names and trust authentication on 127.0.0.1 — `.ci/run` sets this up — \
+             or point TEST_POSTGRES_URL at one."
+        )
+    })
+}
