@@ -1,8 +1,11 @@
 //! The conformance suite on PostgreSQL: every case in a schema of its own on the machine's
 //! server, with two backends (own connection pools) standing in for two processes.
 
-use integration_tests::PostgresSchema;
+use std::time::Duration;
+
+use integration_tests::{PostgresSchema, granted, request};
 use tower_lock::backend::postgres::PostgresBackend;
+use tower_lock::backend::{Attempt, LockBackend};
 use tower_lock::conformance::Store;
 
 mod postgres {
@@ -24,4 +27,22 @@ impl Store for PostgresStore {
             .await
             .expect("the lease table is created")
     }
+}
+
+/// Beyond the suite, which allows a backend not to know: PostgreSQL answers a busy acquire with
+/// the holder's remaining lease, by the database's clock, in the same statement.
+#[tokio::test]
+async fn a_busy_answer_says_how_long_the_holder_has_left() {
+    let store = PostgresStore::start().await;
+    let (a, b) = (store.backend().await, store.backend().await);
+    let ttl = Duration::from_secs(30);
+    let held = granted(a.acquire("lock:k", request(ttl)).await);
+
+    let Ok(Attempt::Busy { holder_ttl }) = b.acquire("lock:k", request(ttl)).await else {
+        panic!("the lock is held");
+    };
+
+    let left = holder_ttl.expect("PostgreSQL knows the holder's expiry");
+    assert!(left <= ttl && left > ttl / 2, "{left:?} of {ttl:?}");
+    assert!(a.release("lock:k", &held.lease).await.unwrap());
 }
