@@ -16,9 +16,9 @@
 //!   loss ([`LockGuard::is_held`], [`LockGuard::lost`]), carries a fencing token
 //!   ([`fencing`] shows how stores use it) and is released on drop.
 //! * [`backend`] holds the contract every store implements, and the stores:
-//!   `RedisBackend` (feature `redis`) and `PostgresBackend` (feature `postgres`) share locks
-//!   between processes; [`MemoryBackend`] keeps them in one process (the embedded default,
-//!   for single instances and tests).
+//!   `RedisBackend` (feature `redis`), `PostgresBackend` (feature `postgres`) and
+//!   `MysqlBackend` (feature `mysql`) share locks between processes; [`MemoryBackend`] keeps
+//!   them in one process (the embedded default, for single instances and tests).
 //!
 //! | situation | the layer answers | the engine returns |
 //! |---|---|---|

@@ -3,13 +3,16 @@
 //! the same port, pause with SIGSTOP).
 //!
 //! Tests never use a Redis somebody left running: each starts its own. On the machine's
-//! PostgreSQL, each takes a fresh schema of its own ([`PostgresSchema`]) and drops it. Demo replicas run as
+//! PostgreSQL and MariaDB, each takes a fresh schema or database of its own
+//! ([`PostgresSchema`], [`MysqlDatabase`]) and drops it. Demo replicas run as
 //! real processes too ([`DemoReplica`]), driven over HTTP ([`Http`]).
 
+mod blocking;
 mod demo;
 mod http_client;
 mod in_process;
 mod locks;
+mod mysql;
 mod postgres;
 mod probes;
 mod process;
@@ -19,6 +22,7 @@ pub use demo::DemoReplica;
 pub use http_client::Http;
 pub use in_process::{Reply, post, send};
 pub use locks::{fence_of, granted, hold, request};
+pub use mysql::MysqlDatabase;
 pub use postgres::PostgresSchema;
 pub use probes::{Gate, GateControl};
 pub use process::free_port;

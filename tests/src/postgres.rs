@@ -1,5 +1,6 @@
 //! A fresh schema on the machine's PostgreSQL per test, dropped when the test ends.
 
+use crate::blocking::finish_on_own_thread;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgConnection};
 
@@ -52,18 +53,11 @@ impl PostgresSchema {
 impl Drop for PostgresSchema {
     fn drop(&mut self) {
         let drop_schema = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name);
-        // Drop runs inside the test's runtime, which cannot be blocked on: a thread of its own.
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime to drop the test schema");
-            runtime.block_on(async {
-                let mut admin = admin().await;
-                sqlx::query(&drop_schema).execute(&mut admin).await
-            })
+        let dropped = finish_on_own_thread(|| async move {
+            let mut admin = admin().await;
+            sqlx::query(&drop_schema).execute(&mut admin).await
         });
-        if let Ok(Err(error)) = dropped.join() {
+        if let Err(error) = dropped {
             eprintln!("could not drop test schema {}: {error}", self.name);
         }
     }

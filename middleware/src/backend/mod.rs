@@ -12,7 +12,8 @@
 //!   offer ([`LockBackend::wait_queue`]); without one, waiters poll.
 //!
 //! Backends: [`MemoryBackend`](memory::MemoryBackend) (one process) and, with the `redis`
-//! feature, `RedisBackend`; with the `postgres` feature, `postgres::PostgresBackend`.
+//! feature, `RedisBackend`; with the `postgres` feature, `postgres::PostgresBackend`; with the
+//! `mysql` feature, `mysql::MysqlBackend`.
 
 use std::future::Future;
 use std::time::Duration;
@@ -20,6 +21,8 @@ use std::time::Duration;
 mod attempt;
 mod error;
 pub mod memory;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod queue;
@@ -27,6 +30,8 @@ mod queue;
 pub mod redis;
 mod request;
 mod shapes;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod sql;
 #[cfg(test)]
 mod tests;
 pub mod waiting;

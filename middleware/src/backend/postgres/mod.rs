@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
-use tokio::sync::oneshot;
 
+use super::sql::acquire_detached;
 use super::{
     Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, TokenLease,
 };
@@ -142,26 +142,18 @@ impl PostgresBackend {
 impl LockBackend for PostgresBackend {
     type Lease = TokenLease;
 
-    /// The statement runs in a task of its own: if the caller is dropped or times out before
-    /// the answer comes, the task still gets it and gives back a lock it was granted. An
-    /// `abandon` sent on another pooled connection could otherwise reach the database before
-    /// the acquire it undoes.
+    /// The statement runs in a task of its own (`sql::acquire_detached`): an `abandon` sent on
+    /// another pooled connection could otherwise reach the database before the acquire it
+    /// undoes.
     async fn acquire(
         &self,
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        let (answer, answered) = oneshot::channel();
-        let (backend, name) = (self.clone(), name.to_owned());
-        tokio::spawn(async move {
-            let attempt = backend.try_acquire(&name, request).await;
-            if let Err(Ok(Attempt::Acquired(grant))) = answer.send(attempt) {
-                let _ = backend.release(&name, &grant.lease).await;
-            }
-        });
-        answered
-            .await
-            .map_err(|_| BackendError::new("the acquire ended without an answer"))?
+        acquire_detached(self, name, request, |backend, name, request| async move {
+            backend.try_acquire(&name, request).await
+        })
+        .await
     }
 
     async fn extend(

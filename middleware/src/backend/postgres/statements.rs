@@ -21,11 +21,7 @@ const EXPIRY: &str = "clock_timestamp() + $3::bigint * interval '1 millisecond'"
 impl Statements {
     /// The statements on `table`: one or two plain identifiers (`name` or `schema.name`).
     pub(super) fn for_table(table: &str) -> Result<Self, BackendError> {
-        if !is_table_name(table) {
-            return Err(BackendError::new(format!(
-                "table name {table:?} is not `name` or `schema.name` of letters, digits and `_`"
-            )));
-        }
+        super::super::sql::check_table_name(table)?;
         Ok(Self {
             table: table.to_owned(),
             create_table: format!(
@@ -58,46 +54,5 @@ impl Statements {
                  WHERE name = $1 AND owner = $2 AND expires_at > clock_timestamp()"
             ),
         })
-    }
-}
-
-/// `name` or `schema.name`, each a plain identifier PostgreSQL takes unquoted.
-fn is_table_name(table: &str) -> bool {
-    let identifier = |part: &str| {
-        let mut chars = part.chars();
-        chars
-            .next()
-            .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
-            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && part.len() <= 63
-    };
-    let parts: Vec<&str> = table.split('.').collect();
-    parts.len() <= 2 && parts.iter().all(|part| identifier(part))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plain_and_schema_qualified_names_are_accepted() {
-        for table in ["tower_lock_leases", "locks.leases", "_t1"] {
-            assert!(is_table_name(table), "{table}");
-        }
-    }
-
-    #[test]
-    fn names_that_would_need_quoting_or_inject_sql_are_refused() {
-        for table in [
-            "",
-            "1t",
-            "a.b.c",
-            "leases; DROP TABLE x",
-            "a-b",
-            "a.",
-            "\"t\"",
-        ] {
-            assert!(Statements::for_table(table).is_err(), "{table}");
-        }
     }
 }

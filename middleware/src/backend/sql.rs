@@ -1,0 +1,83 @@
+//! What the SQL backends share: table names they can put in statements, and acquires that
+//! outlive their caller (a pooled store could otherwise see an `abandon`, sent on another
+//! connection, before the acquire it undoes).
+
+use std::future::Future;
+
+use tokio::sync::oneshot;
+
+use super::{Attempt, BackendError, Granted, LockBackend, LockRequest};
+
+/// Runs `attempt` (the store's acquire of `name`) in a task of its own, so that it reaches the
+/// store's answer even if the caller is dropped or times out first; a lock granted to nobody
+/// any more is then released by that task, after the acquire, in order.
+pub(super) async fn acquire_detached<B, F>(
+    backend: &B,
+    name: &str,
+    request: LockRequest,
+    attempt: impl FnOnce(B, String, LockRequest) -> F,
+) -> Result<Attempt<Granted<B::Lease>>, BackendError>
+where
+    B: LockBackend + Clone,
+    F: Future<Output = Result<Attempt<Granted<B::Lease>>, BackendError>> + Send + 'static,
+{
+    let (answer, answered) = oneshot::channel();
+    let (owner, name) = (backend.clone(), name.to_owned());
+    let acquiring = attempt(backend.clone(), name.clone(), request);
+    tokio::spawn(async move {
+        if let Err(Ok(Attempt::Acquired(grant))) = answer.send(acquiring.await) {
+            let _ = owner.release(&name, &grant.lease).await;
+        }
+    });
+    answered
+        .await
+        .map_err(|_| BackendError::new("the acquire ended without an answer"))?
+}
+
+/// Checks that `table` is `name` or `schema.name`, each a plain identifier (ASCII letters,
+/// digits and `_`, not starting with a digit, at most 63 bytes) that SQL takes unquoted.
+pub(super) fn check_table_name(table: &str) -> Result<(), BackendError> {
+    let identifier = |part: &str| {
+        let mut chars = part.chars();
+        chars
+            .next()
+            .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && part.len() <= 63
+    };
+    let parts: Vec<&str> = table.split('.').collect();
+    if parts.len() <= 2 && parts.iter().all(|part| identifier(part)) {
+        Ok(())
+    } else {
+        Err(BackendError::new(format!(
+            "table name {table:?} is not `name` or `schema.name` of letters, digits and `_`"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_and_schema_qualified_names_are_accepted() {
+        for table in ["tower_lock_leases", "locks.leases", "_t1"] {
+            assert!(check_table_name(table).is_ok(), "{table}");
+        }
+    }
+
+    #[test]
+    fn names_that_would_need_quoting_or_inject_sql_are_refused() {
+        for table in [
+            "",
+            "1t",
+            "a.b.c",
+            "leases; DROP TABLE x",
+            "a-b",
+            "a.",
+            "\"t\"",
+        ] {
+            assert!(check_table_name(table).is_err(), "{table}");
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! A fresh database on the machine's MariaDB (or MySQL) per test, dropped when the test ends.
+
+use crate::blocking::finish_on_own_thread;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::{ConnectOptions, Connection, MySqlConnection};
+
+/// Where the tests find MariaDB: `TEST_MYSQL_URL`, or the loopback server with user `root` and
+/// an empty password that `.ci/run` sets up.
+fn server_url() -> String {
+    std::env::var("TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_owned())
+}
+
+/// A database of its own on the machine's MariaDB, dropped with everything in it on drop.
+#[derive(Debug)]
+pub struct MysqlDatabase {
+    name: String,
+}
+
+impl MysqlDatabase {
+    /// Creates a fresh database; panics, saying how to get MariaDB, when it does not answer.
+    pub async fn create() -> Self {
+        let name = format!("tower_lock_test_{:016x}", fastrand::u64(..));
+        let mut admin = admin().await;
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .expect("creating a test database");
+        admin.close().await.ok();
+        Self { name }
+    }
+
+    /// `table` in this database: `database.table`.
+    pub fn table(&self, table: &str) -> String {
+        format!("{}.{table}", self.name)
+    }
+
+    /// A pool of its own on this database, as another process would have.
+    pub async fn pool(&self) -> MySqlPool {
+        MySqlPoolOptions::new()
+            .max_connections(4)
+            .connect(&format!("{}/{}", server_url(), self.name))
+            .await
+            .expect("MariaDB answered a moment ago")
+    }
+}
+
+impl Drop for MysqlDatabase {
+    fn drop(&mut self) {
+        let drop_database = format!("DROP DATABASE IF EXISTS {}", self.name);
+        let dropped = finish_on_own_thread(|| async move {
+            let mut admin = admin().await;
+            sqlx::query(&drop_database).execute(&mut admin).await
+        });
+        if let Err(error) = dropped {
+            eprintln!("could not drop test database {}: {error}", self.name);
+        }
+    }
+}
+
+async fn admin() -> MySqlConnection {
+    let url = server_url();
+    let options: MySqlConnectOptions = url.parse().expect("TEST_MYSQL_URL is a mysql:// URL");
+    options.connect().await.unwrap_or_else(|error| {
+        panic!(
+            "MariaDB at {url} does not answer ({error}). Install and start it \
+             (apt-get install mariadb-server; service mariadb start) with user root and an \
+             empty password on 127.0.0.1 — `.ci/run` sets this up — or point TEST_MYSQL_URL \
+             at a server (mysql://user:password@host:port, no database)."
+        )
+    })
+}

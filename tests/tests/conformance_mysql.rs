@@ -1,0 +1,48 @@
+//! The conformance suite on MariaDB: every case in a database of its own on the machine's
+//! server, with two backends (own connection pools) standing in for two processes.
+
+use std::time::Duration;
+
+use integration_tests::{MysqlDatabase, granted, request};
+use tower_lock::backend::mysql::MysqlBackend;
+use tower_lock::backend::{Attempt, LockBackend};
+use tower_lock::conformance::Store;
+
+mod mysql {
+    tower_lock::conformance_suite!(super::MysqlStore);
+}
+
+/// A fresh database whose lease table the backends share.
+struct MysqlStore(MysqlDatabase);
+
+impl Store for MysqlStore {
+    type Backend = MysqlBackend;
+
+    async fn start() -> Self {
+        Self(MysqlDatabase::create().await)
+    }
+
+    async fn backend(&self) -> MysqlBackend {
+        MysqlBackend::with_table(self.0.pool().await, &self.0.table("leases"))
+            .await
+            .expect("the lease table is created")
+    }
+}
+
+/// Beyond the suite, which allows a backend not to know: a busy acquire says how long the
+/// holder has left, by the server's clock.
+#[tokio::test]
+async fn a_busy_answer_says_how_long_the_holder_has_left() {
+    let store = MysqlStore::start().await;
+    let (a, b) = (store.backend().await, store.backend().await);
+    let ttl = Duration::from_secs(30);
+    let held = granted(a.acquire("lock:k", request(ttl)).await);
+
+    let Ok(Attempt::Busy { holder_ttl }) = b.acquire("lock:k", request(ttl)).await else {
+        panic!("the lock is held");
+    };
+
+    let left = holder_ttl.expect("the server knows the holder's expiry");
+    assert!(left <= ttl && left > ttl / 2, "{left:?} of {ttl:?}");
+    assert!(a.release("lock:k", &held.lease).await.unwrap());
+}
