@@ -46,3 +46,23 @@ async fn a_busy_answer_says_how_long_the_holder_has_left() {
     assert!(left <= ttl && left > ttl / 2, "{left:?} of {ttl:?}");
     assert!(a.release("lock:k", &held.lease).await.unwrap());
 }
+
+/// Replicas that start together all create the lease table at once; every one connects.
+#[tokio::test]
+async fn replicas_starting_together_all_find_their_table() {
+    let database = MysqlDatabase::create().await;
+    let table = database.table("leases");
+    let mut pools = Vec::new();
+    for _ in 0..8 {
+        pools.push(database.pool().await);
+    }
+
+    let connecting = pools
+        .into_iter()
+        .map(|pool| MysqlBackend::with_table(pool, &table));
+    let backends = futures_util::future::join_all(connecting).await;
+
+    for backend in backends {
+        backend.expect("the table is there, whoever created it");
+    }
+}

@@ -84,10 +84,12 @@ impl PostgresBackend {
     /// with a digit), or the database refused to create the table.
     pub async fn with_table(pool: PgPool, table: &str) -> Result<Self, BackendError> {
         let statements = Statements::for_table(table)?;
-        sqlx::query(&statements.create_table)
-            .execute(&pool)
-            .await
-            .map_err(BackendError::new)?;
+        let create = || sqlx::query(&statements.create_table).execute(&pool);
+        // Two sessions creating the same table at once can collide in PostgreSQL's catalog
+        // (replicas starting together); the second try finds the table made.
+        if create().await.is_err() {
+            create().await.map_err(BackendError::new)?;
+        }
         Ok(Self {
             pool,
             statements: Arc::new(statements),
