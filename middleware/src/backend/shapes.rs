@@ -5,8 +5,12 @@
 use std::fmt;
 use std::future::Future;
 use std::num::NonZeroU32;
+use std::time::Duration;
 
 use super::{Attempt, BackendError, Granted, LockBackend, LockRequest};
+
+/// How long a waiting writer's intent bars new readers unless the writer asks again.
+pub(crate) const WRITER_INTENT_TTL: Duration = Duration::from_secs(2);
 
 /// What kind of hold a lock is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

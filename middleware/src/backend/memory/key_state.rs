@@ -6,11 +6,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::OwnerToken;
+use crate::backend::shapes::WRITER_INTENT_TTL;
 use crate::backend::waiting::Announcement;
 use crate::backend::{Attempt, FencingToken, Patience};
-
-/// How long a waiting writer's intent bars new readers unless the writer asks again.
-pub(super) const WRITER_INTENT_TTL: Duration = Duration::from_secs(2);
 
 /// The store's one fencing counter. Every lock's tokens come from it, so each lock's tokens are
 /// strictly increasing, and nothing about a lock has to outlive the lock.

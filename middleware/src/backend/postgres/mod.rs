@@ -1,6 +1,7 @@
 //! The PostgreSQL backend: one lease row per lock, taken and given back in one statement each.
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +10,8 @@ use sqlx::postgres::PgPoolOptions;
 
 use super::sql::acquire_detached;
 use super::{
-    Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, TokenLease,
+    Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, Patience,
+    Semaphores, SharedLocks, TokenLease,
 };
 use crate::FencingToken;
 use statements::Statements;
@@ -96,30 +98,70 @@ impl PostgresBackend {
         })
     }
 
-    /// One acquire statement: taken with a fence, or busy with the holder's time left.
+    /// One acquire statement for `hold`: taken (with a fence when exclusive), or busy with
+    /// how long until the lock may change. A busy writer that will ask again queues its
+    /// intent with a second statement.
     async fn try_acquire(
         &self,
         name: &str,
         request: LockRequest,
+        hold: Hold,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        let (fence, holder_ms): (Option<i64>, Option<i64>) =
-            sqlx::query_as(&self.statements.acquire)
+        let statements = &self.statements;
+        let statement = match hold {
+            Hold::Mutex => &statements.acquire,
+            Hold::Read => &statements.acquire_read,
+            Hold::Write => &statements.acquire_write,
+            Hold::Permit { .. } => &statements.acquire_permit,
+        };
+        let owner = request.token.to_string();
+        let query = sqlx::query_as(statement)
+            .bind(name)
+            .bind(&owner)
+            .bind(millis(request.ttl));
+        let query = match hold {
+            Hold::Permit { permits } => query.bind(i64::from(permits.get())),
+            _ => query,
+        };
+        let (taken, holder_ms): (Option<i64>, Option<i64>) = query
+            .fetch_one(&self.pool)
+            .await
+            .map_err(BackendError::new)?;
+        if let Some(fence) = taken {
+            let fence = hold
+                .is_exclusive()
+                .then(|| FencingToken::new(u64::try_from(fence).unwrap_or(0)));
+            return Ok(Attempt::Acquired(Granted {
+                lease: TokenLease::new(request.token, hold),
+                fence,
+            }));
+        }
+        if hold == Hold::Write && request.patience != Patience::Once {
+            sqlx::query(&statements.write_intent)
                 .bind(name)
-                .bind(request.token.to_string())
-                .bind(millis(request.ttl))
-                .fetch_one(&self.pool)
+                .bind(&owner)
+                .execute(&self.pool)
                 .await
                 .map_err(BackendError::new)?;
-        Ok(match fence {
-            Some(fence) => Attempt::Acquired(Granted {
-                lease: TokenLease::new(request.token, Hold::Mutex),
-                fence: Some(FencingToken::new(u64::try_from(fence).unwrap_or(0))),
-            }),
-            None => Attempt::Busy {
-                holder_ttl: holder_ms
-                    .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
-            },
+        }
+        Ok(Attempt::Busy {
+            holder_ttl: holder_ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
         })
+    }
+
+    /// [`try_acquire`](Self::try_acquire) in a task of its own (`sql::acquire_detached`): an
+    /// `abandon` sent on another pooled connection could otherwise reach the database before
+    /// the acquire it undoes.
+    async fn acquire_detached(
+        &self,
+        name: &str,
+        request: LockRequest,
+        hold: Hold,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        acquire_detached(self, name, request, move |backend, name, request| async move {
+            backend.try_acquire(&name, request, hold).await
+        })
+        .await
     }
 
     /// Runs `statement` on `name` for `owner` (and `ttl`, where it takes one): whether it
@@ -144,18 +186,12 @@ impl PostgresBackend {
 impl LockBackend for PostgresBackend {
     type Lease = TokenLease;
 
-    /// The statement runs in a task of its own (`sql::acquire_detached`): an `abandon` sent on
-    /// another pooled connection could otherwise reach the database before the acquire it
-    /// undoes.
     async fn acquire(
         &self,
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        acquire_detached(self, name, request, |backend, name, request| async move {
-            backend.try_acquire(&name, request).await
-        })
-        .await
+        self.acquire_detached(name, request, Hold::Mutex).await
     }
 
     async fn extend(
@@ -164,21 +200,61 @@ impl LockBackend for PostgresBackend {
         lease: &TokenLease,
         ttl: Duration,
     ) -> Result<bool, BackendError> {
-        let extend = &self.statements.extend;
+        let statements = &self.statements;
+        let extend = if lease.hold().is_exclusive() {
+            &statements.extend
+        } else {
+            &statements.extend_shared
+        };
         self.owner_checked(extend, name, lease.token(), Some(ttl))
             .await
     }
 
     async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
-        let release = &self.statements.release;
+        let statements = &self.statements;
+        let release = if lease.hold().is_exclusive() {
+            &statements.release
+        } else {
+            &statements.release_shared
+        };
         self.owner_checked(release, name, lease.token(), None).await
     }
 
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
-        let release = &self.statements.release;
-        self.owner_checked(release, name, request.token, None)
+        let abandon = &self.statements.abandon;
+        self.owner_checked(abandon, name, request.token, None)
             .await
             .map(drop)
+    }
+}
+
+impl SharedLocks for PostgresBackend {
+    async fn acquire_read(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        self.acquire_detached(name, request, Hold::Read).await
+    }
+
+    async fn acquire_write(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        self.acquire_detached(name, request, Hold::Write).await
+    }
+}
+
+impl Semaphores for PostgresBackend {
+    async fn acquire_permit(
+        &self,
+        name: &str,
+        request: LockRequest,
+        permits: NonZeroU32,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        self.acquire_detached(name, request, Hold::Permit { permits })
+            .await
     }
 }
 

@@ -1,27 +1,100 @@
 //! The SQL of the PostgreSQL backend, written once per table name.
+//!
+//! Everything about one lock name lives in its one row, so that every acquire is a single
+//! `INSERT … ON CONFLICT (name) DO UPDATE … WHERE` whose condition reads only that row: the
+//! database locks the row and checks the condition against its latest version, which makes the
+//! statement atomic without a transaction of its own. Parameters: `$1` name, `$2` owner token,
+//! `$3` TTL in milliseconds, `$4` permits (semaphores only).
 
 use crate::backend::BackendError;
+use crate::backend::shapes::WRITER_INTENT_TTL;
 
 /// The statements on one lease table.
 #[derive(Debug)]
 pub(super) struct Statements {
     pub(super) table: String,
     pub(super) create_table: String,
-    /// `$1` name, `$2` owner, `$3` TTL in ms → (fence if taken, holder's ms left if busy).
+    /// → (fence if taken, holder's ms left if busy).
     pub(super) acquire: String,
-    /// `$1` name, `$2` owner, `$3` TTL in ms; one row changed if the lease was still held.
+    /// → (0 if taken, ms until the lock may change if busy).
+    pub(super) acquire_read: String,
+    /// → (fence if taken, ms until the lock may change if busy).
+    pub(super) acquire_write: String,
+    /// → (0 if taken, ms until the first permit's lease ends if busy).
+    pub(super) acquire_permit: String,
+    /// A busy writer that will ask again queues its intent, unless another writer's stands.
+    pub(super) write_intent: String,
+    /// One row changed if the exclusive lease was still held.
     pub(super) extend: String,
-    /// `$1` name, `$2` owner; one row changed if the lease was still held.
+    /// One row changed if the exclusive lease was still held.
     pub(super) release: String,
+    /// One row changed if the shared hold was still held.
+    pub(super) extend_shared: String,
+    /// One row changed if the shared hold was still held.
+    pub(super) release_shared: String,
+    /// Drops whatever `$2` holds or intends on `$1`: exclusive lease, shared hold, intent.
+    pub(super) abandon: String,
 }
 
-/// `interval` of `$3` milliseconds from now, by the database's clock.
+/// `$3` milliseconds from now, by the database's clock.
 const EXPIRY: &str = "clock_timestamp() + $3::bigint * interval '1 millisecond'";
+
+/// Now, in milliseconds since the epoch by the database's clock: how shared holds expire.
+const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+/// Nobody holds the lock exclusively (never taken, released, or the lease expired).
+const EXCLUSIVE_FREE: &str = "(lease.owner IS NULL OR lease.expires_at <= clock_timestamp())";
+
+/// No waiting writer's intent stands.
+const NO_INTENT: &str = "(lease.intent IS NULL OR lease.intent_expires <= clock_timestamp())";
 
 impl Statements {
     /// The statements on `table`: one or two plain identifiers (`name` or `schema.name`).
     pub(super) fn for_table(table: &str) -> Result<Self, BackendError> {
         super::super::sql::check_table_name(table)?;
+        let no_shared = format!(
+            "NOT EXISTS (SELECT FROM jsonb_each(lease.shared) WHERE value::bigint > {NOW_MS})"
+        );
+        let live_count = format!(
+            "(SELECT count(*) FROM jsonb_each(lease.shared) WHERE value::bigint > {NOW_MS})"
+        );
+        let live_shared = format!(
+            "(SELECT coalesce(jsonb_object_agg(key, value), '{{}}') FROM jsonb_each(lease.shared) \
+             WHERE value::bigint > {NOW_MS})"
+        );
+        let held_shared = format!("(lease.shared ->> $2)::bigint > {NOW_MS}");
+        let intent_expiry = format!(
+            "clock_timestamp() + interval '{} milliseconds'",
+            WRITER_INTENT_TTL.as_millis()
+        );
+        let exclusive = |condition: &str, also: &str| {
+            answered(
+                table,
+                &format!(
+                    "INSERT INTO {table} AS lease (name, owner, expires_at, fence) \
+                     VALUES ($1, $2, {EXPIRY}, 1) \
+                     ON CONFLICT (name) DO UPDATE \
+                        SET owner = excluded.owner, expires_at = excluded.expires_at, \
+                            fence = lease.fence + 1, shared = '{{}}'{also} \
+                        WHERE {condition} \
+                     RETURNING fence"
+                ),
+            )
+        };
+        let shared = |condition: &str| {
+            answered(
+                table,
+                &format!(
+                    "INSERT INTO {table} AS lease (name, fence, shared) \
+                     VALUES ($1, 0, jsonb_build_object($2::text, {NOW_MS} + $3::bigint)) \
+                     ON CONFLICT (name) DO UPDATE \
+                        SET shared = {live_shared} || excluded.shared \
+                        WHERE {condition} \
+                     RETURNING 0::bigint"
+                ),
+            )
+        };
+        let free = format!("{EXCLUSIVE_FREE} AND {no_shared}");
         Ok(Self {
             table: table.to_owned(),
             create_table: format!(
@@ -29,30 +102,66 @@ impl Statements {
                     name text PRIMARY KEY, \
                     owner text, \
                     expires_at timestamptz, \
-                    fence bigint NOT NULL)"
+                    fence bigint NOT NULL, \
+                    shared jsonb NOT NULL DEFAULT '{{}}', \
+                    intent text, \
+                    intent_expires timestamptz)"
             ),
-            acquire: format!(
-                "WITH previous AS (SELECT expires_at FROM {table} WHERE name = $1), \
-                 taken AS (\
-                    INSERT INTO {table} AS lease (name, owner, expires_at, fence) \
-                    VALUES ($1, $2, {EXPIRY}, 1) \
-                    ON CONFLICT (name) DO UPDATE \
-                        SET owner = excluded.owner, expires_at = excluded.expires_at, \
-                            fence = lease.fence + 1 \
-                        WHERE lease.owner IS NULL OR lease.expires_at <= clock_timestamp() \
-                    RETURNING fence) \
-                 SELECT (SELECT fence FROM taken), \
-                        (SELECT ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint \
-                         FROM previous)"
+            acquire: exclusive(&free, ""),
+            acquire_write: exclusive(
+                &format!("{free} AND ({NO_INTENT} OR lease.intent = $2)"),
+                ", intent = NULL, intent_expires = NULL",
+            ),
+            acquire_read: shared(&format!("{EXCLUSIVE_FREE} AND {NO_INTENT}")),
+            acquire_permit: shared(&format!("{EXCLUSIVE_FREE} AND {live_count} < $4")),
+            write_intent: format!(
+                "UPDATE {table} AS lease SET intent = $2, intent_expires = {intent_expiry} \
+                 WHERE name = $1 AND ({NO_INTENT} OR lease.intent = $2)"
             ),
             extend: format!(
-                "UPDATE {table} SET expires_at = {EXPIRY} \
-                 WHERE name = $1 AND owner = $2 AND expires_at > clock_timestamp()"
+                "UPDATE {table} AS lease SET expires_at = {EXPIRY} \
+                 WHERE name = $1 AND lease.owner = $2 AND lease.expires_at > clock_timestamp()"
             ),
             release: format!(
-                "UPDATE {table} SET owner = NULL, expires_at = NULL \
-                 WHERE name = $1 AND owner = $2 AND expires_at > clock_timestamp()"
+                "UPDATE {table} AS lease SET owner = NULL, expires_at = NULL \
+                 WHERE name = $1 AND lease.owner = $2 AND lease.expires_at > clock_timestamp()"
+            ),
+            extend_shared: format!(
+                "UPDATE {table} AS lease \
+                 SET shared = jsonb_set(lease.shared, ARRAY[$2::text], to_jsonb({NOW_MS} + $3::bigint)) \
+                 WHERE name = $1 AND {held_shared}"
+            ),
+            release_shared: format!(
+                "UPDATE {table} AS lease SET shared = lease.shared - $2::text WHERE name = $1 AND {held_shared}"
+            ),
+            abandon: format!(
+                "UPDATE {table} AS lease SET \
+                    owner = CASE WHEN lease.owner = $2 THEN NULL ELSE lease.owner END, \
+                    expires_at = CASE WHEN lease.owner = $2 THEN NULL ELSE lease.expires_at END, \
+                    shared = lease.shared - $2::text, \
+                    intent = CASE WHEN lease.intent = $2 THEN NULL ELSE lease.intent END, \
+                    intent_expires = \
+                        CASE WHEN lease.intent = $2 THEN NULL ELSE lease.intent_expires END \
+                 WHERE name = $1 \
+                    AND (lease.owner = $2 OR lease.shared ? $2 OR lease.intent = $2)"
             ),
         })
     }
+}
+
+/// The acquire `insert` (which returns one value when it took the lock) as one statement that
+/// also answers, when busy, how many milliseconds until the lock may change: the soonest end
+/// of the exclusive lease, of a shared hold, or of a waiting writer's intent (as the row stood
+/// when the statement began).
+fn answered(table: &str, insert: &str) -> String {
+    format!(
+        "WITH previous AS (SELECT * FROM {table} WHERE name = $1), taken AS ({insert}) \
+         SELECT (SELECT * FROM taken), \
+                (SELECT ceil(extract(epoch FROM least(\
+                    CASE WHEN expires_at > clock_timestamp() THEN expires_at END, \
+                    CASE WHEN intent_expires > clock_timestamp() THEN intent_expires END, \
+                    (SELECT to_timestamp(min(value::bigint) / 1000.0) FROM jsonb_each(shared) \
+                     WHERE value::bigint > {NOW_MS})) - clock_timestamp()) * 1000)::bigint \
+                 FROM previous)"
+    )
 }

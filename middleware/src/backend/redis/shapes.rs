@@ -2,7 +2,6 @@
 //! uncontended writer.
 
 use std::num::NonZeroU32;
-use std::time::Duration;
 
 use redis::{Cmd, FromRedisValue, Value};
 use tokio::time::Instant;
@@ -12,13 +11,11 @@ use super::commands::{
     ScriptArg, acquire_reply, answered_within_lease, fence_incr, millis, patience_arg, set_nx,
 };
 use super::keys::LockKey;
+use crate::backend::shapes::WRITER_INTENT_TTL;
 use crate::backend::{
     Attempt, BackendError, FencingToken, Granted, Hold, LockRequest, Patience, Semaphores,
     SharedLocks, TokenLease,
 };
-
-/// How long a waiting writer's intent bars new readers unless the writer renews it.
-const WRITER_INTENT_TTL: Duration = Duration::from_secs(2);
 
 /// A script's `{1, fence}` / `{0, wait}` answer as a grant to `request.token`, holding `hold`.
 fn granted(
