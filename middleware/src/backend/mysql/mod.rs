@@ -1,18 +1,21 @@
 //! The MySQL/MariaDB backend: one lease row per lock, with a version column as fencing token.
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::MySqlPool;
-use sqlx::mysql::MySqlPoolOptions;
+use sqlx::mysql::{MySqlArguments, MySqlPoolOptions, MySqlRow};
+use sqlx::query::Query;
+use sqlx::{MySql, MySqlPool, Row};
 
 use super::sql::acquire_detached;
 use super::{
-    Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, TokenLease,
+    Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, Patience,
+    Semaphores, SharedLocks, TokenLease,
 };
 use crate::FencingToken;
-use statements::{MAX_NAME_LEN, Statements};
+use statements::{MAX_NAME_LEN, Param, Statement, Statements};
 
 mod statements;
 
@@ -24,21 +27,27 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 /// The design of the classic MySQL lock, done carefully: one row per lock name with a unique
 /// key, the holder's owner id (only the owner extends or releases), an expiry (so a dead
 /// holder frees the lock), and a version column that is the fencing token — bumped by every
-/// acquire and kept across releases, so it increases strictly per name. An acquire is one
-/// `INSERT … ON DUPLICATE KEY UPDATE` that takes the row only if it is free or expired and
+/// exclusive acquire and kept across releases, so it increases strictly per name. An acquire
+/// is one `INSERT … ON DUPLICATE KEY UPDATE` that takes the row only if it allows it and
 /// returns the new version through `LAST_INSERT_ID`; when the lock is busy, a second query asks
-/// how long the holder has left. Extending and releasing are one owner-checked `UPDATE` each.
-/// Expiry is measured by the server's UTC clock (`UTC_TIMESTAMP(6)`), never a client's, and
-/// whatever the session's time zone.
+/// how long until it may change. Readers and permit holders are kept in the same row (a JSON
+/// array with an expiry each), beside a waiting writer's intent, so read-write locks and
+/// semaphores are one statement too. Extending and releasing are one owner-checked `UPDATE`
+/// each. Expiry is measured by the server's UTC clock (`UTC_TIMESTAMP(6)`), never a client's,
+/// and whatever the session's time zone. Needs `JSON_TABLE`: MariaDB 10.6 or MySQL 8.
 ///
 /// The table is created on connect when it is missing (idempotent):
 ///
 /// ```sql
 /// CREATE TABLE IF NOT EXISTS tower_lock_leases (
-///     name       VARBINARY(512) NOT NULL PRIMARY KEY,
-///     owner      CHAR(32) NULL,    -- the holder's owner token; NULL when free
-///     expires_at DATETIME(6) NULL, -- UTC, by the server's clock; NULL when free
-///     fence      BIGINT UNSIGNED NOT NULL -- the version: the last fencing token issued
+///     name           VARBINARY(512) NOT NULL PRIMARY KEY,
+///     owner          CHAR(32) NULL,    -- the mutex's or writer's owner token; NULL when free
+///     expires_at     DATETIME(6) NULL, -- UTC, by the server's clock; NULL when free
+///     fence          BIGINT UNSIGNED NOT NULL, -- the version: the last fencing token issued
+///     shared         JSON NOT NULL,    -- readers or permit holders:
+///                                      -- [{"t": owner token, "e": expiry, µs since the epoch}]
+///     intent         CHAR(32) NULL,    -- a waiting writer, which bars new readers
+///     intent_expires DATETIME(6) NULL
 /// ) ENGINE = InnoDB;
 /// ```
 ///
@@ -95,27 +104,42 @@ impl MysqlBackend {
         })
     }
 
-    /// One acquire statement (and, when busy, one query for the holder's time left).
+    /// One acquire statement for `hold` (and, when busy, one query for how long until the
+    /// lock may change).
     async fn try_acquire(
         &self,
         name: &str,
         request: LockRequest,
+        hold: Hold,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        let done = sqlx::query(&self.statements.acquire)
-            .bind(name.as_bytes())
-            .bind(request.token.to_string())
-            .bind(micros(request.ttl))
+        let statements = &self.statements;
+        let (statement, permits) = match hold {
+            Hold::Mutex => (&statements.acquire, None),
+            Hold::Read => (&statements.acquire_read, None),
+            Hold::Write => (&statements.acquire_write, None),
+            Hold::Permit { permits } => (&statements.acquire_permit, Some(permits)),
+        };
+        let args = Args {
+            name,
+            owner: request.token,
+            ttl: request.ttl,
+            permits,
+            patient: request.patience != Patience::Once,
+        };
+        let done = args
+            .bind(statement)
             .execute(&self.pool)
             .await
             .map_err(BackendError::new)?;
-        if let fence @ 1.. = done.last_insert_id() {
+        if let answer @ 1.. = done.last_insert_id() {
             return Ok(Attempt::Acquired(Granted {
-                lease: TokenLease::new(request.token, Hold::Mutex),
-                fence: Some(FencingToken::new(fence)),
+                lease: TokenLease::new(request.token, hold),
+                fence: hold.is_exclusive().then(|| FencingToken::new(answer)),
             }));
         }
-        let left: Option<Option<i64>> = sqlx::query_scalar(&self.statements.holder_left)
-            .bind(name.as_bytes())
+        let left: Option<Option<i64>> = args
+            .bind(&statements.holder_left)
+            .try_map(|row: MySqlRow| row.try_get(0))
             .fetch_optional(&self.pool)
             .await
             .map_err(BackendError::new)?;
@@ -125,40 +149,81 @@ impl MysqlBackend {
         })
     }
 
-    /// Runs the owner-checked `statement` on `name` for `owner`: whether it matched the row,
-    /// that is whether the lease was still the owner's.
+    /// [`try_acquire`](Self::try_acquire) in a task of its own (`sql::acquire_detached`): an
+    /// `abandon` sent on another pooled connection could otherwise reach the server before
+    /// the acquire it undoes.
+    async fn acquire_detached(
+        &self,
+        name: &str,
+        request: LockRequest,
+        hold: Hold,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        acquire_detached(self, name, request, move |backend, name, request| async move {
+            backend.try_acquire(&name, request, hold).await
+        })
+        .await
+    }
+
+    /// Runs the owner-checked `statement` on `name` for `owner` (and `ttl`, where it takes
+    /// one): whether it matched the row, that is whether the lease was still the owner's.
     async fn owner_checked(
         &self,
-        statement: &str,
-        ttl: Option<Duration>,
+        statement: &Statement,
         name: &str,
         owner: OwnerToken,
+        ttl: Duration,
     ) -> Result<bool, BackendError> {
-        let query = sqlx::query(statement);
-        let query = match ttl {
-            Some(ttl) => query.bind(micros(ttl)),
-            None => query,
+        let args = Args {
+            name,
+            owner,
+            ttl,
+            permits: None,
+            patient: false,
         };
-        let query = query.bind(name.as_bytes()).bind(owner.to_string());
-        let done = query.execute(&self.pool).await.map_err(BackendError::new)?;
+        let done = args
+            .bind(statement)
+            .execute(&self.pool)
+            .await
+            .map_err(BackendError::new)?;
         Ok(done.rows_affected() == 1)
+    }
+}
+
+/// The values a statement's `?`s stand for.
+#[derive(Clone, Copy)]
+struct Args<'a> {
+    name: &'a str,
+    owner: OwnerToken,
+    ttl: Duration,
+    permits: Option<NonZeroU32>,
+    patient: bool,
+}
+
+impl<'a> Args<'a> {
+    /// `statement` with its `?`s bound, in its order.
+    fn bind(self, statement: &'a Statement) -> Query<'a, MySql, MySqlArguments> {
+        statement
+            .params
+            .iter()
+            .fold(sqlx::query(&statement.sql), |query, param| match param {
+                Param::Name => query.bind(self.name.as_bytes()),
+                Param::Owner => query.bind(self.owner.to_string()),
+                Param::Ttl => query.bind(micros(self.ttl)),
+                Param::Permits => query.bind(self.permits.map_or(0, NonZeroU32::get)),
+                Param::Patient => query.bind(self.patient),
+            })
     }
 }
 
 impl LockBackend for MysqlBackend {
     type Lease = TokenLease;
 
-    /// The statement runs in a task of its own: an `abandon` sent on another pooled
-    /// connection could otherwise reach the server before the acquire it undoes.
     async fn acquire(
         &self,
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        acquire_detached(self, name, request, |backend, name, request| async move {
-            backend.try_acquire(&name, request).await
-        })
-        .await
+        self.acquire_detached(name, request, Hold::Mutex).await
     }
 
     async fn extend(
@@ -167,25 +232,65 @@ impl LockBackend for MysqlBackend {
         lease: &TokenLease,
         ttl: Duration,
     ) -> Result<bool, BackendError> {
-        let extend = &self.statements.extend;
-        self.owner_checked(extend, Some(ttl), name, lease.token())
-            .await
+        let statements = &self.statements;
+        let extend = if lease.hold().is_exclusive() {
+            &statements.extend
+        } else {
+            &statements.extend_shared
+        };
+        self.owner_checked(extend, name, lease.token(), ttl).await
     }
 
     async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
-        let release = &self.statements.release;
-        self.owner_checked(release, None, name, lease.token()).await
+        let statements = &self.statements;
+        let release = if lease.hold().is_exclusive() {
+            &statements.release
+        } else {
+            &statements.release_shared
+        };
+        self.owner_checked(release, name, lease.token(), Duration::ZERO)
+            .await
     }
 
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
-        let release = &self.statements.release;
-        self.owner_checked(release, None, name, request.token)
+        let abandon = &self.statements.abandon;
+        self.owner_checked(abandon, name, request.token, request.ttl)
             .await
             .map(drop)
     }
 
     fn max_name_len(&self) -> Option<usize> {
         Some(MAX_NAME_LEN)
+    }
+}
+
+impl SharedLocks for MysqlBackend {
+    async fn acquire_read(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        self.acquire_detached(name, request, Hold::Read).await
+    }
+
+    async fn acquire_write(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        self.acquire_detached(name, request, Hold::Write).await
+    }
+}
+
+impl Semaphores for MysqlBackend {
+    async fn acquire_permit(
+        &self,
+        name: &str,
+        request: LockRequest,
+        permits: NonZeroU32,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        self.acquire_detached(name, request, Hold::Permit { permits })
+            .await
     }
 }
 

@@ -1,35 +1,130 @@
 //! The SQL of the MySQL/MariaDB backend, written once per table name.
+//!
+//! Everything about one lock name lives in its one row, so that every acquire is a single
+//! `INSERT … ON DUPLICATE KEY UPDATE`, which InnoDB runs with the row locked. That statement
+//! has no `WHERE`: each column is assigned `IF(taken, new, old)`. Assignments run left to
+//! right and later ones read the new values, so the first one decides (on the old row) and
+//! records the answer with `LAST_INSERT_ID(answer)`: the fence, or 1 for a shared hold, or 0
+//! when busy; the later ones read it back as `LAST_INSERT_ID() > 0`, and the client reads it
+//! from the statement's reply.
 
 use crate::backend::BackendError;
+use crate::backend::shapes::WRITER_INTENT_TTL;
 
 /// The longest lock name the table's key column holds, in bytes.
 pub(super) const MAX_NAME_LEN: usize = 512;
 
-/// Whether the row is free: never taken, released, or its lease expired (the database's UTC
-/// clock, whatever the session's time zone).
-const FREE: &str = "owner IS NULL OR expires_at <= UTC_TIMESTAMP(6)";
+/// What a `?` of a statement stands for, in the order the statement takes them.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Param {
+    /// The lock name.
+    Name,
+    /// The caller's owner token.
+    Owner,
+    /// The lease's TTL in microseconds.
+    Ttl,
+    /// How many permits the semaphore has.
+    Permits,
+    /// Whether a busy caller will ask again (a writer then queues its intent).
+    Patient,
+}
+
+/// One statement and what its `?`s stand for.
+#[derive(Debug)]
+pub(super) struct Statement {
+    pub(super) sql: String,
+    pub(super) params: &'static [Param],
+}
 
 /// The statements on one lease table.
 #[derive(Debug)]
 pub(super) struct Statements {
     pub(super) table: String,
     pub(super) create_table: String,
-    /// `?` name, owner, TTL in µs. `LAST_INSERT_ID` carries the answer: the fence if taken,
-    /// 0 if busy (`rows_affected` cannot tell a busy row from a fresh insert, as sqlx asks for
-    /// found rows).
-    pub(super) acquire: String,
-    /// `?` name → the holder's µs left.
-    pub(super) holder_left: String,
-    /// `?` TTL in µs, name, owner; one row matched if the lease was still held.
-    pub(super) extend: String,
-    /// `?` name, owner; one row matched if the lease was still held.
-    pub(super) release: String,
+    pub(super) acquire: Statement,
+    pub(super) acquire_read: Statement,
+    pub(super) acquire_write: Statement,
+    pub(super) acquire_permit: Statement,
+    /// → µs until the lock may change: the soonest end of the exclusive lease, a shared hold
+    /// or a waiting writer's intent.
+    pub(super) holder_left: Statement,
+    /// One row matched if the exclusive lease was still held.
+    pub(super) extend: Statement,
+    /// One row matched if the exclusive lease was still held.
+    pub(super) release: Statement,
+    /// One row matched if the shared hold was still held.
+    pub(super) extend_shared: Statement,
+    /// One row matched if the shared hold was still held.
+    pub(super) release_shared: Statement,
+    /// Drops whatever the owner holds or intends on the name.
+    pub(super) abandon: Statement,
 }
+
+/// Now, in microseconds since the epoch by the server's UTC clock: how shared holds expire.
+const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))";
+
+/// Nobody holds the lock exclusively (never taken, released, or the lease expired), by the
+/// server's UTC clock whatever the session's time zone.
+const EXCLUSIVE_FREE: &str = "(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6))";
+
+/// No waiting writer's intent stands.
+const NO_INTENT: &str = "(intent IS NULL OR intent_expires <= UTC_TIMESTAMP(6))";
+
+/// The row's shared holds as a table of (token, expiry µs).
+const HOLDERS: &str = "JSON_TABLE(shared, '$[*]' \
+    COLUMNS (token CHAR(32) PATH '$.t', expiry BIGINT PATH '$.e')) AS holder";
+
+/// Whether the statement's first assignment took the lock.
+const TAKEN: &str = "LAST_INSERT_ID() > 0";
+
+/// Longer than any lease, in µs: `LEAST` of nothing live.
+const FOREVER: i64 = i64::MAX;
 
 impl Statements {
     /// The statements on `table`: one or two plain identifiers (`name` or `database.name`).
     pub(super) fn for_table(table: &str) -> Result<Self, BackendError> {
+        use Param::{Name, Owner, Patient, Permits, Ttl};
         super::super::sql::check_table_name(table)?;
+        let live_count = format!("(SELECT COUNT(*) FROM {HOLDERS} WHERE expiry > {NOW_US})");
+        let live_shared = format!(
+            "(SELECT COALESCE(JSON_ARRAYAGG(JSON_OBJECT('t', token, 'e', expiry)), JSON_ARRAY()) \
+             FROM {HOLDERS} WHERE expiry > {NOW_US})"
+        );
+        let held_shared =
+            format!("EXISTS (SELECT 1 FROM {HOLDERS} WHERE token = ? AND expiry > {NOW_US})");
+        let free = format!("{EXCLUSIVE_FREE} AND {live_count} = 0");
+        let exclusive = |condition: &str, also: &str, params: &'static [Param]| Statement {
+            sql: format!(
+                "INSERT INTO {table} (name, owner, expires_at, fence, shared) \
+                 VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, LAST_INSERT_ID(1), \
+                    JSON_ARRAY()) \
+                 ON DUPLICATE KEY UPDATE \
+                    fence = IF({condition}, LAST_INSERT_ID(fence + 1), \
+                        fence + 0 * LAST_INSERT_ID(0)), \
+                    owner = IF({TAKEN}, VALUES(owner), owner), \
+                    expires_at = IF({TAKEN}, VALUES(expires_at), expires_at), \
+                    shared = IF({TAKEN}, JSON_ARRAY(), shared){also}"
+            ),
+            params,
+        };
+        let shared = |condition: &str, params: &'static [Param]| Statement {
+            sql: format!(
+                "INSERT INTO {table} (name, fence, shared) \
+                 VALUES (?, 0 * LAST_INSERT_ID(1), \
+                    JSON_ARRAY(JSON_OBJECT('t', ?, 'e', {NOW_US} + ?))) \
+                 ON DUPLICATE KEY UPDATE \
+                    fence = fence + 0 * LAST_INSERT_ID(IF({condition}, 1, 0)), \
+                    shared = IF({TAKEN}, JSON_MERGE_PRESERVE({live_shared}, VALUES(shared)), \
+                        shared)"
+            ),
+            params,
+        };
+        let left = |expiry: &str| {
+            format!(
+                "COALESCE(IF({expiry} > UTC_TIMESTAMP(6), \
+                    TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), {expiry}), NULL), {FOREVER})"
+            )
+        };
         Ok(Self {
             table: table.to_owned(),
             create_table: format!(
@@ -37,30 +132,95 @@ impl Statements {
                     name VARBINARY({MAX_NAME_LEN}) NOT NULL PRIMARY KEY, \
                     owner CHAR(32) NULL, \
                     expires_at DATETIME(6) NULL, \
-                    fence BIGINT UNSIGNED NOT NULL) ENGINE = InnoDB"
+                    fence BIGINT UNSIGNED NOT NULL, \
+                    shared JSON NOT NULL, \
+                    intent CHAR(32) NULL, \
+                    intent_expires DATETIME(6) NULL) ENGINE = InnoDB"
             ),
-            // Assignments run left to right: `owner` still reads the old row when it decides,
-            // as `fence` did; `expires_at` reads the new owner.
-            acquire: format!(
-                "INSERT INTO {table} (name, owner, expires_at, fence) \
-                 VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, LAST_INSERT_ID(1)) \
-                 ON DUPLICATE KEY UPDATE \
-                    fence = IF({FREE}, LAST_INSERT_ID(fence + 1), fence + 0 * LAST_INSERT_ID(0)), \
-                    owner = IF({FREE}, VALUES(owner), owner), \
-                    expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)"
+            acquire: exclusive(&free, "", &[Name, Owner, Ttl]),
+            // `intent` is assigned before `intent_expires`, which then reads whether the
+            // intent is the caller's.
+            acquire_write: exclusive(
+                &format!("{free} AND ({NO_INTENT} OR intent = VALUES(owner))"),
+                &format!(
+                    ", intent = IF({TAKEN}, NULL, \
+                        IF(? AND ({NO_INTENT} OR intent = VALUES(owner)), VALUES(owner), intent)), \
+                     intent_expires = IF({TAKEN}, NULL, IF(intent <=> VALUES(owner), \
+                        UTC_TIMESTAMP(6) + INTERVAL {} MICROSECOND, intent_expires))",
+                    WRITER_INTENT_TTL.as_micros()
+                ),
+                &[Name, Owner, Ttl, Patient],
             ),
-            holder_left: format!(
-                "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) \
-                 FROM {table} WHERE name = ? AND owner IS NOT NULL"
+            acquire_read: shared(
+                &format!("{EXCLUSIVE_FREE} AND {NO_INTENT}"),
+                &[Name, Owner, Ttl],
             ),
-            extend: format!(
-                "UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
-                 WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
+            acquire_permit: shared(
+                &format!("{EXCLUSIVE_FREE} AND {live_count} < ?"),
+                &[Name, Owner, Ttl, Permits],
             ),
-            release: format!(
-                "UPDATE {table} SET owner = NULL, expires_at = NULL \
-                 WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
-            ),
+            holder_left: Statement {
+                sql: format!(
+                    "SELECT NULLIF(LEAST({}, {}, \
+                        COALESCE((SELECT MIN(expiry) FROM {HOLDERS} WHERE expiry > {NOW_US}) \
+                            - {NOW_US}, {FOREVER})), {FOREVER}) \
+                     FROM {table} WHERE name = ?",
+                    left("expires_at"),
+                    left("intent_expires"),
+                ),
+                params: &[Name],
+            },
+            extend: Statement {
+                sql: format!(
+                    "UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+                     WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
+                ),
+                params: &[Ttl, Name, Owner],
+            },
+            release: Statement {
+                sql: format!(
+                    "UPDATE {table} SET owner = NULL, expires_at = NULL \
+                     WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
+                ),
+                params: &[Name, Owner],
+            },
+            extend_shared: Statement {
+                sql: format!(
+                    "UPDATE {table} SET shared = (\
+                        SELECT JSON_ARRAYAGG(JSON_OBJECT(\
+                            't', token, 'e', IF(token = ?, {NOW_US} + ?, expiry))) \
+                        FROM {HOLDERS} WHERE expiry > {NOW_US}) \
+                     WHERE name = ? AND {held_shared}"
+                ),
+                params: &[Owner, Ttl, Name, Owner],
+            },
+            release_shared: Statement {
+                sql: format!(
+                    "UPDATE {table} SET shared = (\
+                        SELECT COALESCE(JSON_ARRAYAGG(JSON_OBJECT('t', token, 'e', expiry)), \
+                            JSON_ARRAY()) \
+                        FROM {HOLDERS} WHERE expiry > {NOW_US} AND token <> ?) \
+                     WHERE name = ? AND {held_shared}"
+                ),
+                params: &[Owner, Name, Owner],
+            },
+            // `expires_at` is assigned before `owner`, and `intent_expires` before `intent`:
+            // each still reads whether the old value was the caller's.
+            abandon: Statement {
+                sql: format!(
+                    "UPDATE {table} SET \
+                        expires_at = IF(owner <=> ?, NULL, expires_at), \
+                        owner = IF(owner <=> ?, NULL, owner), \
+                        shared = (\
+                            SELECT COALESCE(JSON_ARRAYAGG(JSON_OBJECT('t', token, 'e', expiry)), \
+                                JSON_ARRAY()) \
+                            FROM {HOLDERS} WHERE token <> ?), \
+                        intent_expires = IF(intent <=> ?, NULL, intent_expires), \
+                        intent = IF(intent <=> ?, NULL, intent) \
+                     WHERE name = ?"
+                ),
+                params: &[Owner, Owner, Owner, Owner, Owner, Name],
+            },
         })
     }
 }

@@ -23,23 +23,30 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 
 /// Locks in PostgreSQL, shared by every process that uses the same database and table.
 ///
-/// Each lock name that was ever taken has one row: the holder's owner token and the lease's
-/// expiry while it is held (both `NULL` when it is free), and a fencing counter that survives
-/// releases. An acquire is one statement: an `INSERT … ON CONFLICT (name) DO UPDATE … WHERE`
-/// the row is free or its lease expired, which bumps the counter and returns it as the fencing
-/// token; when the lock is busy, the same statement answers how long the holder has left.
-/// Extending and releasing are one owner-checked `UPDATE` each. Expiry is measured by the
-/// database's clock (`clock_timestamp()`), never a client's, so replicas with skewed clocks
-/// agree on who holds a lock.
+/// Each lock name that was ever taken has one row holding all of its state: the exclusive
+/// holder's owner token and the lease's expiry (both `NULL` when free), a fencing counter that
+/// survives releases, the readers or permit holders with an expiry each, and a waiting
+/// writer's intent. Every acquire is one statement: an `INSERT … ON CONFLICT (name) DO UPDATE
+/// … WHERE` the row allows it (free or expired for a mutex; no writer nor intent for a reader;
+/// fewer holders than permits for a semaphore), which PostgreSQL checks with the row locked;
+/// a mutex or writer gets the bumped counter as its fencing token, and a busy acquire learns
+/// from the same statement how long until the lock may change. Extending and releasing are one
+/// owner-checked `UPDATE` each. Expiry is measured by the database's clock
+/// (`clock_timestamp()`), never a client's, so replicas with skewed clocks agree on who holds
+/// a lock.
 ///
 /// The table is created on connect when it is missing (idempotent):
 ///
 /// ```sql
 /// CREATE TABLE IF NOT EXISTS tower_lock_leases (
-///     name       text PRIMARY KEY,
-///     owner      text,          -- the holder's owner token; NULL when free
-///     expires_at timestamptz,   -- by the database's clock; NULL when free
-///     fence      bigint NOT NULL -- the last fencing token issued for this name
+///     name           text PRIMARY KEY,
+///     owner          text,             -- the mutex's or writer's owner token; NULL when free
+///     expires_at     timestamptz,      -- by the database's clock; NULL when free
+///     fence          bigint NOT NULL,  -- the last fencing token issued for this name
+///     shared         jsonb NOT NULL DEFAULT '{}', -- readers or permit holders:
+///                                      -- owner token -> expiry, ms since the epoch
+///     intent         text,             -- a waiting writer, which bars new readers
+///     intent_expires timestamptz
 /// );
 /// ```
 ///
