@@ -3,7 +3,8 @@
 //! `POST /coupons/{id}/claim` is ordinary, non-atomic business code (read the stock, check
 //! the user, work, write). Without a lock, concurrent claims read the same stock and the
 //! coupon is claimed more often than it has units; with the lock layer on that route (key
-//! `coupon:{id}`), it never is — on one process, or across replicas sharing Redis.
+//! `coupon:{id}`), it never is — on one process, or across replicas sharing Redis, PostgreSQL
+//! or MySQL/MariaDB.
 
 use std::net::SocketAddr;
 use std::sync::LazyLock;
@@ -12,7 +13,9 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::request::Parts;
 use axum::routing::{MethodRouter, get, post, put};
-use tower_lock::backend::{Semaphores, SharedLocks};
+use tower_lock::backend::mysql::MysqlBackend;
+use tower_lock::backend::postgres::PostgresBackend;
+use tower_lock::backend::{BackendError, Semaphores, SharedLocks};
 use tower_lock::key::{KeyError, KeyExtractor, KeyTemplate, many};
 use tower_lock::{LockBackend, LockLayer, MemoryBackend, OnLost, RedisBackend};
 
@@ -21,7 +24,7 @@ pub mod routes;
 pub mod store;
 pub mod transfers;
 
-use store::{CouponStore, MemoryStore, RedisStore};
+use store::{CouponStore, Dialect, MemoryStore, RedisStore, SqlStore};
 
 /// Command-line options; each can also come from the environment.
 #[derive(Clone, Debug, clap::Parser)]
@@ -30,9 +33,13 @@ pub struct Options {
     /// Address to listen on.
     #[arg(long, env = "LISTEN", default_value = "127.0.0.1:3000")]
     pub listen: SocketAddr,
-    /// Redis for coupons and locks, shared by replicas. Without it: the embedded in-process
-    /// store and lock backend (one process only).
-    #[arg(long, env = "REDIS_URL")]
+    /// Where coupons and locks live, shared by replicas: `redis://…`, `postgres://…` or
+    /// `mysql://…`. Without it: the embedded in-process store and lock backend (one process
+    /// only).
+    #[arg(long, env = "STORE")]
+    pub store: Option<String>,
+    /// The same as `--store`, under its older name.
+    #[arg(long, env = "REDIS_URL", conflicts_with = "store")]
     pub redis_url: Option<String>,
     /// Serve claims without the lock layer: the control that oversells.
     #[arg(long, env = "NO_LOCK")]
@@ -60,6 +67,62 @@ pub struct Options {
     /// How many audits (`POST /coupons/{id}/audit`) may run at once across all replicas.
     #[arg(long, env = "AUDIT_PERMITS", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub audit_permits: u32,
+}
+
+impl Options {
+    /// The store's URL, from `--store` or its alias `--redis-url`.
+    pub fn store_url(&self) -> Option<&str> {
+        self.store.as_deref().or(self.redis_url.as_deref())
+    }
+}
+
+/// The kinds of shared store, told apart by the URL's scheme.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    /// `redis://` or `rediss://`.
+    Redis,
+    /// `postgres://` or `postgresql://`.
+    Postgres,
+    /// `mysql://` (MySQL or MariaDB).
+    Mysql,
+}
+
+impl StoreKind {
+    /// The kind `url` names by its scheme.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the schemes the demo knows, for any other.
+    pub fn of(url: &str) -> Result<Self, String> {
+        let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+        match scheme {
+            "redis" | "rediss" => Ok(Self::Redis),
+            "postgres" | "postgresql" => Ok(Self::Postgres),
+            "mysql" => Ok(Self::Mysql),
+            _ => Err(format!(
+                "--store {}: the URL must start with redis://, postgres:// or mysql://",
+                redacted(url)
+            )),
+        }
+    }
+
+    /// The SQL the store speaks, `None` for Redis.
+    pub fn dialect(self) -> Option<Dialect> {
+        match self {
+            Self::Redis => None,
+            Self::Postgres => Some(Dialect::Postgres),
+            Self::Mysql => Some(Dialect::Mysql),
+        }
+    }
+
+    /// The store's name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Redis => "Redis",
+            Self::Postgres => "PostgreSQL",
+            Self::Mysql => "MySQL",
+        }
+    }
 }
 
 /// `--on-lost` values.
@@ -132,6 +195,10 @@ pub enum Locking {
     Memory(MemoryBackend),
     /// In Redis, across replicas.
     Redis(RedisBackend),
+    /// In PostgreSQL, across replicas.
+    Postgres(PostgresBackend),
+    /// In MySQL/MariaDB, across replicas.
+    Mysql(MysqlBackend),
 }
 
 /// What the handlers share.
@@ -171,32 +238,74 @@ impl AppState {
         }
     }
 
-    /// The state `options` ask for, connecting to Redis when a URL is given.
-    pub async fn from_options(options: &Options) -> Result<Self, redis::RedisError> {
+    /// The state `options` ask for, connecting to the store when a URL is given.
+    ///
+    /// # Errors
+    ///
+    /// One line naming the store and why it cannot be used.
+    pub async fn from_options(options: &Options) -> Result<Self, String> {
         let work = Duration::from_millis(options.work_ms);
         let settings = LockSettings::from(options);
-        let Some(url) = &options.redis_url else {
+        let Some(url) = options.store_url() else {
             return Ok(Self::embedded(work, settings, !options.no_lock));
         };
-        // With the lock on, the store shares the lock backend's connection: the claim's own
-        // commands and its lock's travel together.
-        let (connection, locking) = if options.no_lock {
-            let client = redis::Client::open(url.as_str())?;
-            (
-                redis::aio::ConnectionManager::new(client).await?,
-                Locking::Off,
+        let kind = StoreKind::of(url)?;
+        let cannot = |error: &dyn std::fmt::Display| {
+            format!(
+                "cannot connect to {} at {}: {error}",
+                kind.name(),
+                redacted(url)
             )
-        } else {
-            let backend = RedisBackend::connect(url.as_str()).await?;
-            (backend.connection(), Locking::Redis(backend))
+        };
+        let (store, locking) = match kind.dialect() {
+            None => Self::redis(url, options.no_lock)
+                .await
+                .map_err(|error| cannot(&error))?,
+            Some(dialect) => {
+                let store = SqlStore::connect(url, dialect)
+                    .await
+                    .map_err(|error| cannot(&error))?;
+                let locking = if options.no_lock {
+                    Locking::Off
+                } else {
+                    sql_locking(url, dialect)
+                        .await
+                        .map_err(|error| cannot(&error))?
+                };
+                (CouponStore::Sql(store), locking)
+            }
         };
         Ok(Self {
-            store: CouponStore::Redis(RedisStore::new(connection)),
+            store,
             locking,
             work,
             lock: settings,
         })
     }
+
+    /// Coupons and locks in Redis. With the lock on, the store shares the lock backend's
+    /// connection: the claim's own commands and its lock's travel together.
+    async fn redis(url: &str, no_lock: bool) -> Result<(CouponStore, Locking), redis::RedisError> {
+        let (connection, locking) = if no_lock {
+            let client = redis::Client::open(url)?;
+            (
+                redis::aio::ConnectionManager::new(client).await?,
+                Locking::Off,
+            )
+        } else {
+            let backend = RedisBackend::connect(url).await?;
+            (backend.connection(), Locking::Redis(backend))
+        };
+        Ok((CouponStore::Redis(RedisStore::new(connection)), locking))
+    }
+}
+
+/// Locks in the SQL database at `url`, beside the coupons.
+async fn sql_locking(url: &str, dialect: Dialect) -> Result<Locking, BackendError> {
+    Ok(match dialect {
+        Dialect::Postgres => Locking::Postgres(PostgresBackend::connect(url).await?),
+        Dialect::Mysql => Locking::Mysql(MysqlBackend::connect(url).await?),
+    })
 }
 
 /// A layer on `backend` configured as `settings` say.
@@ -284,6 +393,8 @@ pub fn app(state: AppState) -> Router {
         Locking::Off => routes,
         Locking::Memory(backend) => with_locks(backend.clone(), state.lock, routes),
         Locking::Redis(backend) => with_locks(backend.clone(), state.lock, routes),
+        Locking::Postgres(backend) => with_locks(backend.clone(), state.lock, routes),
+        Locking::Mysql(backend) => with_locks(backend.clone(), state.lock, routes),
     };
     Router::new()
         .route("/coupons/{id}", routes.coupon)
@@ -309,20 +420,16 @@ pub fn redacted(url: &str) -> String {
 /// Serves until SIGTERM or Ctrl-C, then lets in-flight requests finish (and release their
 /// locks) before returning.
 pub async fn serve(options: Options) -> Result<(), Box<dyn std::error::Error>> {
-    let state = AppState::from_options(&options).await.map_err(|error| {
-        let url = options
-            .redis_url
-            .as_deref()
-            .map(redacted)
-            .unwrap_or_default();
-        format!("cannot connect to Redis at {url}: {error}")
-    })?;
+    let state = AppState::from_options(&options).await?;
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|error| format!("cannot listen on {}: {error}", options.listen))?;
-    let store = match &options.redis_url {
-        Some(url) => format!("redis at {} (shared by replicas)", redacted(url)),
-        None => "embedded in-process store and MemoryBackend (one process only; set REDIS_URL for replicas)".to_owned(),
+    let store = match options.store_url() {
+        Some(url) => format!("{} (shared by replicas)", redacted(url)),
+        None => {
+            "embedded in-process store and MemoryBackend (one process only; set STORE for replicas)"
+                .to_owned()
+        }
     };
     let locking = if options.no_lock {
         "OFF (--no-lock: claims will oversell)"

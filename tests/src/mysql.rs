@@ -34,11 +34,16 @@ impl MysqlDatabase {
         format!("{}.{table}", self.name)
     }
 
+    /// The URL of this database.
+    pub fn url(&self) -> String {
+        format!("{}/{}", server_url(), self.name)
+    }
+
     /// A pool of its own on this database, as another process would have.
     pub async fn pool(&self) -> MySqlPool {
         MySqlPoolOptions::new()
             .max_connections(4)
-            .connect(&format!("{}/{}", server_url(), self.name))
+            .connect(&self.url())
             .await
             .expect("MariaDB answered a moment ago")
     }

@@ -40,6 +40,14 @@ impl PostgresSchema {
         format!("{}.{table}", self.name)
     }
 
+    /// A URL of the test database whose connections work in this schema (their
+    /// `search_path`), for a process that creates its tables unqualified.
+    pub fn url(&self) -> String {
+        let url = postgres_url();
+        let separator = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{separator}options=-c%20search_path%3D{}", self.name)
+    }
+
     /// A pool of its own on the test database, as another process would have.
     pub async fn pool(&self) -> PgPool {
         PgPoolOptions::new()

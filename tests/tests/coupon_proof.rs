@@ -1,10 +1,10 @@
 //! The demo coupon service never oversells with the lock — across three replicas sharing
-//! Redis, and in embedded mode — and does oversell without it.
+//! Redis, PostgreSQL or MariaDB, and in embedded mode — and does oversell without it.
 
 use std::collections::HashMap;
 
 use http::StatusCode;
-use integration_tests::{DemoReplica, Http, RedisServer};
+use integration_tests::{DemoReplica, Http, MysqlDatabase, PostgresSchema, RedisServer};
 use serde_json::{Value, json};
 
 const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
@@ -69,6 +69,17 @@ fn assert_sold_exactly_once(statuses: &HashMap<StatusCode, usize>, coupon: &Valu
     );
 }
 
+fn assert_oversold(statuses: &HashMap<StatusCode, usize>, coupon: &Value) {
+    assert!(
+        coupon["oversold"].as_u64().unwrap() > 0,
+        "{coupon} {statuses:?}"
+    );
+    assert!(
+        statuses[&StatusCode::CREATED] > STOCK as usize,
+        "{statuses:?}"
+    );
+}
+
 fn replicas(count: usize, args: &[&str]) -> Vec<DemoReplica> {
     (0..count).map(|_| DemoReplica::start(DEMO, args)).collect()
 }
@@ -92,14 +103,51 @@ async fn without_the_lock_three_replicas_oversell() {
 
     let (statuses, coupon) = claim_storm(&replicas).await;
 
-    assert!(
-        coupon["oversold"].as_u64().unwrap() > 0,
-        "{coupon} {statuses:?}"
-    );
-    assert!(
-        statuses[&StatusCode::CREATED] > STOCK as usize,
-        "{statuses:?}"
-    );
+    assert_oversold(&statuses, &coupon);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_sharing_postgres_never_oversell() {
+    let schema = PostgresSchema::create().await;
+    let url = schema.url();
+    let replicas = replicas(3, &["--store", &url, "--lock-wait-ms", "30000"]);
+
+    let (statuses, coupon) = claim_storm(&replicas).await;
+
+    assert_sold_exactly_once(&statuses, &coupon);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_lock_three_replicas_sharing_postgres_oversell() {
+    let schema = PostgresSchema::create().await;
+    let url = schema.url();
+    let replicas = replicas(3, &["--store", &url, "--no-lock", "--work-ms", "50"]);
+
+    let (statuses, coupon) = claim_storm(&replicas).await;
+
+    assert_oversold(&statuses, &coupon);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_sharing_mariadb_never_oversell() {
+    let database = MysqlDatabase::create().await;
+    let url = database.url();
+    let replicas = replicas(3, &["--store", &url, "--lock-wait-ms", "30000"]);
+
+    let (statuses, coupon) = claim_storm(&replicas).await;
+
+    assert_sold_exactly_once(&statuses, &coupon);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_lock_three_replicas_sharing_mariadb_oversell() {
+    let database = MysqlDatabase::create().await;
+    let url = database.url();
+    let replicas = replicas(3, &["--store", &url, "--no-lock", "--work-ms", "50"]);
+
+    let (statuses, coupon) = claim_storm(&replicas).await;
+
+    assert_oversold(&statuses, &coupon);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -49,3 +49,41 @@ fn the_log_has_no_colour_codes_when_it_is_not_on_a_terminal() {
     );
     assert!(!first_line.contains('\u{1b}'), "{first_line:?}");
 }
+
+#[test]
+fn a_store_url_of_unknown_scheme_is_one_line_naming_the_known_ones() {
+    let output = Command::new(DEMO)
+        .args(["--store", "ftp://user:secret@127.0.0.1/x"])
+        .output()
+        .expect("the demo runs");
+
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("redis://, postgres:// or mysql://"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("secret"), "the password is redacted: {stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn an_unreachable_sql_store_is_one_line_naming_it() {
+    let port = integration_tests::free_port();
+    let url = format!("postgres://root@127.0.0.1:{port}/test");
+
+    let output = Command::new(DEMO)
+        .args(["--store", &url])
+        .output()
+        .expect("the demo runs");
+
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "cannot connect to PostgreSQL at postgres://***@127.0.0.1:{port}/test"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}

@@ -1,13 +1,16 @@
-//! Where coupons live: in this process, or in Redis so that replicas share them.
+//! Where coupons live: in this process, or in Redis, PostgreSQL or MySQL/MariaDB so that
+//! replicas share them.
 //!
 //! Every method is one separate step, as ordinary business code would call them: nothing here
 //! makes "read, check, write" atomic. That is the lock layer's job.
 
 mod memory;
 mod redis;
+mod sql;
 
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
+pub use sql::{Dialect, SqlStore};
 
 /// A coupon's stock as the claim handler reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,9 +33,15 @@ pub struct Summary {
     pub duplicate_claims: i64,
 }
 
-/// The store failed (Redis unreachable or answering nonsense).
+/// The store failed (unreachable, or answering nonsense).
 #[derive(Debug)]
 pub struct StoreError(pub String);
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
 
 /// The coupon store of one demo process.
 #[derive(Clone, Debug)]
@@ -41,6 +50,8 @@ pub enum CouponStore {
     Memory(MemoryStore),
     /// In Redis, shared by every replica.
     Redis(RedisStore),
+    /// In PostgreSQL or MySQL/MariaDB tables, shared by every replica.
+    Sql(SqlStore),
 }
 
 impl CouponStore {
@@ -52,6 +63,7 @@ impl CouponStore {
                 Ok(())
             }
             Self::Redis(store) => store.reset(id, stock).await,
+            Self::Sql(store) => store.reset(id, stock).await,
         }
     }
 
@@ -66,6 +78,7 @@ impl CouponStore {
         match self {
             Self::Memory(store) => Ok(store.stock(id, fence)),
             Self::Redis(store) => store.stock(id, fence).await,
+            Self::Sql(store) => store.stock(id, fence).await,
         }
     }
 
@@ -74,6 +87,7 @@ impl CouponStore {
         match self {
             Self::Memory(store) => Ok(store.has_claim(id, user)),
             Self::Redis(store) => store.has_claim(id, user).await,
+            Self::Sql(store) => store.has_claim(id, user).await,
         }
     }
 
@@ -90,6 +104,7 @@ impl CouponStore {
         match self {
             Self::Memory(store) => Ok(store.commit_claim(id, user, remaining, fence)),
             Self::Redis(store) => store.commit_claim(id, user, remaining, fence).await,
+            Self::Sql(store) => store.commit_claim(id, user, remaining, fence).await,
         }
     }
 
@@ -101,6 +116,7 @@ impl CouponStore {
                 Ok(())
             }
             Self::Redis(store) => store.set_stock(id, stock).await,
+            Self::Sql(store) => store.set_stock(id, stock).await,
         }
     }
 
@@ -109,6 +125,7 @@ impl CouponStore {
         match self {
             Self::Memory(store) => Ok(store.audit_started()),
             Self::Redis(store) => store.audits(1).await,
+            Self::Sql(store) => store.audits(1).await,
         }
     }
 
@@ -120,6 +137,7 @@ impl CouponStore {
                 Ok(())
             }
             Self::Redis(store) => store.audits(-1).await.map(drop),
+            Self::Sql(store) => store.audits(-1).await.map(drop),
         }
     }
 
@@ -128,6 +146,7 @@ impl CouponStore {
         match self {
             Self::Memory(store) => Ok(store.summary(id)),
             Self::Redis(store) => store.summary(id).await,
+            Self::Sql(store) => store.summary(id).await,
         }
     }
 }

@@ -1,18 +1,38 @@
 //! What the SQL backends share: table names they can put in statements, and acquires that
 //! outlive their caller (a pooled store could otherwise see an `abandon`, sent on another
-//! connection, before the acquire it undoes).
+//! connection, before the acquire it undoes) and leave connections for the holders.
 
 use std::future::Future;
+use std::sync::Arc;
 
-use tokio::sync::oneshot;
+use tokio::sync::{Semaphore, oneshot};
 
 use super::{Attempt, BackendError, Granted, LockBackend, LockRequest};
 
-/// Runs `attempt` (the store's acquire of `name`) in a task of its own, so that it reaches the
-/// store's answer even if the caller is dropped or times out first; a lock granted to nobody
-/// any more is then released by that task, after the acquire, in order.
+/// How many of a pool's connections acquires leave to extends and releases.
+const KEPT_FOR_HOLDERS: u32 = 2;
+
+/// How many acquires may use a backend's pool at once: all its connections but
+/// [`KEPT_FOR_HOLDERS`] (at least one). Waiters polling a busy lock could otherwise take every
+/// connection, and the holder's release would queue behind their polls.
+#[derive(Clone, Debug)]
+pub(super) struct AcquireSlots(Arc<Semaphore>);
+
+impl AcquireSlots {
+    /// The slots of a pool of `max_connections`.
+    pub(super) fn of_pool(max_connections: u32) -> Self {
+        let slots = max_connections.saturating_sub(KEPT_FOR_HOLDERS).max(1);
+        Self(Arc::new(Semaphore::new(slots as usize)))
+    }
+}
+
+/// Runs `attempt` (the store's acquire of `name`) in a task of its own, once one of `slots` is
+/// free, so that it reaches the store's answer even if the caller is dropped or times out
+/// first; a lock granted to nobody any more is then released by that task, after the acquire,
+/// in order. A caller gone before a slot was free sends nothing.
 pub(super) async fn acquire_detached<B, F>(
     backend: &B,
+    slots: &AcquireSlots,
     name: &str,
     request: LockRequest,
     attempt: impl FnOnce(B, String, LockRequest) -> F,
@@ -24,7 +44,14 @@ where
     let (answer, answered) = oneshot::channel();
     let (owner, name) = (backend.clone(), name.to_owned());
     let acquiring = attempt(backend.clone(), name.clone(), request);
+    let slots = Arc::clone(&slots.0);
     tokio::spawn(async move {
+        let Ok(_slot) = slots.acquire_owned().await else {
+            return;
+        };
+        if answer.is_closed() {
+            return;
+        }
         if let Err(Ok(Attempt::Acquired(grant))) = answer.send(acquiring.await) {
             let _ = owner.release(&name, &grant.lease).await;
         }

@@ -9,7 +9,7 @@ use sqlx::mysql::{MySqlArguments, MySqlPoolOptions, MySqlRow};
 use sqlx::query::Query;
 use sqlx::{MySql, MySqlPool, Row};
 
-use super::sql::acquire_detached;
+use super::sql::{AcquireSlots, acquire_detached};
 use super::{
     Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, Patience,
     Semaphores, SharedLocks, TokenLease,
@@ -71,6 +71,7 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 pub struct MysqlBackend {
     pool: MySqlPool,
     statements: Arc<Statements>,
+    slots: AcquireSlots,
 }
 
 impl MysqlBackend {
@@ -99,6 +100,7 @@ impl MysqlBackend {
             .await
             .map_err(BackendError::new)?;
         Ok(Self {
+            slots: AcquireSlots::of_pool(pool.options().get_max_connections()),
             pool,
             statements: Arc::new(statements),
         })
@@ -158,7 +160,8 @@ impl MysqlBackend {
         request: LockRequest,
         hold: Hold,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        acquire_detached(self, name, request, move |backend, name, request| async move {
+        let slots = &self.slots;
+        acquire_detached(self, slots, name, request, move |backend, name, request| async move {
             backend.try_acquire(&name, request, hold).await
         })
         .await

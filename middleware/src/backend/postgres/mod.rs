@@ -8,7 +8,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
-use super::sql::acquire_detached;
+use super::sql::{AcquireSlots, acquire_detached};
 use super::{
     Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, Patience,
     Semaphores, SharedLocks, TokenLease,
@@ -70,6 +70,7 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 pub struct PostgresBackend {
     pool: PgPool,
     statements: Arc<Statements>,
+    slots: AcquireSlots,
 }
 
 impl PostgresBackend {
@@ -100,6 +101,7 @@ impl PostgresBackend {
             create().await.map_err(BackendError::new)?;
         }
         Ok(Self {
+            slots: AcquireSlots::of_pool(pool.options().get_max_connections()),
             pool,
             statements: Arc::new(statements),
         })
@@ -165,7 +167,8 @@ impl PostgresBackend {
         request: LockRequest,
         hold: Hold,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        acquire_detached(self, name, request, move |backend, name, request| async move {
+        let slots = &self.slots;
+        acquire_detached(self, slots, name, request, move |backend, name, request| async move {
             backend.try_acquire(&name, request, hold).await
         })
         .await

@@ -68,30 +68,27 @@ impl Statements {
             WRITER_INTENT_TTL.as_millis()
         );
         let exclusive = |condition: &str, also: &str| {
-            answered(
+            acquire(
                 table,
+                condition,
+                &format!("(name, owner, expires_at, fence) SELECT $1, $2, {EXPIRY}, 1"),
                 &format!(
-                    "INSERT INTO {table} AS lease (name, owner, expires_at, fence) \
-                     VALUES ($1, $2, {EXPIRY}, 1) \
-                     ON CONFLICT (name) DO UPDATE \
-                        SET owner = excluded.owner, expires_at = excluded.expires_at, \
-                            fence = lease.fence + 1, shared = '{{}}'{also} \
-                        WHERE {condition} \
-                     RETURNING fence"
+                    "owner = excluded.owner, expires_at = excluded.expires_at, \
+                     fence = lease.fence + 1, shared = '{{}}'{also}"
                 ),
+                "fence",
             )
         };
         let shared = |condition: &str| {
-            answered(
+            acquire(
                 table,
+                condition,
                 &format!(
-                    "INSERT INTO {table} AS lease (name, fence, shared) \
-                     VALUES ($1, 0, jsonb_build_object($2::text, {NOW_MS} + $3::bigint)) \
-                     ON CONFLICT (name) DO UPDATE \
-                        SET shared = {live_shared} || excluded.shared \
-                        WHERE {condition} \
-                     RETURNING 0::bigint"
+                    "(name, fence, shared) \
+                     SELECT $1, 0, jsonb_build_object($2::text, {NOW_MS} + $3::bigint)"
                 ),
+                &format!("shared = {live_shared} || excluded.shared"),
+                "0::bigint",
             )
         };
         let free = format!("{EXCLUSIVE_FREE} AND {no_shared}");
@@ -149,13 +146,24 @@ impl Statements {
     }
 }
 
-/// The acquire `insert` (which returns one value when it took the lock) as one statement that
-/// also answers, when busy, how many milliseconds until the lock may change: the soonest end
-/// of the exclusive lease, of a shared hold, or of a waiting writer's intent (as the row stood
-/// when the statement began).
-fn answered(table: &str, insert: &str) -> String {
+/// One acquire statement: the row `insert`s (columns and a `SELECT` of their values) when
+/// the name has none, or is updated as `update` says (and returns `returning`) when
+/// `condition` holds on it; when busy, it answers how many milliseconds until the lock may
+/// change: the soonest end of the exclusive lease, of a shared hold, or of a waiting writer's
+/// intent.
+///
+/// A busy lock is seen on the row as it stood when the statement began, without locking it,
+/// and the insert is then not even tried: only an acquire that may succeed waits for the row
+/// lock and checks `condition` again on the row's latest version. So waiters polling a held
+/// lock do not queue on its row lock, ahead of the holder's release.
+fn acquire(table: &str, condition: &str, insert: &str, update: &str, returning: &str) -> String {
     format!(
-        "WITH previous AS (SELECT * FROM {table} WHERE name = $1), taken AS ({insert}) \
+        "WITH previous AS (SELECT * FROM {table} WHERE name = $1), \
+         taken AS (\
+            INSERT INTO {table} AS lease {insert} \
+            WHERE NOT EXISTS (SELECT FROM previous AS lease WHERE NOT ({condition})) \
+            ON CONFLICT (name) DO UPDATE SET {update} WHERE {condition} \
+            RETURNING {returning}) \
          SELECT (SELECT * FROM taken), \
                 (SELECT ceil(extract(epoch FROM least(\
                     CASE WHEN expires_at > clock_timestamp() THEN expires_at END, \
