@@ -1,34 +1,94 @@
 //! A claim that lost its lock — too slow without renewal, or frozen like a long GC pause —
-//! cannot write over the next holder's claim: the fencing token refuses it. Each proof has a
-//! twin with `--no-fence` that oversells.
+//! cannot write over the next holder's claim: the fencing token refuses it, in Redis, and in
+//! PostgreSQL and MariaDB by the database itself. Each proof has a twin with `--no-fence` that
+//! oversells.
 
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use integration_tests::{DemoReplica, Http, RedisServer, Reply};
+use integration_tests::{DemoReplica, Http, MysqlDatabase, PostgresSchema, RedisServer, Reply};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
-const LOCK: &str = "{lock:coupon:c1}";
+/// The claim lock's name in the stores: the locker's prefix and the key.
+const LOCK: &str = "lock:coupon:c1";
+
+/// Where the replicas keep coupons and locks.
+enum Store {
+    Redis(RedisServer),
+    Postgres(PostgresSchema),
+    Mysql(MysqlDatabase),
+}
+
+impl Store {
+    fn url(&self) -> String {
+        match self {
+            Self::Redis(redis) => redis.url(),
+            Self::Postgres(schema) => schema.url(),
+            Self::Mysql(database) => database.url(),
+        }
+    }
+
+    /// Whether somebody holds the claim lock (a writer: claims take it alone).
+    async fn lock_held(&self) -> bool {
+        match self {
+            Self::Redis(redis) => {
+                let mut connection = redis.client().get_multiplexed_async_connection().await;
+                let key = format!("{{{LOCK}}}");
+                connection.as_mut().unwrap().exists(key).await.unwrap()
+            }
+            Self::Postgres(schema) => {
+                let held = format!(
+                    "SELECT count(*) FROM {} WHERE name = $1 AND expires_at > clock_timestamp()",
+                    schema.table("tower_lock_leases")
+                );
+                let pool = schema.pool().await;
+                let count: i64 = sqlx::query_scalar(&held)
+                    .bind(LOCK)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+                count > 0
+            }
+            Self::Mysql(database) => {
+                let held = format!(
+                    "SELECT count(*) FROM {} WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)",
+                    database.table("tower_lock_leases")
+                );
+                let pool = database.pool().await;
+                let count: i64 = sqlx::query_scalar(&held)
+                    .bind(LOCK.as_bytes())
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+                count > 0
+            }
+        }
+    }
+}
 
 struct Scenario {
-    redis: RedisServer,
+    store: Store,
     http: Http,
 }
 
 impl Scenario {
     fn new() -> Self {
+        Self::on(Store::Redis(RedisServer::start()))
+    }
+
+    fn on(store: Store) -> Self {
         Self {
-            redis: RedisServer::start(),
+            store,
             http: Http::default(),
         }
     }
 
     fn replica(&self, args: &[&str]) -> DemoReplica {
-        let url = self.redis.url();
-        let mut all = vec!["--redis-url", url.as_str()];
+        let url = self.store.url();
+        let mut all = vec!["--store", url.as_str()];
         all.extend_from_slice(args);
         DemoReplica::start(DEMO, &all)
     }
@@ -60,20 +120,10 @@ impl Scenario {
             .json()
     }
 
-    async fn lock_exists(&self) -> bool {
-        let mut connection = self
-            .redis
-            .client()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        connection.exists(LOCK).await.unwrap()
-    }
-
     /// Waits until the coupon's lock is taken (`true`) or gone (`false`), at most 10 s.
     async fn wait_for_lock(&self, present: bool) {
         let started = Instant::now();
-        while self.lock_exists().await != present {
+        while self.store.lock_held().await != present {
             assert!(
                 started.elapsed() < Duration::from_secs(10),
                 "lock present={present} never happened"
@@ -146,8 +196,8 @@ async fn without_the_fence_a_claim_that_outlived_its_lease_oversells() {
 
 /// Replica one takes claim `a`'s lock and, while its handler works, is frozen (SIGSTOP) past
 /// its lease; replica two claims for `b`; then replica one thaws and goes on with `a`.
-async fn paused_holder(fence: bool) -> (Reply, Reply, Value) {
-    let scenario = Scenario::new();
+async fn paused_holder(store: Store, fence: bool) -> (Reply, Reply, Value) {
+    let scenario = Scenario::on(store);
     let mut args = vec![
         "--lock-ttl-ms",
         "500",
@@ -177,10 +227,7 @@ async fn paused_holder(fence: bool) -> (Reply, Reply, Value) {
     (first, second, scenario.coupon(&other).await)
 }
 
-#[tokio::test]
-async fn a_paused_holder_wakes_up_and_its_write_is_refused() {
-    let (first, second, coupon) = paused_holder(true).await;
-
+fn assert_refused_by_the_fence(first: &Reply, second: &Reply, coupon: &Value) {
     assert_eq!(second.status, StatusCode::CREATED, "{}", second.body);
     assert_eq!(
         first.status,
@@ -195,15 +242,52 @@ async fn a_paused_holder_wakes_up_and_its_write_is_refused() {
     );
 }
 
-#[tokio::test]
-async fn without_the_fence_a_paused_holder_oversells() {
-    let (first, second, coupon) = paused_holder(false).await;
-
+fn assert_oversold(first: &Reply, second: &Reply, coupon: &Value) {
     assert_eq!(
         (first.status, second.status),
         (StatusCode::CREATED, StatusCode::CREATED)
     );
     assert_eq!(coupon["oversold"], 1, "{coupon}");
+}
+
+#[tokio::test]
+async fn a_paused_holder_wakes_up_and_its_write_is_refused() {
+    let (first, second, coupon) = paused_holder(Store::Redis(RedisServer::start()), true).await;
+    assert_refused_by_the_fence(&first, &second, &coupon);
+}
+
+#[tokio::test]
+async fn without_the_fence_a_paused_holder_oversells() {
+    let (first, second, coupon) = paused_holder(Store::Redis(RedisServer::start()), false).await;
+    assert_oversold(&first, &second, &coupon);
+}
+
+#[tokio::test]
+async fn on_postgres_a_paused_holders_write_is_refused_by_the_database() {
+    let store = Store::Postgres(PostgresSchema::create().await);
+    let (first, second, coupon) = paused_holder(store, true).await;
+    assert_refused_by_the_fence(&first, &second, &coupon);
+}
+
+#[tokio::test]
+async fn on_postgres_without_the_fence_a_paused_holder_oversells() {
+    let store = Store::Postgres(PostgresSchema::create().await);
+    let (first, second, coupon) = paused_holder(store, false).await;
+    assert_oversold(&first, &second, &coupon);
+}
+
+#[tokio::test]
+async fn on_mariadb_a_paused_holders_write_is_refused_by_the_database() {
+    let store = Store::Mysql(MysqlDatabase::create().await);
+    let (first, second, coupon) = paused_holder(store, true).await;
+    assert_refused_by_the_fence(&first, &second, &coupon);
+}
+
+#[tokio::test]
+async fn on_mariadb_without_the_fence_a_paused_holder_oversells() {
+    let store = Store::Mysql(MysqlDatabase::create().await);
+    let (first, second, coupon) = paused_holder(store, false).await;
+    assert_oversold(&first, &second, &coupon);
 }
 
 #[tokio::test]
@@ -218,9 +302,9 @@ async fn a_killed_holders_lock_is_free_again_within_its_ttl() {
     let killed = Instant::now();
 
     assert!(
-        scenario.lock_exists().await,
+        scenario.store.lock_held().await,
         "nobody released it: only the TTL can free it"
     );
     tokio::time::sleep_until((killed + Duration::from_millis(1000)).into()).await;
-    assert!(!scenario.lock_exists().await, "free within the 1 s TTL");
+    assert!(!scenario.store.lock_held().await, "free within the 1 s TTL");
 }
