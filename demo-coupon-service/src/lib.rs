@@ -19,6 +19,7 @@ use tower_lock::backend::{BackendError, Semaphores, SharedLocks};
 use tower_lock::key::{KeyError, KeyExtractor, KeyTemplate, many};
 use tower_lock::{LockBackend, LockLayer, MemoryBackend, OnLost, RedisBackend};
 
+pub mod optimistic;
 pub mod problem;
 pub mod routes;
 pub mod store;
@@ -44,6 +45,10 @@ pub struct Options {
     /// Serve claims without the lock layer: the control that oversells.
     #[arg(long, env = "NO_LOCK")]
     pub no_lock: bool,
+    /// No lock either, but claims and transfers write only if the coupon's version is the one
+    /// they read, and retry otherwise (the optimistic lock). Needs a SQL `--store`.
+    #[arg(long, env = "OPTIMISTIC", conflicts_with = "no_lock")]
+    pub optimistic: bool,
     /// Simulated business work inside a claim, between reading and writing the stock (ms).
     #[arg(long, env = "WORK_MS", default_value_t = 2)]
     pub work_ms: u64,
@@ -212,6 +217,8 @@ pub struct AppState {
     pub work: Duration,
     /// How claims are locked.
     pub lock: LockSettings,
+    /// Whether claims and transfers retry on a version check instead of locking.
+    pub optimistic: bool,
 }
 
 impl AppState {
@@ -235,6 +242,7 @@ impl AppState {
             },
             work,
             lock: settings,
+            optimistic: false,
         }
     }
 
@@ -247,9 +255,16 @@ impl AppState {
         let work = Duration::from_millis(options.work_ms);
         let settings = LockSettings::from(options);
         let Some(url) = options.store_url() else {
+            if options.optimistic {
+                return Err(OPTIMISTIC_NEEDS_SQL.to_owned());
+            }
             return Ok(Self::embedded(work, settings, !options.no_lock));
         };
         let kind = StoreKind::of(url)?;
+        if options.optimistic && kind.dialect().is_none() {
+            return Err(OPTIMISTIC_NEEDS_SQL.to_owned());
+        }
+        let unlocked = options.no_lock || options.optimistic;
         let cannot = |error: &dyn std::fmt::Display| {
             format!(
                 "cannot connect to {} at {}: {error}",
@@ -258,14 +273,14 @@ impl AppState {
             )
         };
         let (store, locking) = match kind.dialect() {
-            None => Self::redis(url, options.no_lock)
+            None => Self::redis(url, unlocked)
                 .await
                 .map_err(|error| cannot(&error))?,
             Some(dialect) => {
                 let store = SqlStore::connect(url, dialect)
                     .await
                     .map_err(|error| cannot(&error))?;
-                let locking = if options.no_lock {
+                let locking = if unlocked {
                     Locking::Off
                 } else {
                     sql_locking(url, dialect)
@@ -280,6 +295,7 @@ impl AppState {
             locking,
             work,
             lock: settings,
+            optimistic: options.optimistic,
         })
     }
 
@@ -299,6 +315,10 @@ impl AppState {
         Ok((CouponStore::Redis(RedisStore::new(connection)), locking))
     }
 }
+
+/// Why `--optimistic` was refused.
+const OPTIMISTIC_NEEDS_SQL: &str =
+    "--optimistic needs a SQL store: --store postgres://… or --store mysql://…";
 
 /// Locks in the SQL database at `url`, beside the coupons.
 async fn sql_locking(url: &str, dialect: Dialect) -> Result<Locking, BackendError> {
@@ -383,11 +403,20 @@ struct Routes {
 /// let router = app(AppState::embedded(Duration::from_millis(2), LockSettings::default(), true));
 /// ```
 pub fn app(state: AppState) -> Router {
-    let routes = Routes {
-        coupon: put(routes::reset).get(routes::show),
-        claim: post(routes::claim),
-        audit: post(routes::audit),
-        transfer: post(transfers::transfer),
+    let routes = if state.optimistic {
+        Routes {
+            coupon: put(routes::reset).get(routes::show),
+            claim: post(optimistic::claim),
+            audit: post(routes::audit),
+            transfer: post(optimistic::transfer),
+        }
+    } else {
+        Routes {
+            coupon: put(routes::reset).get(routes::show),
+            claim: post(routes::claim),
+            audit: post(routes::audit),
+            transfer: post(transfers::transfer),
+        }
     };
     let routes = match &state.locking {
         Locking::Off => routes,
@@ -433,6 +462,8 @@ pub async fn serve(options: Options) -> Result<(), Box<dyn std::error::Error>> {
     };
     let locking = if options.no_lock {
         "OFF (--no-lock: claims will oversell)"
+    } else if options.optimistic {
+        "OFF (--optimistic: claims and transfers retry on a version check)"
     } else {
         "on"
     };

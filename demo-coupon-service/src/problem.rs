@@ -27,6 +27,9 @@ pub enum Problem {
     InsufficientStock,
     /// The coupon store failed.
     StoreUnavailable,
+    /// `--optimistic`: the coupon kept changing under the claim or transfer, for every one of
+    /// its attempts; retrying later may succeed.
+    WriteConflict,
     /// The claim's fenced write was refused: its lock on this coupon was lost and taken by a
     /// newer holder. Answered like the lock layer's own lost-lock abort (503 `lock-lost`).
     LockLost(String),
@@ -58,6 +61,11 @@ impl Problem {
                 StatusCode::CONFLICT,
                 "insufficient-stock",
                 "the source coupon has not that much stock left",
+            ),
+            Self::WriteConflict => (
+                StatusCode::CONFLICT,
+                "write-conflict",
+                "the coupon kept changing under this request; retry",
             ),
             Self::StoreUnavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -43,6 +43,19 @@ pub(crate) fn checked_id(id: &str) -> Result<&str, Problem> {
     }
 }
 
+/// The claiming user from a claim's body: 1 to 128 characters without control characters.
+pub(crate) fn checked_user(
+    body: Result<Json<ClaimRequest>, JsonRejection>,
+) -> Result<String, Problem> {
+    let user = checked_body(body)?.user_id;
+    if user.is_empty() || user.len() > 128 || user.chars().any(char::is_control) {
+        return Err(Problem::InvalidRequest(
+            "user_id is 1 to 128 characters without control characters".into(),
+        ));
+    }
+    Ok(user)
+}
+
 pub(crate) fn checked_body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, Problem> {
     body.map(|Json(body)| body)
         .map_err(|rejection| Problem::InvalidRequest(rejection.body_text()))
@@ -71,12 +84,7 @@ pub async fn claim(
     body: Result<Json<ClaimRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), Problem> {
     let id = checked_id(&id)?;
-    let user = checked_body(body)?.user_id;
-    if user.is_empty() || user.len() > 128 || user.chars().any(char::is_control) {
-        return Err(Problem::InvalidRequest(
-            "user_id is 1 to 128 characters without control characters".into(),
-        ));
-    }
+    let user = checked_user(body)?;
 
     let fence = lock
         .as_ref()

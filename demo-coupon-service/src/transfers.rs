@@ -27,9 +27,9 @@ const BODY_LIMIT: usize = 16 * 1024;
 /// `POST /transfers` body.
 #[derive(Debug, Deserialize)]
 pub struct TransferRequest {
-    from: String,
-    to: String,
-    amount: u32,
+    pub(crate) from: String,
+    pub(crate) to: String,
+    pub(crate) amount: u32,
 }
 
 /// The coupons a transfer names, for its lock.
@@ -80,12 +80,7 @@ pub async fn transfer(
     body: Result<Json<TransferRequest>, JsonRejection>,
 ) -> Result<Json<Value>, Problem> {
     let TransferRequest { from, to, amount } = checked_body(body)?;
-    let (from, to) = (checked_id(&from)?, checked_id(&to)?);
-    if from == to || amount == 0 {
-        return Err(Problem::InvalidRequest(
-            "a transfer moves a positive amount between two different coupons".into(),
-        ));
-    }
+    let (from, to) = checked_transfer(&from, &to, amount)?;
     let source = state
         .store
         .stock(from, None)
@@ -96,25 +91,56 @@ pub async fn transfer(
         .stock(to, None)
         .await?
         .ok_or(Problem::CouponNotFound)?;
+    state.simulate_work().await;
+    let (source, target) = moved(source, target, amount)?;
+    state.store.set_stock(from, source).await?;
+    state.store.set_stock(to, target).await?;
+    Ok(transferred(from, to, amount, source, target))
+}
+
+/// The two coupons of a transfer, checked: valid ids, different, and a positive amount.
+pub(crate) fn checked_transfer<'a>(
+    from: &'a str,
+    to: &'a str,
+    amount: u32,
+) -> Result<(&'a str, &'a str), Problem> {
+    let (from, to) = (checked_id(from)?, checked_id(to)?);
+    if from == to || amount == 0 {
+        return Err(Problem::InvalidRequest(
+            "a transfer moves a positive amount between two different coupons".into(),
+        ));
+    }
+    Ok((from, to))
+}
+
+/// The stocks after moving `amount` units from `source` to `target`. The units move with their
+/// supply, so that neither coupon counts as oversold when the moved units are claimed where
+/// they went.
+pub(crate) fn moved(source: Stock, target: Stock, amount: u32) -> Result<(Stock, Stock), Problem> {
     let amount = i64::from(amount);
     if source.remaining < amount {
         return Err(Problem::InsufficientStock);
     }
-    state.simulate_work().await;
-    // The units move with their supply, so that neither coupon counts as oversold when the
-    // moved units are claimed where they went.
     let moved = |stock: Stock, by: i64| Stock {
         supply: stock.supply + by,
         remaining: stock.remaining + by,
     };
-    let (source, target) = (moved(source, -amount), moved(target, amount));
-    state.store.set_stock(from, source).await?;
-    state.store.set_stock(to, target).await?;
-    Ok(Json(json!({
+    Ok((moved(source, -amount), moved(target, amount)))
+}
+
+/// The answer to a transfer done.
+pub(crate) fn transferred(
+    from: &str,
+    to: &str,
+    amount: u32,
+    source: Stock,
+    target: Stock,
+) -> Json<Value> {
+    Json(json!({
         "from": from,
         "to": to,
         "amount": amount,
         "from_remaining": source.remaining,
         "to_remaining": target.remaining,
-    })))
+    }))
 }

@@ -1,5 +1,6 @@
 //! The demo coupon service never oversells with the lock — across three replicas sharing
-//! Redis, PostgreSQL or MariaDB, and in embedded mode — and does oversell without it.
+//! Redis, PostgreSQL or MariaDB, and in embedded mode — nor with `--optimistic` version checks
+//! on SQL, and does oversell without either.
 
 use std::collections::HashMap;
 
@@ -148,6 +149,28 @@ async fn without_the_lock_three_replicas_sharing_mariadb_oversell() {
     let (statuses, coupon) = claim_storm(&replicas).await;
 
     assert_oversold(&statuses, &coupon);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optimistic_replicas_sharing_postgres_never_oversell() {
+    let schema = PostgresSchema::create().await;
+    let url = schema.url();
+    let replicas = replicas(3, &["--store", &url, "--optimistic"]);
+
+    let (statuses, coupon) = claim_storm(&replicas).await;
+
+    assert_sold_exactly_once(&statuses, &coupon);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optimistic_replicas_sharing_mariadb_never_oversell() {
+    let database = MysqlDatabase::create().await;
+    let url = database.url();
+    let replicas = replicas(3, &["--store", &url, "--optimistic"]);
+
+    let (statuses, coupon) = claim_storm(&replicas).await;
+
+    assert_sold_exactly_once(&statuses, &coupon);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

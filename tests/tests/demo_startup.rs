@@ -63,7 +63,10 @@ fn a_store_url_of_unknown_scheme_is_one_line_naming_the_known_ones() {
         stderr.contains("redis://, postgres:// or mysql://"),
         "{stderr}"
     );
-    assert!(!stderr.contains("secret"), "the password is redacted: {stderr}");
+    assert!(
+        !stderr.contains("secret"),
+        "the password is redacted: {stderr}"
+    );
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
 
@@ -83,6 +86,22 @@ fn an_unreachable_sql_store_is_one_line_naming_it() {
         stderr.contains(&format!(
             "cannot connect to PostgreSQL at postgres://***@127.0.0.1:{port}/test"
         )),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn optimistic_without_a_sql_store_is_one_line_saying_what_it_needs() {
+    let output = Command::new(DEMO)
+        .args(["--optimistic"])
+        .output()
+        .expect("the demo runs");
+
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--optimistic needs a SQL store"),
         "{stderr}"
     );
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");

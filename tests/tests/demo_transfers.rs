@@ -1,9 +1,10 @@
 //! Transfers between two coupons under a lock on both: across three replicas, 200 concurrent
-//! transfers in both directions neither deadlock nor lose or create stock. Without the lock,
-//! transfers answered 200 are lost.
+//! transfers in both directions neither deadlock nor lose or create stock; nor do optimistic
+//! transfers (`--optimistic`, version checks on PostgreSQL). Without the lock, transfers
+//! answered 200 are lost.
 
 use http::StatusCode;
-use integration_tests::{DemoReplica, Http, RedisServer};
+use integration_tests::{DemoReplica, Http, PostgresSchema, RedisServer};
 use serde_json::json;
 
 const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
@@ -18,12 +19,16 @@ enum Storm {
     OneUnitAToB,
 }
 
-/// Fires 200 transfers between `a` and `b` over three replicas; returns the statuses and the
-/// stock left on each coupon.
+/// Fires 200 transfers between `a` and `b` over three replicas sharing a Redis of their own;
+/// returns the statuses and the stock left on each coupon.
 async fn transfer_storm(args: &[&str], storm: Storm) -> (Vec<StatusCode>, i64, i64) {
     let redis = RedisServer::start();
-    let url = redis.url();
-    let mut all = vec!["--redis-url", url.as_str()];
+    transfer_storm_on(&redis.url(), args, storm).await
+}
+
+/// The same storm over three replicas sharing the store at `url`.
+async fn transfer_storm_on(url: &str, args: &[&str], storm: Storm) -> (Vec<StatusCode>, i64, i64) {
+    let mut all = vec!["--store", url];
     all.extend_from_slice(args);
     let replicas: Vec<_> = (0..3).map(|_| DemoReplica::start(DEMO, &all)).collect();
     let http = Http::default();
@@ -71,6 +76,23 @@ async fn two_hundred_transfers_across_three_replicas_conserve_stock_without_dead
             .iter()
             .all(|status| [StatusCode::OK, StatusCode::CONFLICT].contains(status)),
         "every transfer finished (200, or 409 busy/insufficient): {statuses:?}"
+    );
+    assert!(statuses.contains(&StatusCode::OK));
+    assert_eq!(a + b, 2 * STOCK, "stock conserved: a {a}, b {b}");
+    assert!(a >= 0 && b >= 0, "no coupon below zero: a {a}, b {b}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optimistic_transfers_on_postgres_conserve_stock_and_move_what_they_answer() {
+    let schema = PostgresSchema::create().await;
+    let (statuses, a, b) =
+        transfer_storm_on(&schema.url(), &["--optimistic"], Storm::BothWays).await;
+
+    assert!(
+        statuses
+            .iter()
+            .all(|status| [StatusCode::OK, StatusCode::CONFLICT].contains(status)),
+        "every transfer finished (200, or 409 conflict/insufficient): {statuses:?}"
     );
     assert!(statuses.contains(&StatusCode::OK));
     assert_eq!(a + b, 2 * STOCK, "stock conserved: a {a}, b {b}");

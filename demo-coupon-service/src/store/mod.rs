@@ -10,7 +10,7 @@ mod sql;
 
 pub use memory::MemoryStore;
 pub use redis::RedisStore;
-pub use sql::{Dialect, SqlStore};
+pub use sql::{Dialect, SqlStore, Versioned};
 
 /// A coupon's stock as the claim handler reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +55,14 @@ pub enum CouponStore {
 }
 
 impl CouponStore {
+    /// The SQL store, for what only it can do (the optimistic mode's versioned writes).
+    pub fn sql(&self) -> Option<&SqlStore> {
+        match self {
+            Self::Sql(store) => Some(store),
+            Self::Memory(_) | Self::Redis(_) => None,
+        }
+    }
+
     /// Creates the coupon, or resets it to `stock` with no claims.
     pub async fn reset(&self, id: &str, stock: i64) -> Result<(), StoreError> {
         match self {

@@ -41,6 +41,9 @@ struct Statements {
     claims_of_user: String,
     write_fenced: String,
     write_unfenced: String,
+    versioned_stock: String,
+    write_at_version: String,
+    set_stock_at_version: String,
     insert_claim: String,
     set_stock: String,
     add_audits: String,
@@ -115,6 +118,14 @@ impl Statements {
             ),
             write_unfenced: sql(
                 "UPDATE coupons SET remaining = $1, version = version + 1 WHERE id = $2",
+            ),
+            versioned_stock: sql("SELECT supply, remaining, version FROM coupons WHERE id = $1"),
+            // The optimistic lock: this write commits only if nobody wrote since the read.
+            write_at_version: sql("UPDATE coupons SET remaining = $1, version = version + 1 \
+                 WHERE id = $2 AND version = $3"),
+            set_stock_at_version: sql(
+                "UPDATE coupons SET supply = $1, remaining = $2, version = version + 1 \
+                 WHERE id = $3 AND version = $4",
             ),
             insert_claim: sql("INSERT INTO claims (coupon_id, user_id) VALUES ($1, $2)"),
             set_stock: sql(
@@ -276,6 +287,78 @@ impl SqlStore {
         Ok(true)
     }
 
+    /// The coupon's stock and version (how many writes it has had), `None` when there is no
+    /// such coupon: the optimistic mode's read.
+    pub async fn versioned_stock(&self, id: &str) -> Result<Option<Versioned>, StoreError> {
+        let row = sqlx::query(&self.sql.versioned_stock)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(match row {
+            Some(row) => Some(Versioned {
+                stock: Stock {
+                    supply: row.try_get(0)?,
+                    remaining: row.try_get(1)?,
+                },
+                version: row.try_get(2)?,
+            }),
+            None => None,
+        })
+    }
+
+    /// Writes the remaining stock and inserts the claim in one transaction, only if the coupon
+    /// is still at `version` (nobody wrote since it was read). Returns whether it was written.
+    pub async fn commit_claim_at(
+        &self,
+        id: &str,
+        user: &str,
+        remaining: i64,
+        version: i64,
+    ) -> Result<bool, StoreError> {
+        let mut transaction = self.pool.begin().await?;
+        let written = sqlx::query(&self.sql.write_at_version)
+            .bind(remaining)
+            .bind(id)
+            .bind(version)
+            .execute(&mut *transaction)
+            .await?;
+        if written.rows_affected() == 0 {
+            transaction.rollback().await?;
+            return Ok(false);
+        }
+        sqlx::query(&self.sql.insert_claim)
+            .bind(id)
+            .bind(user)
+            .execute(&mut *transaction)
+            .await?;
+        transaction.commit().await?;
+        Ok(true)
+    }
+
+    /// Writes the stocks of several coupons in one transaction, only if each is still at the
+    /// version it was read at. Returns whether they were written. The rows are written in the
+    /// order of their ids, so that two transactions over the same coupons cannot deadlock.
+    pub async fn set_stocks_at(&self, writes: &[(&str, Versioned)]) -> Result<bool, StoreError> {
+        let mut writes = writes.to_vec();
+        writes.sort_unstable_by_key(|(id, _)| *id);
+        let mut transaction = self.pool.begin().await?;
+        for (id, Versioned { stock, version }) in writes {
+            let written = sqlx::query(&self.sql.set_stock_at_version)
+                .bind(stock.supply)
+                .bind(stock.remaining)
+                .bind(id)
+                .bind(version)
+                .execute(&mut *transaction)
+                .await?;
+            if written.rows_affected() == 0 {
+                transaction.rollback().await?;
+                return Ok(false);
+            }
+        }
+        transaction.commit().await?;
+        Ok(true)
+    }
+
     pub(super) async fn set_stock(&self, id: &str, stock: Stock) -> Result<(), StoreError> {
         sqlx::query(&self.sql.set_stock)
             .bind(stock.supply)
@@ -312,6 +395,15 @@ impl SqlStore {
             duplicate_claims: count(&self.sql.repeated_users).await?,
         }))
     }
+}
+
+/// A coupon's stock with the version it was read at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Versioned {
+    /// The stock.
+    pub stock: Stock,
+    /// How many writes the coupon had when it was read.
+    pub version: i64,
 }
 
 /// A fencing token as the `bigint` columns hold it.
