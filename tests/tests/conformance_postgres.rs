@@ -9,7 +9,7 @@ use tower_lock::backend::{Attempt, LockBackend};
 use tower_lock::conformance::Store;
 
 mod postgres {
-    tower_lock::conformance_suite!(super::PostgresStore, read_write, semaphore);
+    tower_lock::conformance_suite!(super::PostgresStore, read_write, semaphore, wait_queue);
 }
 
 /// A fresh schema whose lease table the backends share.

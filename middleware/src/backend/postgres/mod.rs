@@ -9,13 +9,16 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 use super::sql::{AcquireSlots, acquire_detached};
+use super::waiting::WaitingRoom;
 use super::{
     Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, Patience,
-    Semaphores, SharedLocks, TokenLease,
+    Semaphores, SharedLocks, TokenLease, WaitQueue,
 };
 use crate::FencingToken;
 use statements::Statements;
 
+mod listener;
+mod queue;
 mod statements;
 
 /// The table a backend made by [`connect`](PostgresBackend::connect) keeps its leases in.
@@ -71,7 +74,13 @@ pub struct PostgresBackend {
     pool: PgPool,
     statements: Arc<Statements>,
     slots: AcquireSlots,
+    room: Arc<WaitingRoom>,
+    /// The channel the table's releases are announced on.
+    channel: Arc<str>,
 }
+
+/// The longest lock name: an announcement's payload (at most 8000 bytes) carries it.
+const MAX_NAME_LEN: usize = 7_900;
 
 impl PostgresBackend {
     /// Connects to the database at `url` (a pool of up to 10 connections) and keeps leases in
@@ -100,10 +109,16 @@ impl PostgresBackend {
         if create().await.is_err() {
             create().await.map_err(BackendError::new)?;
         }
+        let channel = listener::channel(table);
+        let room = listener::waiting_room(&pool, &channel).await?;
+        // The listening connection is one of the pool's for good.
+        let connections = pool.options().get_max_connections().saturating_sub(1);
         Ok(Self {
-            slots: AcquireSlots::of_pool(pool.options().get_max_connections()),
+            slots: AcquireSlots::of_pool(connections),
             pool,
             statements: Arc::new(statements),
+            room,
+            channel: channel.into(),
         })
     }
 
@@ -132,7 +147,7 @@ impl PostgresBackend {
             Hold::Permit { permits } => query.bind(i64::from(permits.get())),
             _ => query,
         };
-        let (taken, holder_ms): (Option<i64>, Option<i64>) = query
+        let (taken, holder_ms, waited): (Option<i64>, Option<i64>, Option<bool>) = query
             .fetch_one(&self.pool)
             .await
             .map_err(BackendError::new)?;
@@ -149,6 +164,13 @@ impl PostgresBackend {
             sqlx::query(&statements.write_intent)
                 .bind(name)
                 .bind(&owner)
+                .execute(&self.pool)
+                .await
+                .map_err(BackendError::new)?;
+        }
+        if request.patience == Patience::Listens && waited != Some(true) {
+            sqlx::query(&statements.mark_waited)
+                .bind(name)
                 .execute(&self.pool)
                 .await
                 .map_err(BackendError::new)?;
@@ -193,6 +215,28 @@ impl PostgresBackend {
     }
 }
 
+impl PostgresBackend {
+    /// Runs `statement` (which returns the row's `waited`) on `name` for `owner`; announces
+    /// the lock free when it changed a row that is waited for. `None`: it changed nothing.
+    async fn returning_waited(
+        &self,
+        statement: &str,
+        name: &str,
+        owner: OwnerToken,
+    ) -> Result<Option<bool>, BackendError> {
+        let waited: Option<bool> = sqlx::query_scalar(statement)
+            .bind(name)
+            .bind(owner.to_string())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(BackendError::new)?;
+        if waited == Some(true) {
+            self.announce_free(name).await?;
+        }
+        Ok(waited)
+    }
+}
+
 impl LockBackend for PostgresBackend {
     type Lease = TokenLease;
 
@@ -220,21 +264,39 @@ impl LockBackend for PostgresBackend {
             .await
     }
 
+    /// One owner-checked `UPDATE` while nobody waits; a lock that is waited for goes through
+    /// the queue (to its first ticket, or announced), and a shared hold's release is
+    /// announced.
     async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
         let statements = &self.statements;
-        let release = if lease.hold().is_exclusive() {
-            &statements.release
-        } else {
-            &statements.release_shared
-        };
-        self.owner_checked(release, name, lease.token(), None).await
+        if !lease.hold().is_exclusive() {
+            let waited = self
+                .returning_waited(&statements.release_shared, name, lease.token())
+                .await?;
+            return Ok(waited.is_some());
+        }
+        if self
+            .owner_checked(&statements.release, name, lease.token(), None)
+            .await?
+        {
+            return Ok(true);
+        }
+        self.release_through_queue(name, lease.token()).await
     }
 
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
         let abandon = &self.statements.abandon;
-        self.owner_checked(abandon, name, request.token, None)
+        self.returning_waited(abandon, name, request.token)
             .await
             .map(drop)
+    }
+
+    fn wait_queue(&self) -> Option<&dyn WaitQueue<TokenLease>> {
+        Some(self)
+    }
+
+    fn max_name_len(&self) -> Option<usize> {
+        Some(MAX_NAME_LEN)
     }
 }
 

@@ -14,13 +14,13 @@ use crate::backend::shapes::WRITER_INTENT_TTL;
 pub(super) struct Statements {
     pub(super) table: String,
     pub(super) create_table: String,
-    /// → (fence if taken, holder's ms left if busy).
+    /// → (fence if taken, holder's ms left if busy, waited for).
     pub(super) acquire: String,
-    /// → (0 if taken, ms until the lock may change if busy).
+    /// → (0 if taken, ms until the lock may change if busy, waited for).
     pub(super) acquire_read: String,
-    /// → (fence if taken, ms until the lock may change if busy).
+    /// → (fence if taken, ms until the lock may change if busy, waited for).
     pub(super) acquire_write: String,
-    /// → (0 if taken, ms until the first permit's lease ends if busy).
+    /// → (0 if taken, ms until the first permit's lease ends if busy, waited for).
     pub(super) acquire_permit: String,
     /// A busy writer that will ask again queues its intent, unless another writer's stands.
     pub(super) write_intent: String,
@@ -32,8 +32,21 @@ pub(super) struct Statements {
     pub(super) extend_shared: String,
     /// One row changed if the shared hold was still held.
     pub(super) release_shared: String,
-    /// Drops whatever `$2` holds or intends on `$1`: exclusive lease, shared hold, intent.
+    /// Drops whatever `$2` holds or intends on `$1`: exclusive lease, shared hold, intent;
+    /// → whether the lock is waited for.
     pub(super) abandon: String,
+    /// A busy caller that listens marks the lock as waited for, so its release is announced.
+    pub(super) mark_waited: String,
+    /// Makes sure `$1` has a row, to lock.
+    pub(super) ensure_row: String,
+    /// `$1`'s row, locked for update: now, the live exclusive holder and its µs left, µs until
+    /// the first shared hold ends, fence, tickets.
+    pub(super) lock_row: String,
+    /// Writes a queue operation's change: `$2` 0 keeps the holder, 1 makes `$3` the holder
+    /// for `$4` µs, 2 frees the lock; `$5` fence, `$6` waited, `$7` tickets.
+    pub(super) write_row: String,
+    /// Announces `$2` on channel `$1`.
+    pub(super) notify: String,
 }
 
 /// `$3` milliseconds from now, by the database's clock.
@@ -41,6 +54,9 @@ const EXPIRY: &str = "clock_timestamp() + $3::bigint * interval '1 millisecond'"
 
 /// Now, in milliseconds since the epoch by the database's clock: how shared holds expire.
 const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+/// Now, in microseconds since the epoch by the database's clock: how tickets expire.
+const NOW_US: &str = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
 
 /// Nobody holds the lock exclusively (never taken, released, or the lease expired).
 const EXCLUSIVE_FREE: &str = "(lease.owner IS NULL OR lease.expires_at <= clock_timestamp())";
@@ -102,7 +118,9 @@ impl Statements {
                     fence bigint NOT NULL, \
                     shared jsonb NOT NULL DEFAULT '{{}}', \
                     intent text, \
-                    intent_expires timestamptz)"
+                    intent_expires timestamptz, \
+                    waited boolean NOT NULL DEFAULT false, \
+                    tickets text NOT NULL DEFAULT '')"
             ),
             acquire: exclusive(&free, ""),
             acquire_write: exclusive(
@@ -119,9 +137,11 @@ impl Statements {
                 "UPDATE {table} AS lease SET expires_at = {EXPIRY} \
                  WHERE name = $1 AND lease.owner = $2 AND lease.expires_at > clock_timestamp()"
             ),
+            // A waited-for lock is released through the queue (`sql::queue`) instead.
             release: format!(
                 "UPDATE {table} AS lease SET owner = NULL, expires_at = NULL \
-                 WHERE name = $1 AND lease.owner = $2 AND lease.expires_at > clock_timestamp()"
+                 WHERE name = $1 AND lease.owner = $2 AND lease.expires_at > clock_timestamp() \
+                    AND NOT lease.waited"
             ),
             extend_shared: format!(
                 "UPDATE {table} AS lease \
@@ -129,7 +149,8 @@ impl Statements {
                  WHERE name = $1 AND {held_shared}"
             ),
             release_shared: format!(
-                "UPDATE {table} AS lease SET shared = lease.shared - $2::text WHERE name = $1 AND {held_shared}"
+                "UPDATE {table} AS lease SET shared = lease.shared - $2::text \
+                 WHERE name = $1 AND {held_shared} RETURNING waited"
             ),
             abandon: format!(
                 "UPDATE {table} AS lease SET \
@@ -140,8 +161,36 @@ impl Statements {
                     intent_expires = \
                         CASE WHEN lease.intent = $2 THEN NULL ELSE lease.intent_expires END \
                  WHERE name = $1 \
-                    AND (lease.owner = $2 OR lease.shared ? $2 OR lease.intent = $2)"
+                    AND (lease.owner = $2 OR lease.shared ? $2 OR lease.intent = $2) \
+                 RETURNING waited"
             ),
+            mark_waited: format!(
+                "UPDATE {table} SET waited = true WHERE name = $1 AND NOT waited"
+            ),
+            ensure_row: format!(
+                "INSERT INTO {table} (name, fence) VALUES ($1, 0) ON CONFLICT (name) DO NOTHING"
+            ),
+            lock_row: format!(
+                "SELECT {NOW_US}, \
+                    CASE WHEN expires_at > clock_timestamp() THEN owner END, \
+                    CASE WHEN expires_at > clock_timestamp() THEN \
+                        (extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint \
+                    END, \
+                    (SELECT min(value::bigint) * 1000 - {NOW_US} FROM jsonb_each(shared) \
+                     WHERE value::bigint > {NOW_MS}), \
+                    fence, tickets \
+                 FROM {table} WHERE name = $1 FOR UPDATE"
+            ),
+            write_row: format!(
+                "UPDATE {table} SET \
+                    owner = CASE $2::int WHEN 0 THEN owner WHEN 1 THEN $3 END, \
+                    expires_at = CASE $2::int WHEN 0 THEN expires_at \
+                        WHEN 1 THEN clock_timestamp() + $4::bigint * interval '1 microsecond' \
+                    END, \
+                    fence = $5, waited = $6, tickets = $7 \
+                 WHERE name = $1"
+            ),
+            notify: "SELECT pg_notify($1, $2)".to_owned(),
         })
     }
 }
@@ -150,7 +199,7 @@ impl Statements {
 /// the name has none, or is updated as `update` says (and returns `returning`) when
 /// `condition` holds on it; when busy, it answers how many milliseconds until the lock may
 /// change: the soonest end of the exclusive lease, of a shared hold, or of a waiting writer's
-/// intent.
+/// intent; and whether the lock is waited for already.
 ///
 /// A busy lock is seen on the row as it stood when the statement began, without locking it,
 /// and the insert is then not even tried: only an acquire that may succeed waits for the row
@@ -170,6 +219,7 @@ fn acquire(table: &str, condition: &str, insert: &str, update: &str, returning: 
                     CASE WHEN intent_expires > clock_timestamp() THEN intent_expires END, \
                     (SELECT to_timestamp(min(value::bigint) / 1000.0) FROM jsonb_each(shared) \
                      WHERE value::bigint > {NOW_MS})) - clock_timestamp()) * 1000)::bigint \
-                 FROM previous)"
+                 FROM previous), \
+                (SELECT waited FROM previous)"
     )
 }

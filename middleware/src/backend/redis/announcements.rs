@@ -8,7 +8,6 @@ use redis::{Client, ProtocolVersion, PushInfo, PushKind, RedisError, Value};
 
 use super::keys::LockKey;
 use super::manager_config;
-use crate::OwnerToken;
 use crate::backend::BoxFuture;
 use crate::backend::waiting::{Announcement, Subscriptions, WaitingRoom};
 
@@ -56,25 +55,12 @@ fn route(room: &WaitingRoom, push: PushInfo) {
         (PushKind::Message, Some(name)) => {
             let message = push.data.get(1).and_then(text);
             // Anything unreadable wakes everyone: they ask the store.
-            let announcement = message.as_deref().and_then(parse);
+            let announcement = message.as_deref().and_then(Announcement::parse);
             room.announce(name, announcement.unwrap_or(Announcement::Free));
         }
         (PushKind::Subscribe, Some(name)) => room.subscription_confirmed(name),
         (PushKind::Disconnection, _) => room.disconnected(),
         _ => {}
-    }
-}
-
-/// Reads a release announcement's message: `''`, `'<ticket>'` or `'<ticket> <fence>'` (fence
-/// 0 when fencing is off). `None` when it is none of these.
-fn parse(message: &str) -> Option<Announcement> {
-    match message.split_once(' ') {
-        None if message.is_empty() => Some(Announcement::Free),
-        None => OwnerToken::parse(message).map(Announcement::Next),
-        Some((to, fence)) => Some(Announcement::Handed {
-            to: OwnerToken::parse(to)?,
-            fence: super::commands::fence(fence.parse().ok()?),
-        }),
     }
 }
 
@@ -99,38 +85,5 @@ impl Subscriptions for Subscriber {
                 tracing::debug!(channel, "unsubscribe failed; the next reconnect drops it");
             }
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backend::FencingToken;
-
-    #[test]
-    fn announcements_are_read_from_their_messages() {
-        let token = OwnerToken::new();
-        let mut buf = [0; 32];
-        let text = token.encode(&mut buf).to_owned();
-
-        assert_eq!(parse(""), Some(Announcement::Free));
-        assert_eq!(parse(&text), Some(Announcement::Next(token)));
-        assert_eq!(
-            parse(&format!("{text} 42")),
-            Some(Announcement::Handed {
-                to: token,
-                fence: Some(FencingToken::new(42)),
-            })
-        );
-        assert_eq!(
-            parse(&format!("{text} 0")),
-            Some(Announcement::Handed {
-                to: token,
-                fence: None
-            }),
-            "fencing off"
-        );
-        assert_eq!(parse("not-a-token"), None);
-        assert_eq!(parse(&format!("{text} -1")), None);
     }
 }

@@ -141,33 +141,50 @@ async fn wait_in_line<B: LockBackend>(
         .await
 }
 
-/// Shared shapes (read, write, permit): every waiter asks for itself (readers can share),
-/// woken by any release when it listens. Only a caller that found the lock busy enters the
-/// waiting room (which subscribes to the lock's announcements); its first wait attempt asks
-/// again, so no release between the two is missed. A writer that gives up withdraws its
-/// intent before it answers, so that readers are not barred by a writer that left.
+/// Shared shapes (read, write, permit). Readers and permit holders each ask for themselves
+/// (readers can share), woken by any release when they listen. Writers line up in the room:
+/// only the head of a process's line asks the store, so a release wakes one writer per process
+/// instead of every one (each then asks once more). Only a caller that found the lock busy
+/// enters the waiting room (which subscribes to the lock's announcements); its first wait
+/// attempt asks again, so no release between the two is missed. A writer that gives up
+/// withdraws its intent before it answers, so that readers are not barred by a writer that
+/// left.
 async fn wait_shared<B: LockBackend>(
     attempts: &Attempts<'_, B>,
     queue: Option<&dyn WaitQueue<B::Lease>>,
     deadline: Instant,
 ) -> Result<Obtained<B::Lease>, NotObtained> {
-    let request = attempts.request;
-    let writer = matches!(attempts.ask, Ask::Write(_)).then(|| {
+    let (request, name) = (attempts.request, attempts.name);
+    let is_writer = matches!(attempts.ask, Ask::Write(_));
+    let writer = is_writer.then(|| {
         let store_timeout = attempts.settings.store_timeout;
         Abandon::new(attempts.backend, attempts.names, request, store_timeout)
     });
-    if let Answer::Acquired(obtained) = attempts.once(How::Plain).await? {
+    let room = queue.map(WaitQueue::room);
+    let lined_up = is_writer && room.is_some_and(|room| room.has_line(name));
+    if !lined_up && let Answer::Acquired(obtained) = attempts.once(How::Plain).await? {
         if let Some(writer) = writer {
             writer.disarm();
         }
         return Ok(obtained);
     }
-    let place = queue
-        .filter(|_| request.patience == Patience::Listens)
-        .map(|queue| queue.room().take_ticket(attempts.name, request.token));
-    let waited = attempts
-        .wait(place.as_ref(), deadline, Some(SHARED_REFRESH), How::Plain)
-        .await;
+    let place = match room {
+        Some(room) if is_writer => Some(room.join_line(name, request.token)),
+        Some(room) if request.patience == Patience::Listens => {
+            Some(room.take_ticket(name, request.token))
+        }
+        _ => None,
+    };
+    let waited = match &place {
+        Some(place) if timeout_at(deadline, place.turn()).await.is_err() => {
+            attempts.once_more_busy().await
+        }
+        place => {
+            attempts
+                .wait(place.as_ref(), deadline, Some(SHARED_REFRESH), How::Plain)
+                .await
+        }
+    };
     match (writer, &waited) {
         (Some(writer), Err(NotObtained::Busy { .. })) => writer.now().await,
         (Some(writer), Ok(_)) => writer.disarm(),

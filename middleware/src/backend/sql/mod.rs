@@ -1,13 +1,19 @@
-//! What the SQL backends share: table names they can put in statements, and acquires that
+//! What the SQL backends share: table names they can put in statements, acquires that
 //! outlive their caller (a pooled store could otherwise see an `abandon`, sent on another
-//! connection, before the acquire it undoes) and leave connections for the holders.
+//! connection, before the acquire it undoes) and leave connections for the holders, and the
+//! queue of waiters (`queue.rs`).
 
 use std::future::Future;
 use std::sync::Arc;
 
 use tokio::sync::{Semaphore, oneshot};
 
-use super::{Attempt, BackendError, Granted, LockBackend, LockRequest};
+use super::{
+    Attempt, BackendError, Granted, LockBackend, LockRequest, QueuedAttempt, TokenLease,
+    WaitQueue,
+};
+
+pub(super) mod queue;
 
 /// How many of a pool's connections acquires leave to extends and releases.
 const KEPT_FOR_HOLDERS: u32 = 2;
@@ -26,20 +32,52 @@ impl AcquireSlots {
     }
 }
 
+/// An acquire's answer that its caller did not receive: what it took in the store is given
+/// back.
+pub(super) trait Unclaimed<B>: Send + 'static {
+    /// Gives back what this answer took on `name`.
+    fn give_back(self, backend: &B, name: &str) -> impl Future<Output = ()> + Send;
+}
+
+impl<B: LockBackend> Unclaimed<B> for Attempt<Granted<B::Lease>> {
+    async fn give_back(self, backend: &B, name: &str) {
+        if let Attempt::Acquired(grant) = self {
+            let _ = backend.release(name, &grant.lease).await;
+        }
+    }
+}
+
+impl<B> Unclaimed<B> for QueuedAttempt<TokenLease>
+where
+    B: LockBackend<Lease = TokenLease> + WaitQueue<TokenLease>,
+{
+    async fn give_back(self, backend: &B, name: &str) {
+        match self {
+            QueuedAttempt::Acquired(grant) => {
+                let _ = backend.release(name, &grant.lease).await;
+            }
+            QueuedAttempt::Queued { handover, .. } => {
+                let _ = backend.leave_queue(name, handover.token()).await;
+            }
+        }
+    }
+}
+
 /// Runs `attempt` (the store's acquire of `name`) in a task of its own, once one of `slots` is
 /// free, so that it reaches the store's answer even if the caller is dropped or times out
-/// first; a lock granted to nobody any more is then released by that task, after the acquire,
-/// in order. A caller gone before a slot was free sends nothing.
-pub(super) async fn acquire_detached<B, F>(
+/// first; what an answer nobody received any more took is then given back by that task, after
+/// the acquire, in order. A caller gone before a slot was free sends nothing.
+pub(super) async fn acquire_detached<B, A, F>(
     backend: &B,
     slots: &AcquireSlots,
     name: &str,
     request: LockRequest,
     attempt: impl FnOnce(B, String, LockRequest) -> F,
-) -> Result<Attempt<Granted<B::Lease>>, BackendError>
+) -> Result<A, BackendError>
 where
     B: LockBackend + Clone,
-    F: Future<Output = Result<Attempt<Granted<B::Lease>>, BackendError>> + Send + 'static,
+    A: Unclaimed<B>,
+    F: Future<Output = Result<A, BackendError>> + Send + 'static,
 {
     let (answer, answered) = oneshot::channel();
     let (owner, name) = (backend.clone(), name.to_owned());
@@ -52,8 +90,8 @@ where
         if answer.is_closed() {
             return;
         }
-        if let Err(Ok(Attempt::Acquired(grant))) = answer.send(acquiring.await) {
-            let _ = owner.release(&name, &grant.lease).await;
+        if let Err(Ok(unclaimed)) = answer.send(acquiring.await) {
+            unclaimed.give_back(&owner, &name).await;
         }
     });
     answered
