@@ -67,7 +67,9 @@ struct Heard {
 
 impl Heard {
     fn names(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        self.names.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.names
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The connection listens again: every name waited for is live again.

@@ -124,13 +124,48 @@ impl PostgresBackend {
 
     /// One acquire statement for `hold`: taken (with a fence when exclusive), or busy with
     /// how long until the lock may change. A busy writer that will ask again queues its
-    /// intent with a second statement.
+    /// intent with a second statement; a busy caller that listens marks the lock as waited
+    /// for (unless it is already), and then asks once more: a release between the answer and
+    /// the mark was not announced, every one after it is.
     async fn try_acquire(
         &self,
         name: &str,
         request: LockRequest,
         hold: Hold,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        let (answer, waited) = self.ask(name, request, hold).await?;
+        if matches!(answer, Attempt::Acquired(_)) {
+            return Ok(answer);
+        }
+        let statements = &self.statements;
+        if hold == Hold::Write && request.patience != Patience::Once {
+            sqlx::query(&statements.write_intent)
+                .bind(name)
+                .bind(request.token.to_string())
+                .execute(&self.pool)
+                .await
+                .map_err(BackendError::new)?;
+        }
+        if request.patience == Patience::Listens && !waited {
+            let marked = sqlx::query(&statements.mark_waited)
+                .bind(name)
+                .execute(&self.pool)
+                .await
+                .map_err(BackendError::new)?;
+            if marked.rows_affected() == 1 {
+                return Ok(self.ask(name, request, hold).await?.0);
+            }
+        }
+        Ok(answer)
+    }
+
+    /// The acquire statement for `hold`, and whether the lock was waited for already.
+    async fn ask(
+        &self,
+        name: &str,
+        request: LockRequest,
+        hold: Hold,
+    ) -> Result<(Attempt<Granted<TokenLease>>, bool), BackendError> {
         let statements = &self.statements;
         let statement = match hold {
             Hold::Mutex => &statements.acquire,
@@ -138,10 +173,9 @@ impl PostgresBackend {
             Hold::Write => &statements.acquire_write,
             Hold::Permit { .. } => &statements.acquire_permit,
         };
-        let owner = request.token.to_string();
         let query = sqlx::query_as(statement)
             .bind(name)
-            .bind(&owner)
+            .bind(request.token.to_string())
             .bind(millis(request.ttl));
         let query = match hold {
             Hold::Permit { permits } => query.bind(i64::from(permits.get())),
@@ -151,33 +185,19 @@ impl PostgresBackend {
             .fetch_one(&self.pool)
             .await
             .map_err(BackendError::new)?;
-        if let Some(fence) = taken {
-            let fence = hold
-                .is_exclusive()
-                .then(|| FencingToken::new(u64::try_from(fence).unwrap_or(0)));
-            return Ok(Attempt::Acquired(Granted {
+        let answer = match taken {
+            Some(fence) => Attempt::Acquired(Granted {
                 lease: TokenLease::new(request.token, hold),
-                fence,
-            }));
-        }
-        if hold == Hold::Write && request.patience != Patience::Once {
-            sqlx::query(&statements.write_intent)
-                .bind(name)
-                .bind(&owner)
-                .execute(&self.pool)
-                .await
-                .map_err(BackendError::new)?;
-        }
-        if request.patience == Patience::Listens && waited != Some(true) {
-            sqlx::query(&statements.mark_waited)
-                .bind(name)
-                .execute(&self.pool)
-                .await
-                .map_err(BackendError::new)?;
-        }
-        Ok(Attempt::Busy {
-            holder_ttl: holder_ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
-        })
+                fence: hold
+                    .is_exclusive()
+                    .then(|| FencingToken::new(u64::try_from(fence).unwrap_or(0))),
+            }),
+            None => Attempt::Busy {
+                holder_ttl: holder_ms
+                    .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+            },
+        };
+        Ok((answer, waited == Some(true)))
     }
 
     /// [`try_acquire`](Self::try_acquire) in a task of its own (`sql::acquire_detached`): an

@@ -61,16 +61,18 @@ impl PostgresBackend {
             .fetch_optional(connection)
             .await
             .map_err(BackendError::new)?;
-        Ok(row.map(|(now_us, owner, left_us, shared_left_us, fence, tickets)| {
-            let owner = owner.as_deref().and_then(OwnerToken::parse);
-            LockedRow {
-                now_us,
-                holder: owner.zip(left_us),
-                shared_left_us,
-                fence,
-                tickets: Tickets::parse(&tickets, now_us),
-            }
-        }))
+        Ok(
+            row.map(|(now_us, owner, left_us, shared_left_us, fence, tickets)| {
+                let owner = owner.as_deref().and_then(OwnerToken::parse);
+                LockedRow {
+                    now_us,
+                    holder: owner.zip(left_us),
+                    shared_left_us,
+                    fence,
+                    tickets: Tickets::parse(&tickets, now_us),
+                }
+            }),
+        )
     }
 
     async fn write_row(
@@ -198,7 +200,9 @@ impl WaitQueue<TokenLease> for PostgresBackend {
             name,
             request,
             move |backend, name, request| async move {
-                backend.acquire_with_ticket(&name, request, ticket_ttl).await
+                backend
+                    .acquire_with_ticket(&name, request, ticket_ttl)
+                    .await
             },
         ))
     }

@@ -164,9 +164,7 @@ impl Statements {
                     AND (lease.owner = $2 OR lease.shared ? $2 OR lease.intent = $2) \
                  RETURNING waited"
             ),
-            mark_waited: format!(
-                "UPDATE {table} SET waited = true WHERE name = $1 AND NOT waited"
-            ),
+            mark_waited: format!("UPDATE {table} SET waited = true WHERE name = $1 AND NOT waited"),
             ensure_row: format!(
                 "INSERT INTO {table} (name, fence) VALUES ($1, 0) ON CONFLICT (name) DO NOTHING"
             ),

@@ -9,8 +9,7 @@ use std::sync::Arc;
 use tokio::sync::{Semaphore, oneshot};
 
 use super::{
-    Attempt, BackendError, Granted, LockBackend, LockRequest, QueuedAttempt, TokenLease,
-    WaitQueue,
+    Attempt, BackendError, Granted, LockBackend, LockRequest, QueuedAttempt, TokenLease, WaitQueue,
 };
 
 pub(super) mod queue;

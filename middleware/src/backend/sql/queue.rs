@@ -46,12 +46,7 @@ impl Tickets {
         let tickets: Vec<String> = self
             .0
             .iter()
-            .map(|ticket| {
-                format!(
-                    "{} {} {}",
-                    ticket.token, ticket.expires_us, ticket.lease_us
-                )
-            })
+            .map(|ticket| format!("{} {} {}", ticket.token, ticket.expires_us, ticket.lease_us))
             .collect();
         tickets.join(";")
     }
@@ -296,7 +291,10 @@ mod tests {
 
         let (change, answer) = row(None, &line).acquire_queued(first, SECOND, 3 * SECOND);
         assert_eq!(answer, Queued::Acquired(FencingToken::new(8)));
-        assert_eq!(change.tickets.first().map(|ticket| ticket.token), Some(second));
+        assert_eq!(
+            change.tickets.first().map(|ticket| ticket.token),
+            Some(second)
+        );
     }
 
     #[test]
