@@ -9,7 +9,7 @@ use tower_lock::backend::{Attempt, LockBackend};
 use tower_lock::conformance::Store;
 
 mod mysql {
-    tower_lock::conformance_suite!(super::MysqlStore, read_write, semaphore);
+    tower_lock::conformance_suite!(super::MysqlStore, read_write, semaphore, wait_queue);
 }
 
 /// A fresh database whose lease table the backends share.

@@ -9,14 +9,17 @@ use sqlx::mysql::{MySqlArguments, MySqlPoolOptions, MySqlRow};
 use sqlx::query::Query;
 use sqlx::{MySql, MySqlPool, Row};
 
+use super::sql::queue::release_through_queue;
 use super::sql::{AcquireSlots, acquire_detached};
+use super::waiting::WaitingRoom;
 use super::{
     Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, Patience,
-    Semaphores, SharedLocks, TokenLease,
+    Semaphores, SharedLocks, TokenLease, WaitQueue,
 };
 use crate::FencingToken;
 use statements::{MAX_NAME_LEN, Param, Statement, Statements};
 
+mod queue;
 mod statements;
 
 /// The table a backend made by [`connect`](MysqlBackend::connect) keeps its leases in.
@@ -47,12 +50,15 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 ///     shared         JSON NOT NULL,    -- readers or permit holders:
 ///                                      -- [{"t": owner token, "e": expiry, µs since the epoch}]
 ///     intent         CHAR(32) NULL,    -- a waiting writer, which bars new readers
-///     intent_expires DATETIME(6) NULL
+///     intent_expires DATETIME(6) NULL,
+///     waited         BOOLEAN NOT NULL DEFAULT FALSE, -- releases go through the queue
+///     tickets        MEDIUMTEXT NULL   -- the queue of waiters' tickets
 /// ) ENGINE = InnoDB;
 /// ```
 ///
 /// Lock names are at most 512 bytes (a locker whose names could be longer is refused when it
-/// is built). MySQL has no `LISTEN`: waiters poll with backoff.
+/// is built). MySQL has no `LISTEN`: waiters poll with backoff, in line — one per process
+/// polls, holding a ticket in the row's queue.
 ///
 /// # Example
 ///
@@ -72,6 +78,7 @@ pub struct MysqlBackend {
     pool: MySqlPool,
     statements: Arc<Statements>,
     slots: AcquireSlots,
+    room: Arc<WaitingRoom>,
 }
 
 impl MysqlBackend {
@@ -103,6 +110,7 @@ impl MysqlBackend {
             slots: AcquireSlots::of_pool(pool.options().get_max_connections()),
             pool,
             statements: Arc::new(statements),
+            room: WaitingRoom::silent(),
         })
     }
 
@@ -251,8 +259,13 @@ impl LockBackend for MysqlBackend {
         } else {
             &statements.release_shared
         };
-        self.owner_checked(release, name, lease.token(), Duration::ZERO)
-            .await
+        let released = self
+            .owner_checked(release, name, lease.token(), Duration::ZERO)
+            .await?;
+        if released || !lease.hold().is_exclusive() {
+            return Ok(released);
+        }
+        release_through_queue(self, name, lease.token()).await
     }
 
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
@@ -260,6 +273,10 @@ impl LockBackend for MysqlBackend {
         self.owner_checked(abandon, name, request.token, request.ttl)
             .await
             .map(drop)
+    }
+
+    fn wait_queue(&self) -> Option<&dyn WaitQueue<TokenLease>> {
+        Some(self)
     }
 
     fn max_name_len(&self) -> Option<usize> {

@@ -58,6 +58,15 @@ pub(super) struct Statements {
     pub(super) release_shared: Statement,
     /// Drops whatever the owner holds or intends on the name.
     pub(super) abandon: Statement,
+    /// `?` name: makes sure it has a row, to lock.
+    pub(super) ensure_row: String,
+    /// `?` name → its row, locked for update: now, the live exclusive holder and its µs left,
+    /// µs until the first shared hold ends, fence, tickets.
+    pub(super) lock_row: String,
+    /// Writes a queue operation's change. `?`: action (0 keeps the holder, 1 makes the owner
+    /// the holder for the lease, 2 frees the lock), lease µs, action again, owner, fence,
+    /// waited, tickets, name.
+    pub(super) write_row: String,
 }
 
 /// Now, in microseconds since the epoch by the server's UTC clock: how shared holds expire.
@@ -135,7 +144,9 @@ impl Statements {
                     fence BIGINT UNSIGNED NOT NULL, \
                     shared JSON NOT NULL, \
                     intent CHAR(32) NULL, \
-                    intent_expires DATETIME(6) NULL) ENGINE = InnoDB"
+                    intent_expires DATETIME(6) NULL, \
+                    waited BOOLEAN NOT NULL DEFAULT FALSE, \
+                    tickets MEDIUMTEXT NULL) ENGINE = InnoDB"
             ),
             acquire: exclusive(&free, "", &[Name, Owner, Ttl]),
             // `intent` is assigned before `intent_expires`, which then reads whether the
@@ -177,10 +188,12 @@ impl Statements {
                 ),
                 params: &[Ttl, Name, Owner],
             },
+            // A waited-for lock is released through the queue (`sql::queue`) instead.
             release: Statement {
                 sql: format!(
                     "UPDATE {table} SET owner = NULL, expires_at = NULL \
-                     WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
+                     WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6) \
+                        AND NOT waited"
                 ),
                 params: &[Name, Owner],
             },
@@ -221,6 +234,27 @@ impl Statements {
                 ),
                 params: &[Owner, Owner, Owner, Owner, Owner, Name],
             },
+            ensure_row: format!(
+                "INSERT INTO {table} (name, fence, shared) VALUES (?, 0, JSON_ARRAY()) \
+                 ON DUPLICATE KEY UPDATE name = name"
+            ),
+            lock_row: format!(
+                "SELECT {NOW_US}, \
+                    IF(expires_at > UTC_TIMESTAMP(6), owner, NULL), \
+                    IF(expires_at > UTC_TIMESTAMP(6), \
+                        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), NULL), \
+                    (SELECT MIN(expiry) - {NOW_US} FROM {HOLDERS} WHERE expiry > {NOW_US}), \
+                    CAST(fence AS SIGNED), COALESCE(tickets, '') \
+                 FROM {table} WHERE name = ? FOR UPDATE"
+            ),
+            write_row: format!(
+                "UPDATE {table} SET \
+                    expires_at = CASE ? WHEN 0 THEN expires_at \
+                        WHEN 1 THEN UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND END, \
+                    owner = CASE ? WHEN 0 THEN owner WHEN 1 THEN ? END, \
+                    fence = ?, waited = ?, tickets = ? \
+                 WHERE name = ?"
+            ),
         })
     }
 }

@@ -122,18 +122,6 @@ async fn listen(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_tables_channel_is_fixed_and_fits_a_postgres_identifier() {
-        assert_eq!(channel("tower_lock_leases"), channel("tower_lock_leases"));
-        assert_ne!(channel("a.leases"), channel("b.leases"));
-        assert!(channel(&"x".repeat(127)).len() < 64);
-    }
-}
-
 /// Routes one notification to the waiters of its lock; a payload that cannot be read is
 /// ignored (its waiters fall back on their timers).
 fn route(room: &WaitingRoom, payload: &str) {
@@ -161,5 +149,17 @@ impl Subscriptions for Subscriber {
     fn unsubscribe(&mut self, name: &str) -> BoxFuture<'static, ()> {
         self.heard.names().remove(name);
         Box::pin(async {})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tables_channel_is_fixed_and_fits_a_postgres_identifier() {
+        assert_eq!(channel("tower_lock_leases"), channel("tower_lock_leases"));
+        assert_ne!(channel("a.leases"), channel("b.leases"));
+        assert!(channel(&"x".repeat(127)).len() < 64);
     }
 }

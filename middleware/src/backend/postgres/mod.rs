@@ -8,6 +8,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
+use super::sql::queue::release_through_queue;
 use super::sql::{AcquireSlots, acquire_detached};
 use super::waiting::WaitingRoom;
 use super::{
@@ -49,12 +50,16 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 ///     shared         jsonb NOT NULL DEFAULT '{}', -- readers or permit holders:
 ///                                      -- owner token -> expiry, ms since the epoch
 ///     intent         text,             -- a waiting writer, which bars new readers
-///     intent_expires timestamptz
+///     intent_expires timestamptz,
+///     waited         boolean NOT NULL DEFAULT false, -- releases go through the queue
+///     tickets        text NOT NULL DEFAULT ''       -- the queue of waiters' tickets
 /// );
 /// ```
 ///
 /// Rows stay after release, so fencing tokens keep increasing per name: one small row per
-/// lock name in use. Waiters poll with backoff (release notifications are not wired yet).
+/// lock name in use. Waiters are woken by `LISTEN/NOTIFY` (one listening connection of the
+/// pool per backend, one channel per table), and queue in the row for fair and notified
+/// waiting.
 ///
 /// # Example
 ///
@@ -301,7 +306,7 @@ impl LockBackend for PostgresBackend {
         {
             return Ok(true);
         }
-        self.release_through_queue(name, lease.token()).await
+        release_through_queue(self, name, lease.token()).await
     }
 
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {

@@ -11,19 +11,18 @@ use super::PostgresBackend;
 use super::listener::payload;
 use crate::OwnerToken;
 use crate::backend::sql::acquire_detached;
-use crate::backend::sql::queue::{Holder, LockedRow, Queued, RowChange, Tickets};
-use crate::backend::waiting::{Announcement, WaitingRoom};
-use crate::backend::{
-    BackendError, BoxFuture, Granted, Hold, LockRequest, QueuedAttempt, TokenLease, WaitQueue,
+use crate::backend::sql::queue::{
+    Holder, LockedRow, LockedRows, RowChange, Tickets, acquire_with_ticket, leave_line,
 };
+use crate::backend::waiting::{Announcement, WaitingRoom};
+use crate::backend::{BackendError, BoxFuture, LockRequest, QueuedAttempt, TokenLease, WaitQueue};
 
-impl PostgresBackend {
-    /// Runs `decide` on `name`'s row, locked for update, in one transaction: writes the change
-    /// it returns (if any), announces what the change says, and commits.
-    async fn with_locked_row<T>(
+impl LockedRows for PostgresBackend {
+    /// The change's announcement goes out with `NOTIFY`, at commit.
+    async fn with_locked_row<T: Send>(
         &self,
         name: &str,
-        decide: impl FnOnce(LockedRow) -> (Option<RowChange>, T),
+        decide: impl FnOnce(LockedRow) -> (Option<RowChange>, T) + Send,
     ) -> Result<T, BackendError> {
         let mut transaction = self.pool.begin().await.map_err(BackendError::new)?;
         let row = match self.lock_row(&mut transaction, name).await? {
@@ -49,7 +48,9 @@ impl PostgresBackend {
         }
         Ok(answer)
     }
+}
 
+impl PostgresBackend {
     async fn lock_row(
         &self,
         connection: &mut PgConnection,
@@ -122,64 +123,6 @@ impl PostgresBackend {
         let mut connection = self.pool.acquire().await.map_err(BackendError::new)?;
         self.notify(&mut connection, name, Announcement::Free).await
     }
-
-    /// Releases `token`'s exclusive lease on a lock that is waited for: to the first ticket,
-    /// or announced. Whether the lease was still the token's.
-    pub(super) async fn release_through_queue(
-        &self,
-        name: &str,
-        token: OwnerToken,
-    ) -> Result<bool, BackendError> {
-        self.with_locked_row(name, |row| match row.release_waited(token) {
-            Some(change) => (Some(change), true),
-            None => (None, false),
-        })
-        .await
-    }
-
-    async fn acquire_with_ticket(
-        &self,
-        name: &str,
-        request: LockRequest,
-        ticket_ttl: Duration,
-    ) -> Result<QueuedAttempt<TokenLease>, BackendError> {
-        let (lease_us, ticket_us) = (micros(request.ttl), micros(ticket_ttl));
-        let queued = self
-            .with_locked_row(name, |row| {
-                let (change, queued) = row.acquire_queued(request.token, lease_us, ticket_us);
-                (Some(change), queued)
-            })
-            .await?;
-        let lease = TokenLease::new(request.token, Hold::Mutex);
-        Ok(match queued {
-            Queued::Acquired(fence) => QueuedAttempt::Acquired(Granted {
-                lease,
-                fence: Some(fence),
-            }),
-            Queued::Waiting(holder_ttl) => QueuedAttempt::Queued {
-                holder_ttl,
-                handover: lease,
-            },
-        })
-    }
-
-    async fn leave_line(&self, name: &str, token: OwnerToken) -> Result<(), BackendError> {
-        let handed = self
-            .with_locked_row(name, |row| {
-                let (change, handed) = row.leave(token);
-                (Some(change), handed)
-            })
-            .await?;
-        if handed {
-            self.release_through_queue(name, token).await?;
-        }
-        Ok(())
-    }
-}
-
-/// A duration in whole microseconds, as tickets keep them.
-fn micros(duration: Duration) -> i64 {
-    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
 
 impl WaitQueue<TokenLease> for PostgresBackend {
@@ -200,9 +143,7 @@ impl WaitQueue<TokenLease> for PostgresBackend {
             name,
             request,
             move |backend, name, request| async move {
-                backend
-                    .acquire_with_ticket(&name, request, ticket_ttl)
-                    .await
+                acquire_with_ticket(&backend, &name, request, ticket_ttl).await
             },
         ))
     }
@@ -212,6 +153,6 @@ impl WaitQueue<TokenLease> for PostgresBackend {
         name: &'a str,
         token: OwnerToken,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
-        Box::pin(self.leave_line(name, token))
+        Box::pin(leave_line(self, name, token))
     }
 }

@@ -5,11 +5,94 @@
 //! the Redis backend's scripts, with the same rules (`fair.lua`, `release.lua`). Times are the
 //! database's, in microseconds since the epoch.
 
+use std::future::Future;
 use std::time::Duration;
 
 use crate::OwnerToken;
-use crate::backend::FencingToken;
 use crate::backend::waiting::Announcement;
+use crate::backend::{
+    BackendError, FencingToken, Granted, Hold, LockBackend, LockRequest, QueuedAttempt, TokenLease,
+};
+
+/// A SQL backend whose queue operations run on the lock's row, locked for update.
+pub(in crate::backend) trait LockedRows:
+    LockBackend<Lease = TokenLease>
+{
+    /// Runs `decide` on `name`'s row (made first if missing), locked for update, in one
+    /// transaction: writes the change it returns (if any), announces what the change says
+    /// where the store can, and commits.
+    fn with_locked_row<T: Send>(
+        &self,
+        name: &str,
+        decide: impl FnOnce(LockedRow) -> (Option<RowChange>, T) + Send,
+    ) -> impl Future<Output = Result<T, BackendError>> + Send;
+}
+
+/// Releases `token`'s exclusive lease on a lock that is waited for: to the first ticket, or
+/// announced. Whether the lease was still the token's.
+pub(in crate::backend) async fn release_through_queue<B: LockedRows>(
+    backend: &B,
+    name: &str,
+    token: OwnerToken,
+) -> Result<bool, BackendError> {
+    backend
+        .with_locked_row(name, |row| match row.release_waited(token) {
+            Some(change) => (Some(change), true),
+            None => (None, false),
+        })
+        .await
+}
+
+/// [`WaitQueue::acquire_queued`](crate::backend::WaitQueue::acquire_queued) on the row.
+pub(in crate::backend) async fn acquire_with_ticket<B: LockedRows>(
+    backend: &B,
+    name: &str,
+    request: LockRequest,
+    ticket_ttl: Duration,
+) -> Result<QueuedAttempt<TokenLease>, BackendError> {
+    let (lease_us, ticket_us) = (micros_of(request.ttl), micros_of(ticket_ttl));
+    let queued = backend
+        .with_locked_row(name, |row| {
+            let (change, queued) = row.acquire_queued(request.token, lease_us, ticket_us);
+            (Some(change), queued)
+        })
+        .await?;
+    let lease = TokenLease::new(request.token, Hold::Mutex);
+    Ok(match queued {
+        Queued::Acquired(fence) => QueuedAttempt::Acquired(Granted {
+            lease,
+            fence: Some(fence),
+        }),
+        Queued::Waiting(holder_ttl) => QueuedAttempt::Queued {
+            holder_ttl,
+            handover: lease,
+        },
+    })
+}
+
+/// [`WaitQueue::leave_queue`](crate::backend::WaitQueue::leave_queue) on the row: a lock a
+/// release handed to the leaving ticket meanwhile is released (passed on).
+pub(in crate::backend) async fn leave_line<B: LockedRows>(
+    backend: &B,
+    name: &str,
+    token: OwnerToken,
+) -> Result<(), BackendError> {
+    let handed = backend
+        .with_locked_row(name, |row| {
+            let (change, handed) = row.leave(token);
+            (Some(change), handed)
+        })
+        .await?;
+    if handed {
+        release_through_queue(backend, name, token).await?;
+    }
+    Ok(())
+}
+
+/// A duration in whole microseconds, as tickets keep them.
+fn micros_of(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+}
 
 /// One waiter's place in a lock's queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

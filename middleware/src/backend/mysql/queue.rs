@@ -1,0 +1,122 @@
+//! The MySQL/MariaDB backend's wait queue: tickets in the lock's row, changed in short
+//! transactions that hold the row's lock (`sql::queue` decides). MySQL cannot announce a
+//! release, so the room is silent: waiters line up in their process and only the head of each
+//! line polls, in ticket order across processes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::MySqlConnection;
+
+use super::MysqlBackend;
+use crate::OwnerToken;
+use crate::backend::sql::acquire_detached;
+use crate::backend::sql::queue::{
+    Holder, LockedRow, LockedRows, RowChange, Tickets, acquire_with_ticket, leave_line,
+};
+use crate::backend::waiting::WaitingRoom;
+use crate::backend::{BackendError, BoxFuture, LockRequest, QueuedAttempt, TokenLease, WaitQueue};
+
+impl LockedRows for MysqlBackend {
+    /// Announces nothing: MySQL has no `NOTIFY`.
+    async fn with_locked_row<T: Send>(
+        &self,
+        name: &str,
+        decide: impl FnOnce(LockedRow) -> (Option<RowChange>, T) + Send,
+    ) -> Result<T, BackendError> {
+        let statements = &self.statements;
+        let mut transaction = self.pool.begin().await.map_err(BackendError::new)?;
+        let row = match lock_row(&mut transaction, &statements.lock_row, name).await? {
+            Some(row) => row,
+            None => {
+                sqlx::query(&statements.ensure_row)
+                    .bind(name.as_bytes())
+                    .execute(&mut *transaction)
+                    .await
+                    .map_err(BackendError::new)?;
+                lock_row(&mut transaction, &statements.lock_row, name)
+                    .await?
+                    .ok_or_else(|| BackendError::new("the lock's row vanished"))?
+            }
+        };
+        let (change, answer) = decide(row);
+        if let Some(change) = change {
+            let (action, owner, lease_us) = match change.holder {
+                Holder::Unchanged => (0, None, 0),
+                Holder::Taken { owner, lease_us } => (1, Some(owner.to_string()), lease_us),
+                Holder::Freed => (2, None, 0),
+            };
+            sqlx::query(&statements.write_row)
+                .bind(action)
+                .bind(lease_us)
+                .bind(action)
+                .bind(owner)
+                .bind(change.fence)
+                .bind(change.waited)
+                .bind(change.tickets.column())
+                .bind(name.as_bytes())
+                .execute(&mut *transaction)
+                .await
+                .map_err(BackendError::new)?;
+            transaction.commit().await.map_err(BackendError::new)?;
+        }
+        Ok(answer)
+    }
+}
+
+async fn lock_row(
+    connection: &mut MySqlConnection,
+    statement: &str,
+    name: &str,
+) -> Result<Option<LockedRow>, BackendError> {
+    type Row = (i64, Option<String>, Option<i64>, Option<i64>, i64, String);
+    let row: Option<Row> = sqlx::query_as(statement)
+        .bind(name.as_bytes())
+        .fetch_optional(connection)
+        .await
+        .map_err(BackendError::new)?;
+    Ok(
+        row.map(|(now_us, owner, left_us, shared_left_us, fence, tickets)| {
+            let owner = owner.as_deref().and_then(OwnerToken::parse);
+            LockedRow {
+                now_us,
+                holder: owner.zip(left_us),
+                shared_left_us,
+                fence,
+                tickets: Tickets::parse(&tickets, now_us),
+            }
+        }),
+    )
+}
+
+impl WaitQueue<TokenLease> for MysqlBackend {
+    fn room(&self) -> &Arc<WaitingRoom> {
+        &self.room
+    }
+
+    /// Runs in a task of its own, like every acquire (`sql::acquire_detached`).
+    fn acquire_queued<'a>(
+        &'a self,
+        name: &'a str,
+        request: LockRequest,
+        ticket_ttl: Duration,
+    ) -> BoxFuture<'a, Result<QueuedAttempt<TokenLease>, BackendError>> {
+        Box::pin(acquire_detached(
+            self,
+            &self.slots,
+            name,
+            request,
+            move |backend, name, request| async move {
+                acquire_with_ticket(&backend, &name, request, ticket_ttl).await
+            },
+        ))
+    }
+
+    fn leave_queue<'a>(
+        &'a self,
+        name: &'a str,
+        token: OwnerToken,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(leave_line(self, name, token))
+    }
+}
