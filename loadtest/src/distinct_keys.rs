@@ -323,24 +323,27 @@ pub fn median(mut runs: Vec<PairSummary>) -> PairSummary {
     }
 }
 
-/// Each implementation's throughput over rslock's in the same round: (impl, median, lowest,
-/// highest) for every implementation but rslock, or nothing when rslock did not run. The
-/// two ran back to back, so a round's ratio is spared most of the host's drift between
+/// Each implementation's throughput over `baseline`'s in the same round: (impl, median,
+/// lowest, highest) for every implementation but the baseline, or nothing when it did not run.
+/// The two ran back to back, so a round's ratio is spared most of the host's drift between
 /// rounds, which moves the medians of the table by ±10 % and more.
-pub fn ratios_to_rslock(rounds: &[Vec<PairSummary>]) -> Vec<(&'static str, f64, f64, f64)> {
-    let Some(rslock) = rounds
+pub fn ratios_to(
+    rounds: &[Vec<PairSummary>],
+    baseline: &str,
+) -> Vec<(&'static str, f64, f64, f64)> {
+    let Some(base) = rounds
         .iter()
-        .find(|runs| runs.first().is_some_and(|run| run.which == "rslock"))
+        .find(|runs| runs.first().is_some_and(|run| run.which == baseline))
     else {
         return Vec::new();
     };
     rounds
         .iter()
-        .filter(|runs| runs.first().is_some_and(|run| run.which != "rslock"))
+        .filter(|runs| runs.first().is_some_and(|run| run.which != baseline))
         .map(|runs| {
             let mut ratios: Vec<f64> = runs
                 .iter()
-                .zip(rslock)
+                .zip(base)
                 .map(|(run, baseline)| run.pairs_per_s / baseline.pairs_per_s)
                 .collect();
             ratios.sort_by(f64::total_cmp);
@@ -350,9 +353,9 @@ pub fn ratios_to_rslock(rounds: &[Vec<PairSummary>]) -> Vec<(&'static str, f64, 
         .collect()
 }
 
-/// Prints the distinct-keys table, with each row's ratio to raw-scripts at the same C and the
-/// CPU time a pair costs lockbench and Redis.
-pub fn print_table(rows: &[PairSummary]) {
+/// Prints the distinct-keys table, with each row's ratio to `raw` at the same C and the CPU
+/// time a pair costs lockbench and Redis (`-` where it ran on no Redis).
+pub fn print_table(rows: &[PairSummary], raw: &str) {
     println!(
         "{:<20} {:>4} {:>11} {:>8} {:>8} {:>10} {:>11} {:>10}",
         "impl", "C", "pairs/s", "p50 µs", "p99 µs", "vs raw", "client µs", "redis µs"
@@ -360,11 +363,16 @@ pub fn print_table(rows: &[PairSummary]) {
     for row in rows {
         let raw = rows
             .iter()
-            .find(|other| other.which == "raw-scripts" && other.concurrency == row.concurrency)
+            .find(|other| other.which == raw && other.concurrency == row.concurrency)
             .map(|raw| format!("{:.2}", row.pairs_per_s / raw.pairs_per_s))
             .unwrap_or_default();
+        let redis_cpu = if row.redis_cpu_us.is_nan() {
+            "-".to_owned()
+        } else {
+            format!("{:.1}", row.redis_cpu_us)
+        };
         println!(
-            "{:<20} {:>4} {:>11.0} {:>8} {:>8} {:>10} {:>11.1} {:>10.1}",
+            "{:<20} {:>4} {:>11.0} {:>8} {:>8} {:>10} {:>11.1} {:>10}",
             row.which,
             row.concurrency,
             row.pairs_per_s,
@@ -372,7 +380,7 @@ pub fn print_table(rows: &[PairSummary]) {
             row.p99_us,
             raw,
             row.client_cpu_us,
-            row.redis_cpu_us
+            redis_cpu
         );
     }
 }

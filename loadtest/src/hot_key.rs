@@ -15,7 +15,8 @@ use crate::lockers::{Contender, Impl};
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Plan {
     pub which: Impl,
-    pub redis_url: String,
+    /// The store of `which`: Redis, or the SQL database.
+    pub url: String,
     /// The hot key: fresh for every run, so a holder dropped at the end of one run does not
     /// block the next.
     pub key: String,
@@ -130,7 +131,7 @@ pub async fn run(plan: Plan) -> Measured {
     });
     let listener = tokio::spawn(Arc::clone(&acquisitions).hear_peer());
     let calls = Arc::new(AtomicU64::new(0));
-    let locker = Arc::new(Contender::connect(plan.which, &plan.redis_url).await);
+    let locker = Arc::new(Contender::connect(plan.which, &plan.url).await);
     let (start, end) = (
         instant_at(plan.start_us),
         instant_at(plan.start_us) + plan.duration,

@@ -1,5 +1,5 @@
 //! The lock implementations lockbench compares, behind one interface: hold a key while a
-//! piece of work runs, and count the Redis round trips it took.
+//! piece of work runs, and count the store round trips it took.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -9,8 +9,10 @@ use std::time::Duration;
 use redis::Script;
 use redis::aio::MultiplexedConnection;
 use tower_lock::backend::OwnerToken;
+use tower_lock::backend::mysql::MysqlBackend;
+use tower_lock::backend::postgres::PostgresBackend;
 use tower_lock::testing::CountingBackend;
-use tower_lock::{Locker, RedisBackend};
+use tower_lock::{LockBackend, Locker, LockerBuilder, RedisBackend};
 
 /// Lease TTL every implementation uses.
 pub const TTL: Duration = Duration::from_secs(10);
@@ -35,6 +37,16 @@ pub enum Impl {
     SeedNaive,
     /// The rslock crate: `lock()` again whenever it gives up, `unlock()` after.
     Rslock,
+    /// tower-lock on PostgreSQL, waiting woken by `LISTEN/NOTIFY`.
+    PostgresNotified,
+    /// tower-lock on PostgreSQL, waiting by polling with backoff.
+    PostgresPolling,
+    /// tower-lock on PostgreSQL in fair (FIFO) mode.
+    PostgresFair,
+    /// tower-lock on MySQL/MariaDB, waiting in line: one waiter per process polls.
+    MysqlInLine,
+    /// tower-lock on MySQL/MariaDB, every waiter polling with backoff.
+    MysqlPolling,
 }
 
 impl Impl {
@@ -46,6 +58,19 @@ impl Impl {
         Impl::Rslock,
     ];
 
+    pub const POSTGRES_HOT_KEY: [Impl; 4] = [
+        Impl::PostgresNotified,
+        Impl::PostgresPolling,
+        Impl::PostgresFair,
+        Impl::TowerLockNotified,
+    ];
+
+    pub const MYSQL_HOT_KEY: [Impl; 3] = [
+        Impl::MysqlInLine,
+        Impl::MysqlPolling,
+        Impl::TowerLockNotified,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Impl::TowerLockNotified => "tower-lock-notified",
@@ -53,7 +78,24 @@ impl Impl {
             Impl::TowerLockFair => "tower-lock-fair",
             Impl::SeedNaive => "seed-naive",
             Impl::Rslock => "rslock",
+            Impl::PostgresNotified => "postgres-notified",
+            Impl::PostgresPolling => "postgres-polling",
+            Impl::PostgresFair => "postgres-fair",
+            Impl::MysqlInLine => "mysql-in-line",
+            Impl::MysqlPolling => "mysql-polling",
         }
+    }
+
+    /// Whether it runs on a SQL database (its plan's URL is the database's).
+    pub fn on_sql(self) -> bool {
+        matches!(
+            self,
+            Impl::PostgresNotified
+                | Impl::PostgresPolling
+                | Impl::PostgresFair
+                | Impl::MysqlInLine
+                | Impl::MysqlPolling
+        )
     }
 
     /// Whether the client counts its own round trips (rslock's are read off the server).
@@ -73,6 +115,25 @@ pub enum Contender {
         release: Arc<Script>,
     },
     Rslock(rslock::LockManager),
+    Postgres {
+        locker: Locker<CountingBackend<PostgresBackend>>,
+    },
+    Mysql {
+        locker: Locker<CountingBackend<MysqlBackend>>,
+    },
+}
+
+/// The waiting `which` asks for, on `locker`.
+fn waiting<B: LockBackend>(which: Impl, locker: LockerBuilder<B>) -> Locker<B> {
+    let locker = locker.ttl(TTL);
+    let locker = match which {
+        Impl::TowerLockPolling | Impl::PostgresPolling | Impl::MysqlPolling => {
+            locker.wait_polling(WAIT)
+        }
+        Impl::TowerLockFair | Impl::PostgresFair => locker.wait(WAIT).fair(Duration::from_secs(3)),
+        _ => locker.wait(WAIT),
+    };
+    locker.build().expect("valid settings")
 }
 
 impl Contender {
@@ -83,14 +144,22 @@ impl Contender {
                 let backend = CountingBackend::new(
                     RedisBackend::connect(url).await.expect("Redis reachable"),
                 );
-                let locker = Locker::builder(backend).ttl(TTL);
-                let locker = match which {
-                    Impl::TowerLockNotified => locker.wait(WAIT),
-                    Impl::TowerLockPolling => locker.wait_polling(WAIT),
-                    _ => locker.wait(WAIT).fair(Duration::from_secs(3)),
-                };
                 Contender::TowerLock {
-                    locker: locker.build().expect("valid settings"),
+                    locker: waiting(which, Locker::builder(backend)),
+                }
+            }
+            Impl::PostgresNotified | Impl::PostgresPolling | Impl::PostgresFair => {
+                let backend = PostgresBackend::connect(url).await;
+                let backend = CountingBackend::new(backend.expect("PostgreSQL reachable"));
+                Contender::Postgres {
+                    locker: waiting(which, Locker::builder(backend)),
+                }
+            }
+            Impl::MysqlInLine | Impl::MysqlPolling => {
+                let backend = MysqlBackend::connect(url).await;
+                let backend = CountingBackend::new(backend.expect("MySQL reachable"));
+                Contender::Mysql {
+                    locker: waiting(which, Locker::builder(backend)),
                 }
             }
             Impl::SeedNaive => {
@@ -113,6 +182,8 @@ impl Contender {
     pub fn backend_round_trips(&self) -> u64 {
         match self {
             Contender::TowerLock { locker } => locker.backend().counts().total(),
+            Contender::Postgres { locker } => locker.backend().counts().total(),
+            Contender::Mysql { locker } => locker.backend().counts().total(),
             Contender::SeedNaive { .. } | Contender::Rslock(_) => 0,
         }
     }
@@ -127,6 +198,14 @@ impl Contender {
     ) -> T {
         match self {
             Contender::TowerLock { locker } => locker
+                .with_lock(key, |_| work)
+                .await
+                .unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}")),
+            Contender::Postgres { locker } => locker
+                .with_lock(key, |_| work)
+                .await
+                .unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}")),
+            Contender::Mysql { locker } => locker
                 .with_lock(key, |_| work)
                 .await
                 .unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}")),

@@ -9,7 +9,9 @@
 //!
 //! Lock-level benchmarks on a real Redis: lockbench starts its own `redis-server` on a free
 //! port (or uses `--redis-url`) and compares tower-lock with peer implementations in the same
-//! run. See `docs/BENCHMARKS.md` for results and what limits them.
+//! run. With `--backend postgres` or `--backend mysql` it measures tower-lock on the
+//! machine's PostgreSQL or MariaDB instead (a fresh schema or database of its own), beside the
+//! database's own lock and Redis. See `docs/BENCHMARKS.md` for results and what limits them.
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::process::Stdio;
@@ -25,11 +27,13 @@ mod hot_key;
 mod lockers;
 mod redis_stats;
 mod report;
+mod sql_pairs;
 
 use distinct_keys::PairImpl;
 use hot_key::{Measured, Plan, now_us};
 use lockers::Impl;
 use report::{HotKeySummary, hot_key_figures, percentile, print_hot_key_table};
+use sql_pairs::{Database, SqlPair};
 
 /// Lock benchmarks against a real Redis.
 #[derive(Debug, Parser)]
@@ -38,6 +42,10 @@ struct Args {
     /// What to measure.
     #[arg(long, value_enum, default_value = "hot-key")]
     scenario: Scenario,
+    /// Measure tower-lock on this SQL database (the machine's; `TEST_POSTGRES_URL` or
+    /// `TEST_MYSQL_URL` for another) instead of on Redis against peer libraries.
+    #[arg(long, value_enum)]
+    backend: Option<Database>,
     /// Hot key: a contender that released waits until another has acquired before it wants
     /// the lock again, so every acquisition is a handoff.
     #[arg(long)]
@@ -60,9 +68,13 @@ struct Args {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
     processes: u8,
     /// Implementations to compare (repeatable); default: all of the scenario's. Hot key:
-    /// tower-lock-notified, tower-lock-polling, tower-lock-fair, seed-naive, rslock. Distinct
-    /// keys: raw-scripts, seed-minimal, tower-lock, tower-lock-nofence, tower-lock-engine,
-    /// tower-lock-service, rslock.
+    /// tower-lock-notified, tower-lock-polling, tower-lock-fair, seed-naive, rslock (on
+    /// PostgreSQL: postgres-notified, postgres-polling, postgres-fair, tower-lock-notified; on
+    /// MySQL: mysql-in-line, mysql-polling, tower-lock-notified). Distinct keys: raw-scripts,
+    /// seed-minimal, tower-lock, tower-lock-nofence, tower-lock-engine, tower-lock-service,
+    /// rslock (on PostgreSQL: postgres-raw, postgres-backend, postgres-engine,
+    /// pg-advisory-lock, redis-engine; on MySQL: mysql-raw, mysql-backend, mysql-engine,
+    /// mysql-get-lock, redis-engine).
     #[arg(long = "impl")]
     impls: Vec<String>,
     /// Distinct keys: draw throughput against concurrency per implementation into this SVG.
@@ -123,11 +135,26 @@ async fn main() {
     }
     // Names are checked before a Redis is started: an unknown one exits, which would skip
     // stopping it.
-    let (hot_key_impls, pair_impls) = match args.scenario {
-        Scenario::HotKey => (chosen(&args.impls, &Impl::HOT_KEY, Impl::name), Vec::new()),
-        Scenario::DistinctKeys => (
+    let hot_key_all: &[Impl] = match args.backend {
+        None => &Impl::HOT_KEY,
+        Some(Database::Postgres) => &Impl::POSTGRES_HOT_KEY,
+        Some(Database::Mysql) => &Impl::MYSQL_HOT_KEY,
+    };
+    let (hot_key_impls, pair_impls, sql_pairs) = match (args.scenario, args.backend) {
+        (Scenario::HotKey, _) => (
+            chosen(&args.impls, hot_key_all, Impl::name),
+            Vec::new(),
+            Vec::new(),
+        ),
+        (Scenario::DistinctKeys, None) => (
             Vec::new(),
             chosen(&args.impls, &PairImpl::ALL, PairImpl::name),
+            Vec::new(),
+        ),
+        (Scenario::DistinctKeys, Some(database)) => (
+            Vec::new(),
+            Vec::new(),
+            chosen(&args.impls, &SqlPair::ALL, |pair| pair.name(database)),
         ),
     };
     let own_redis = args.redis_url.is_none().then(RedisServer::start);
@@ -136,9 +163,107 @@ async fn main() {
         .clone()
         .unwrap_or_else(|| own_redis.as_ref().expect("started").url());
 
-    match args.scenario {
-        Scenario::HotKey => hot_key_grid(&args, &url, &hot_key_impls).await,
-        Scenario::DistinctKeys => distinct_keys_grid(&args, &url, &pair_impls).await,
+    match (args.scenario, args.backend) {
+        (Scenario::HotKey, None) => hot_key_grid(&args, &Urls::redis(&url), &hot_key_impls).await,
+        (Scenario::HotKey, Some(database)) => {
+            let scratch = sql_pairs::Scratch::create(database).await;
+            let urls = Urls {
+                redis: url.clone(),
+                sql: Some(scratch.url()),
+            };
+            hot_key_grid(&args, &urls, &hot_key_impls).await;
+        }
+        (Scenario::DistinctKeys, None) => distinct_keys_grid(&args, &url, &pair_impls).await,
+        (Scenario::DistinctKeys, Some(database)) => {
+            sql_distinct_keys_grid(&args, database, &url, &sql_pairs).await;
+        }
+    }
+}
+
+/// The stores of a hot-key grid: Redis, and the SQL database when one is measured.
+struct Urls {
+    redis: String,
+    sql: Option<String>,
+}
+
+impl Urls {
+    fn redis(url: &str) -> Self {
+        Self {
+            redis: url.to_owned(),
+            sql: None,
+        }
+    }
+
+    /// The store of `which`.
+    fn of(&self, which: Impl) -> &str {
+        match (&self.sql, which.on_sql()) {
+            (Some(sql), true) => sql,
+            _ => &self.redis,
+        }
+    }
+}
+
+/// Distinct keys on a SQL database: each implementation in turn, every round, and the
+/// engine's and backend's throughput over the raw statements' in the same round.
+async fn sql_distinct_keys_grid(
+    args: &Args,
+    database: Database,
+    redis_url: &str,
+    impls: &[SqlPair],
+) {
+    let concurrencies = if args.concurrency.is_empty() {
+        vec![1, 16, 64]
+    } else {
+        args.concurrency.clone()
+    };
+    let duration = Duration::from_secs(args.duration_s);
+    let mut rows = Vec::new();
+    let mut ratio_lines = Vec::new();
+    for &concurrency in &concurrencies {
+        let mut rounds: Vec<Vec<distinct_keys::PairSummary>> =
+            impls.iter().map(|_| Vec::new()).collect();
+        for round in 0..args.rounds.max(1) {
+            for (index, &which) in impls.iter().enumerate() {
+                let row = sql_pairs::run(which, database, redis_url, concurrency, duration).await;
+                eprintln!(
+                    "  round {} {} C={concurrency}: {:.0} pairs/s",
+                    round + 1,
+                    row.which,
+                    row.pairs_per_s
+                );
+                rounds[index].push(row);
+            }
+        }
+        let raw = SqlPair::Raw.name(database);
+        for (which, median, lowest, highest) in distinct_keys::ratios_to(&rounds, raw) {
+            ratio_lines.push(format!(
+                "  {which:<20} {concurrency:>4} {median:>8.2} {lowest:>6.2}–{highest:.2}"
+            ));
+        }
+        for runs in rounds {
+            let row = distinct_keys::median(runs);
+            if args.json {
+                println!("{}", serde_json::to_string(&row).expect("serializable"));
+            }
+            rows.push(row);
+        }
+    }
+    if !args.json {
+        println!(
+            "\nscenario distinct-keys on {database:?}, {} s per run, median of {} interleaved rounds",
+            args.duration_s, args.rounds
+        );
+        distinct_keys::print_table(&rows, SqlPair::Raw.name(database));
+        println!(
+            "\nthroughput over the raw statements' in the same round (median, lowest–highest):"
+        );
+        println!(
+            "  {:<20} {:>4} {:>8} {:>11}",
+            "impl", "C", "median", "range"
+        );
+        for line in &ratio_lines {
+            println!("{line}");
+        }
     }
 }
 
@@ -168,7 +293,7 @@ async fn distinct_keys_grid(args: &Args, url: &str, impls: &[PairImpl]) {
                 rounds[index].push(row);
             }
         }
-        for (which, median, lowest, highest) in distinct_keys::ratios_to_rslock(&rounds) {
+        for (which, median, lowest, highest) in distinct_keys::ratios_to(&rounds, "rslock") {
             ratio_lines.push(format!(
                 "  {which:<20} {concurrency:>4} {median:>8.2} {lowest:>6.2}–{highest:.2}"
             ));
@@ -186,7 +311,7 @@ async fn distinct_keys_grid(args: &Args, url: &str, impls: &[PairImpl]) {
             "\nscenario distinct-keys, {} s per run, median of {} interleaved rounds",
             args.duration_s, args.rounds
         );
-        distinct_keys::print_table(&rows);
+        distinct_keys::print_table(&rows, PairImpl::RawScripts.name());
         if !ratio_lines.is_empty() {
             println!("\nthroughput over rslock's in the same round (median, lowest–highest):");
             println!(
@@ -213,7 +338,7 @@ async fn distinct_keys_grid(args: &Args, url: &str, impls: &[PairImpl]) {
     }
 }
 
-async fn hot_key_grid(args: &Args, url: &str, impls: &[Impl]) {
+async fn hot_key_grid(args: &Args, urls: &Urls, impls: &[Impl]) {
     let concurrencies = if args.concurrency.is_empty() {
         vec![8, 64]
     } else {
@@ -229,6 +354,7 @@ async fn hot_key_grid(args: &Args, url: &str, impls: &[Impl]) {
     for &concurrency in &concurrencies {
         for &hold_ms in &holds {
             for &which in impls {
+                let url = urls.of(which);
                 let row = hot_key_once(args, url, which, concurrency, hold_ms, duration).await;
                 if args.json {
                     println!("{}", serde_json::to_string(&row).expect("serializable"));
@@ -262,12 +388,18 @@ async fn hot_key_once(
     duration: Duration,
 ) -> HotKeySummary {
     let processes = usize::from(args.processes);
-    let before = redis_stats::command_calls(url).await;
+    // The server's own command counts are Redis's; on SQL only the client counts.
+    let on_redis = !which.on_sql();
+    let before = if on_redis {
+        redis_stats::command_calls(url).await
+    } else {
+        Default::default()
+    };
     let start_us = now_us() + if processes == 1 { 300_000 } else { 2_000_000 };
     let key = format!("hot:{}:{concurrency}:{hold_ms}:{start_us}", which.name());
     let plan = |index: usize, listen: Option<SocketAddr>, peer: Option<SocketAddr>| Plan {
         which,
-        redis_url: url.to_owned(),
+        url: url.to_owned(),
         key: key.clone(),
         handoff: args.handoff,
         contenders: concurrency / processes + usize::from(index < concurrency % processes),
@@ -296,7 +428,11 @@ async fn hot_key_once(
         }
         merged
     };
-    let after = redis_stats::command_calls(url).await;
+    let after = if on_redis {
+        redis_stats::command_calls(url).await
+    } else {
+        Default::default()
+    };
     let acquired = measured.acquisitions.len().max(1) as f64;
     let round_trips = if which.counts_round_trips() {
         measured.round_trips
@@ -320,7 +456,11 @@ async fn hot_key_once(
         handoff_p50_us: percentile(&figures.handoff_us, 0.50) as f64,
         handoff_p99_us: percentile(&figures.handoff_us, 0.99) as f64,
         round_trips_per_acquire: Some(round_trips as f64 / acquired),
-        redis_cmds_per_acquire: redis_stats::lock_commands(&before, &after) as f64 / acquired,
+        redis_cmds_per_acquire: if on_redis {
+            redis_stats::lock_commands(&before, &after) as f64 / acquired
+        } else {
+            f64::NAN
+        },
     }
 }
 

@@ -128,7 +128,7 @@ pub fn print_hot_key_table(rows: &[HotKeySummary]) {
     );
     for row in rows {
         println!(
-            "{:<20} {:>7} {:>4} {:>4} {:>9.1} {:>6.3} {:>6.3} {:>9.2} {:>9.2} {:>9.2} {:>9.0} {:>9.0} {:>7} {:>7.2}",
+            "{:<20} {:>7} {:>4} {:>4} {:>9.1} {:>6.3} {:>6.3} {:>9.2} {:>9.2} {:>9.2} {:>9.0} {:>9.0} {:>7} {:>7}",
             row.which,
             if row.handoff { "handoff" } else { "default" },
             row.concurrency,
@@ -143,7 +143,11 @@ pub fn print_hot_key_table(rows: &[HotKeySummary]) {
             row.handoff_p99_us,
             row.round_trips_per_acquire
                 .map_or_else(|| "-".to_owned(), |rt| format!("{rt:.2}")),
-            row.redis_cmds_per_acquire,
+            if row.redis_cmds_per_acquire.is_nan() {
+                "-".to_owned()
+            } else {
+                format!("{:.2}", row.redis_cmds_per_acquire)
+            },
         );
     }
 }

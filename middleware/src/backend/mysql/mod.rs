@@ -319,6 +319,17 @@ fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
 
+#[cfg(feature = "test-util")]
+impl MysqlBackend {
+    /// The statements a mutex's acquire and release send (feature `test-util`), for
+    /// benchmarks that compare the backend with its own SQL sent directly. The acquire takes
+    /// name (bytes), owner token, TTL in µs and answers in `LAST_INSERT_ID` (the fence, or 0
+    /// when busy); the release takes name, owner token.
+    pub fn mutex_statements(&self) -> (&str, &str) {
+        (&self.statements.acquire.sql, &self.statements.release.sql)
+    }
+}
+
 impl fmt::Debug for MysqlBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MysqlBackend")

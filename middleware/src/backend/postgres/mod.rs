@@ -360,6 +360,17 @@ fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
+#[cfg(feature = "test-util")]
+impl PostgresBackend {
+    /// The statements a mutex's acquire and release send (feature `test-util`), for
+    /// benchmarks that compare the backend with its own SQL sent directly. The acquire takes
+    /// `$1` name, `$2` owner token (text), `$3` TTL in ms and answers (fence if taken, ms the
+    /// holder has left, whether waited for); the release takes `$1` name, `$2` owner token.
+    pub fn mutex_statements(&self) -> (&str, &str) {
+        (&self.statements.acquire, &self.statements.release)
+    }
+}
+
 impl fmt::Debug for PostgresBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresBackend")
