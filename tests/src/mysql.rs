@@ -47,6 +47,27 @@ impl MysqlDatabase {
             .await
             .expect("MariaDB answered a moment ago")
     }
+
+    /// Kills every connection using this database (`KILL`), as a crash of the connection
+    /// would: how many there were.
+    pub async fn kill_connections(&self) -> usize {
+        let mut admin = admin().await;
+        let ids: Vec<i64> =
+            sqlx::query_scalar("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ?")
+                .bind(&self.name)
+                .fetch_all(&mut admin)
+                .await
+                .expect("MariaDB lists its connections");
+        for id in &ids {
+            // A connection may have ended by itself meanwhile.
+            sqlx::raw_sql(&format!("KILL {id}"))
+                .execute(&mut admin)
+                .await
+                .ok();
+        }
+        admin.close().await.ok();
+        ids.len()
+    }
 }
 
 impl Drop for MysqlDatabase {

@@ -50,11 +50,34 @@ impl PostgresSchema {
 
     /// A pool of its own on the test database, as another process would have.
     pub async fn pool(&self) -> PgPool {
+        self.pool_as("tower-lock-test").await
+    }
+
+    /// A pool of its own whose connections name themselves `application` to the server, so
+    /// that [`terminate`](Self::terminate) can find them.
+    pub async fn pool_as(&self, application: &str) -> PgPool {
+        let options: PgConnectOptions = postgres_url().parse().expect("a postgres:// URL");
         PgPoolOptions::new()
             .max_connections(4)
-            .connect(&postgres_url())
+            .connect_with(options.application_name(application))
             .await
             .expect("PostgreSQL answered a moment ago")
+    }
+
+    /// Ends every session of `application` (`pg_terminate_backend`), as a crash of the
+    /// connection would: how many there were.
+    pub async fn terminate(&self, application: &str) -> i64 {
+        let mut admin = admin().await;
+        let ended = sqlx::query_scalar(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = $1",
+        )
+        .bind(application)
+        .fetch_one(&mut admin)
+        .await
+        .expect("PostgreSQL terminates sessions");
+        admin.close().await.ok();
+        ended
     }
 }
 

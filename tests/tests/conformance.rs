@@ -6,11 +6,18 @@ use tower_lock::RedisBackend;
 use tower_lock::conformance::{Outage, Store};
 
 mod redis {
-    tower_lock::conformance_suite!(super::RedisStore, read_write, semaphore, wait_queue, outage);
+    tower_lock::conformance_suite!(
+        super::RedisStore,
+        leases,
+        read_write,
+        semaphore,
+        wait_queue,
+        outage
+    );
 }
 
 mod redis_without_fencing {
-    tower_lock::conformance_suite!(super::UnfencedRedisStore, read_write, wait_queue);
+    tower_lock::conformance_suite!(super::UnfencedRedisStore, leases, read_write, wait_queue);
 }
 
 /// A fresh `redis-server`, killed when the case ends.

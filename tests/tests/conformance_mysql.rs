@@ -4,12 +4,16 @@
 use std::time::Duration;
 
 use integration_tests::{MysqlDatabase, granted, request};
-use tower_lock::backend::mysql::MysqlBackend;
+use tower_lock::backend::mysql::{MysqlBackend, NowaitBackend};
 use tower_lock::backend::{Attempt, LockBackend};
 use tower_lock::conformance::Store;
 
 mod mysql {
-    tower_lock::conformance_suite!(super::MysqlStore, read_write, semaphore, wait_queue);
+    tower_lock::conformance_suite!(super::MysqlStore, leases, read_write, semaphore, wait_queue);
+}
+
+mod nowait {
+    tower_lock::conformance_suite!(super::NowaitStore);
 }
 
 /// A fresh database whose lease table the backends share.
@@ -26,6 +30,27 @@ impl Store for MysqlStore {
         MysqlBackend::with_table(self.0.pool().await, &self.0.table("leases"))
             .await
             .expect("the lease table is created")
+    }
+}
+
+/// Rows locked `FOR UPDATE NOWAIT` in a fresh database: no leases, no fences.
+struct NowaitStore(MysqlDatabase);
+
+impl Store for NowaitStore {
+    type Backend = NowaitBackend;
+
+    async fn start() -> Self {
+        Self(MysqlDatabase::create().await)
+    }
+
+    async fn backend(&self) -> NowaitBackend {
+        NowaitBackend::with_table(self.0.pool().await, &self.0.table("rows"))
+            .await
+            .expect("the row table is created")
+    }
+
+    fn fences(&self) -> bool {
+        false
     }
 }
 

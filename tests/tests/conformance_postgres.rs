@@ -5,13 +5,23 @@ use std::time::Duration;
 
 use integration_tests::{PostgresSchema, granted, request};
 use tower_lock::Locker;
-use tower_lock::backend::postgres::PostgresBackend;
+use tower_lock::backend::postgres::{AdvisoryBackend, PostgresBackend};
 use tower_lock::backend::{Attempt, LockBackend};
 use tower_lock::conformance::Store;
 use tower_lock::testing::CountingBackend;
 
 mod postgres {
-    tower_lock::conformance_suite!(super::PostgresStore, read_write, semaphore, wait_queue);
+    tower_lock::conformance_suite!(
+        super::PostgresStore,
+        leases,
+        read_write,
+        semaphore,
+        wait_queue
+    );
+}
+
+mod advisory {
+    tower_lock::conformance_suite!(super::AdvisoryStore);
 }
 
 /// A fresh schema whose lease table the backends share.
@@ -28,6 +38,25 @@ impl Store for PostgresStore {
         PostgresBackend::with_table(self.0.pool().await, &self.0.table("leases"))
             .await
             .expect("the lease table is created")
+    }
+}
+
+/// Advisory locks in a namespace of their own (the fresh schema's name): no leases, no fences.
+struct AdvisoryStore(PostgresSchema);
+
+impl Store for AdvisoryStore {
+    type Backend = AdvisoryBackend;
+
+    async fn start() -> Self {
+        Self(PostgresSchema::create().await)
+    }
+
+    async fn backend(&self) -> AdvisoryBackend {
+        AdvisoryBackend::with_pool(self.0.pool().await, self.0.name())
+    }
+
+    fn fences(&self) -> bool {
+        false
     }
 }
 

@@ -12,8 +12,10 @@
 //!   offer ([`LockBackend::wait_queue`]); without one, waiters poll.
 //!
 //! Backends: [`MemoryBackend`](memory::MemoryBackend) (one process) and, with the `redis`
-//! feature, `RedisBackend`; with the `postgres` feature, `postgres::PostgresBackend`; with the
-//! `mysql` feature, `mysql::MysqlBackend`.
+//! feature, `RedisBackend`; with the `postgres` feature, `postgres::PostgresBackend` (lease
+//! rows) and `postgres::AdvisoryBackend` (advisory locks); with the `mysql` feature,
+//! `mysql::MysqlBackend` (lease rows) and `mysql::NowaitBackend` (row locks in an open
+//! transaction).
 
 use std::future::Future;
 use std::time::Duration;
@@ -42,6 +44,8 @@ pub use error::BackendError;
 pub use queue::{BoxFuture, QueuedAttempt, WaitQueue};
 pub use request::{LockRequest, Patience, drift_margin, lease_deadline};
 pub use shapes::{Hold, Semaphores, SharedLocks};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use sql::session::ConnectionLease;
 
 /// A store of leases on lock names: exclusive, expiring, owner-checked, optionally fenced.
 ///

@@ -4,7 +4,7 @@
 
 use crate::test_support::MutexOnly;
 
-crate::conformance_suite!(MutexOnlyStore);
+crate::conformance_suite!(MutexOnlyStore, leases);
 
 #[derive(Default)]
 struct MutexOnlyStore(MutexOnly);

@@ -19,8 +19,11 @@ use super::{
 use crate::FencingToken;
 use statements::{MAX_NAME_LEN, Param, Statement, Statements};
 
+mod nowait;
 mod queue;
 mod statements;
+
+pub use nowait::{DEFAULT_ROW_TABLE, NowaitBackend};
 
 /// The table a backend made by [`connect`](MysqlBackend::connect) keeps its leases in.
 pub const DEFAULT_TABLE: &str = "tower_lock_leases";

@@ -18,9 +18,12 @@ use super::{
 use crate::FencingToken;
 use statements::Statements;
 
+mod advisory;
 mod listener;
 mod queue;
 mod statements;
+
+pub use advisory::{AdvisoryBackend, DEFAULT_NAMESPACE};
 
 /// The table a backend made by [`connect`](PostgresBackend::connect) keeps its leases in.
 pub const DEFAULT_TABLE: &str = "tower_lock_leases";

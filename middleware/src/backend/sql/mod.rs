@@ -1,7 +1,7 @@
 //! What the SQL backends share: table names they can put in statements, acquires that
 //! outlive their caller (a pooled store could otherwise see an `abandon`, sent on another
-//! connection, before the acquire it undoes) and leave connections for the holders, and the
-//! queue of waiters (`queue.rs`).
+//! connection, before the acquire it undoes) and leave connections for the holders, the
+//! queue of waiters (`queue.rs`), and locks held by a session instead of a row (`session.rs`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,6 +13,7 @@ use super::{
 };
 
 pub(super) mod queue;
+pub(super) mod session;
 
 /// How many of a pool's connections acquires leave to extends and releases.
 const KEPT_FOR_HOLDERS: u32 = 2;

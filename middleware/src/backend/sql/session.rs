@@ -1,0 +1,241 @@
+//! Locks that live in a database session: PostgreSQL's advisory locks and MySQL's row locks in
+//! an open transaction. The lease is the connection that took the lock, out of the pool for as
+//! long as it is held; the lock ends with `unlock` or with the session, so a crashed holder
+//! frees it as soon as the server notices its connection gone. No TTL, no fence of their own.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection, Database, Pool};
+use tokio::sync::Mutex;
+
+use super::{AcquireSlots, acquire_detached};
+use crate::backend::{Attempt, BackendError, Granted, LockBackend, LockRequest};
+
+/// What a session lock sends to take and give back a lock in one connection's session.
+pub(in crate::backend) trait SessionLock: Clone + Send + Sync + 'static {
+    /// The database whose sessions hold the locks.
+    type Db: Database;
+
+    /// Takes `name`'s lock in `connection`'s session if it is free: whether it was.
+    fn lock(
+        &self,
+        connection: &mut PoolConnection<Self::Db>,
+        name: &str,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// Gives `name`'s lock back in `connection`'s session: whether the session held it.
+    fn unlock(
+        &self,
+        connection: &mut PoolConnection<Self::Db>,
+        name: &str,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// The longest lock name the store accepts, in bytes, if it has a limit.
+    fn max_name_len(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// The lease of a lock held by a database session: the connection that took it.
+///
+/// Dropped without a release (its holder gone), it closes the connection rather than return
+/// it to the pool — a pooled session still holding the lock would hand it to whoever uses the
+/// connection next — so the server ends the session and frees the lock.
+pub struct ConnectionLease<DB: Database> {
+    connection: Mutex<Option<PoolConnection<DB>>>,
+}
+
+impl<DB: Database> ConnectionLease<DB> {
+    fn new(connection: PoolConnection<DB>) -> Self {
+        Self {
+            connection: Mutex::new(Some(connection)),
+        }
+    }
+}
+
+impl<DB: Database> Drop for ConnectionLease<DB> {
+    fn drop(&mut self) {
+        if let Some(connection) = self.connection.get_mut().as_mut() {
+            connection.close_on_drop();
+        }
+    }
+}
+
+impl<DB: Database> fmt::Debug for ConnectionLease<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectionLease").finish_non_exhaustive()
+    }
+}
+
+/// A backend of session locks of kind `K` on a pool: one connection per held lock.
+pub(in crate::backend) struct SessionLocks<K: SessionLock> {
+    pool: Pool<K::Db>,
+    kind: K,
+    slots: AcquireSlots,
+}
+
+impl<K: SessionLock> Clone for SessionLocks<K> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            kind: self.kind.clone(),
+            slots: self.slots.clone(),
+        }
+    }
+}
+
+impl<K: SessionLock> SessionLocks<K> {
+    pub(in crate::backend) fn new(pool: Pool<K::Db>, kind: K) -> Self {
+        let slots = AcquireSlots::of_pool(pool.options().get_max_connections());
+        Self { pool, kind, slots }
+    }
+
+    /// What these locks send.
+    pub(in crate::backend) fn kind(&self) -> &K {
+        &self.kind
+    }
+
+    /// A connection from the pool, and the lock in its session if it is free.
+    async fn try_lock(
+        &self,
+        name: &str,
+    ) -> Result<Attempt<Granted<ConnectionLease<K::Db>>>, BackendError> {
+        let mut connection = self.pool.acquire().await.map_err(BackendError::new)?;
+        match self.kind.lock(&mut connection, name).await {
+            Ok(true) => Ok(Attempt::Acquired(Granted {
+                lease: ConnectionLease::new(connection),
+                fence: None,
+            })),
+            Ok(false) => Ok(Attempt::Busy { holder_ttl: None }),
+            Err(error) => {
+                // Whether the lock was taken is unknown: end the session, which frees it.
+                connection.close_on_drop();
+                Err(BackendError::new(error))
+            }
+        }
+    }
+}
+
+impl<K: SessionLock> LockBackend for SessionLocks<K> {
+    type Lease = ConnectionLease<K::Db>;
+
+    /// In a task of its own (`sql::acquire_detached`): a caller dropped mid-statement would
+    /// otherwise leave a pooled session that may hold the lock.
+    async fn acquire(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<Self::Lease>>, BackendError> {
+        acquire_detached(
+            self,
+            &self.slots,
+            name,
+            request,
+            |backend, name, _| async move { backend.try_lock(&name).await },
+        )
+        .await
+    }
+
+    /// The lock lasts as long as its session: extending checks that the connection is alive
+    /// (a ping). A dead one is closed and reported lost — the server frees its locks.
+    async fn extend(
+        &self,
+        _name: &str,
+        lease: &Self::Lease,
+        _ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        let mut held = lease.connection.lock().await;
+        let Some(connection) = held.as_mut() else {
+            return Ok(false);
+        };
+        if connection.ping().await.is_ok() {
+            return Ok(true);
+        }
+        connection.close_on_drop();
+        held.take();
+        Ok(false)
+    }
+
+    /// Unlocks in the holder's session and returns the connection to the pool; a connection
+    /// that failed is closed instead, which frees the lock once the server sees it go.
+    async fn release(&self, name: &str, lease: &Self::Lease) -> Result<bool, BackendError> {
+        let Some(mut connection) = lease.connection.lock().await.take() else {
+            return Ok(false);
+        };
+        match self.kind.unlock(&mut connection, name).await {
+            Ok(true) => Ok(true),
+            Ok(false) => {
+                connection.close_on_drop();
+                Ok(false)
+            }
+            Err(error) => {
+                connection.close_on_drop();
+                Err(BackendError::new(error))
+            }
+        }
+    }
+
+    /// Nothing to undo: a grant nobody received is released by the task that took it, and a
+    /// session whose answer was lost is closed.
+    async fn abandon(&self, _name: &str, _request: LockRequest) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn max_name_len(&self) -> Option<usize> {
+        self.kind.max_name_len()
+    }
+}
+
+/// Implements [`LockBackend`] for `$backend`, a public wrapper of a [`SessionLocks`] whose
+/// connections are `$db`'s, by handing every call to it.
+macro_rules! session_backend {
+    ($backend:ty, $db:ty) => {
+        impl $crate::backend::LockBackend for $backend {
+            type Lease = $crate::backend::ConnectionLease<$db>;
+
+            async fn acquire(
+                &self,
+                name: &str,
+                request: $crate::backend::LockRequest,
+            ) -> Result<
+                $crate::backend::Attempt<$crate::backend::Granted<Self::Lease>>,
+                $crate::backend::BackendError,
+            > {
+                self.0.acquire(name, request).await
+            }
+
+            async fn extend(
+                &self,
+                name: &str,
+                lease: &Self::Lease,
+                ttl: ::std::time::Duration,
+            ) -> Result<bool, $crate::backend::BackendError> {
+                self.0.extend(name, lease, ttl).await
+            }
+
+            async fn release(
+                &self,
+                name: &str,
+                lease: &Self::Lease,
+            ) -> Result<bool, $crate::backend::BackendError> {
+                self.0.release(name, lease).await
+            }
+
+            async fn abandon(
+                &self,
+                name: &str,
+                request: $crate::backend::LockRequest,
+            ) -> Result<(), $crate::backend::BackendError> {
+                self.0.abandon(name, request).await
+            }
+
+            fn max_name_len(&self) -> Option<usize> {
+                self.0.max_name_len()
+            }
+        }
+    };
+}
+pub(in crate::backend) use session_backend;
