@@ -10,11 +10,11 @@
 use std::future::Future;
 use std::time::Duration;
 
-use integration_tests::{MysqlDatabase, PostgresSchema};
+use integration_tests::{MysqlDatabase, PostgresSchema, granted, request};
 use tokio::time::{sleep, timeout};
-use tower_lock::backend::LockBackend;
 use tower_lock::backend::mysql::{MysqlBackend, NowaitBackend};
 use tower_lock::backend::postgres::{AdvisoryBackend, PostgresBackend};
+use tower_lock::backend::{Attempt, LockBackend};
 use tower_lock::{LockError, Locker};
 
 const TTL: Duration = Duration::from_millis(600);
@@ -171,4 +171,57 @@ async fn a_lease_row_outlives_its_holders_killed_connections() {
 
     assert!(!taken, "the lease is in the row, not the connection");
     assert!(!told, "the holder's pool reconnects and renews");
+}
+
+/// A lease dropped without a release (its holder gone mid-release, say) ends its session, so
+/// the lock is free for others — and not kept by a pooled connection for its next user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_advisory_lease_dropped_unreleased_frees_the_lock() {
+    let schema = PostgresSchema::create().await;
+    let (holder, contender) = advisory(&schema).await;
+    let grant = granted(holder.acquire("lock:k", request(TTL)).await);
+
+    drop(grant);
+
+    assert!(
+        free_within(&contender, "lock:k", TTL).await,
+        "the dropped lease's session ended"
+    );
+}
+
+/// The twin, without the lease closing its connection: a pooled session that took an advisory
+/// lock and went back to the pool keeps the lock for whoever uses the connection next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_session_keeps_its_advisory_lock() {
+    let schema = PostgresSchema::create().await;
+    let pool = schema.pool().await;
+    let (_, contender) = advisory(&schema).await;
+    let key = format!("{}:lock:k", schema.name());
+    let mut connection = pool.acquire().await.unwrap();
+    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtextextended($1, 0))")
+        .bind(&key)
+        .fetch_one(&mut *connection)
+        .await
+        .unwrap();
+    assert!(locked);
+
+    drop(connection);
+
+    assert!(
+        !free_within(&contender, "lock:k", TTL).await,
+        "the pooled session still holds the lock"
+    );
+}
+
+/// Whether `backend` is granted `name` within `limit` (released again at once).
+async fn free_within<B: LockBackend>(backend: &B, name: &str, limit: Duration) -> bool {
+    let asked = tokio::time::Instant::now();
+    while asked.elapsed() < limit {
+        if let Attempt::Acquired(grant) = backend.acquire(name, request(TTL)).await.unwrap() {
+            backend.release(name, &grant.lease).await.unwrap();
+            return true;
+        }
+        sleep(TTL / 20).await;
+    }
+    false
 }

@@ -159,23 +159,21 @@ impl<K: SessionLock> LockBackend for SessionLocks<K> {
         Ok(false)
     }
 
-    /// Unlocks in the holder's session and returns the connection to the pool; a connection
-    /// that failed is closed instead, which frees the lock once the server sees it go.
+    /// Unlocks in the holder's session and returns the connection to the pool. The connection
+    /// stays in the lease until the unlock has answered, so a release cut short (its caller
+    /// timed out) leaves it to the lease, which closes it when dropped; a connection that
+    /// failed, or whose session did not hold the lock, is closed too.
     async fn release(&self, name: &str, lease: &Self::Lease) -> Result<bool, BackendError> {
-        let Some(mut connection) = lease.connection.lock().await.take() else {
+        let mut held = lease.connection.lock().await;
+        let Some(connection) = held.as_mut() else {
             return Ok(false);
         };
-        match self.kind.unlock(&mut connection, name).await {
-            Ok(true) => Ok(true),
-            Ok(false) => {
-                connection.close_on_drop();
-                Ok(false)
-            }
-            Err(error) => {
-                connection.close_on_drop();
-                Err(BackendError::new(error))
-            }
+        let unlocked = self.kind.unlock(connection, name).await;
+        if !matches!(unlocked, Ok(true)) {
+            connection.close_on_drop();
         }
+        held.take();
+        unlocked.map_err(BackendError::new)
     }
 
     /// Nothing to undo: a grant nobody received is released by the task that took it, and a
