@@ -169,7 +169,11 @@ pub async fn run(plan: Plan) -> Measured {
                         async move {
                             let acquired_us = now_us();
                             let count = acquisitions.record();
-                            tokio::time::sleep(hold).await;
+                            // Tokio's timers tick in whole milliseconds: even a zero
+                            // sleep would hold the lock until the next tick.
+                            if !hold.is_zero() {
+                                tokio::time::sleep(hold).await;
+                            }
                             (acquired_us, now_us(), count)
                         }
                     };

@@ -12,17 +12,18 @@ use super::MysqlBackend;
 use crate::OwnerToken;
 use crate::backend::sql::acquire_detached;
 use crate::backend::sql::queue::{
-    Holder, LockedRow, LockedRows, RowChange, Tickets, acquire_with_ticket, leave_line,
+    QueueRows, RowChange, RowColumns, RowState, acquire_with_ticket, leave_line,
 };
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{BackendError, BoxFuture, LockRequest, QueuedAttempt, TokenLease, WaitQueue};
 
-impl LockedRows for MysqlBackend {
-    /// Announces nothing: MySQL has no `NOTIFY`.
-    async fn with_locked_row<T: Send>(
+impl QueueRows for MysqlBackend {
+    /// Decides once, on the row locked for update in a transaction. Announces nothing: MySQL
+    /// has no `NOTIFY`.
+    async fn decide_on_row<T: Send>(
         &self,
         name: &str,
-        decide: impl FnOnce(LockedRow) -> (Option<RowChange>, T) + Send,
+        decide: impl Fn(RowState) -> (Option<RowChange>, T) + Send + Sync,
     ) -> Result<T, BackendError> {
         let statements = &self.statements;
         let mut transaction = self.pool.begin().await.map_err(BackendError::new)?;
@@ -41,11 +42,7 @@ impl LockedRows for MysqlBackend {
         };
         let (change, answer) = decide(row);
         if let Some(change) = change {
-            let (action, owner, lease_us) = match change.holder {
-                Holder::Unchanged => (0, None, 0),
-                Holder::Taken { owner, lease_us } => (1, Some(owner.to_string()), lease_us),
-                Holder::Freed => (2, None, 0),
-            };
+            let (action, owner, lease_us) = change.holder.columns();
             sqlx::query(&statements.write_row)
                 .bind(action)
                 .bind(lease_us)
@@ -68,25 +65,13 @@ async fn lock_row(
     connection: &mut MySqlConnection,
     statement: &str,
     name: &str,
-) -> Result<Option<LockedRow>, BackendError> {
-    type Row = (i64, Option<String>, Option<i64>, Option<i64>, i64, String);
-    let row: Option<Row> = sqlx::query_as(statement)
+) -> Result<Option<RowState>, BackendError> {
+    let row: Option<RowColumns> = sqlx::query_as(statement)
         .bind(name.as_bytes())
         .fetch_optional(connection)
         .await
         .map_err(BackendError::new)?;
-    Ok(
-        row.map(|(now_us, owner, left_us, shared_left_us, fence, tickets)| {
-            let owner = owner.as_deref().and_then(OwnerToken::parse);
-            LockedRow {
-                now_us,
-                holder: owner.zip(left_us),
-                shared_left_us,
-                fence,
-                tickets: Tickets::parse(&tickets, now_us),
-            }
-        }),
-    )
+    Ok(row.map(RowState::from_columns))
 }
 
 impl WaitQueue<TokenLease> for MysqlBackend {

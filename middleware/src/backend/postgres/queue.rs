@@ -1,93 +1,95 @@
-//! The PostgreSQL backend's wait queue: tickets in the lock's row, changed in short
-//! transactions that hold the row's lock (`sql::queue` decides), and releases announced with
-//! `NOTIFY` on the table's channel, delivered when the transaction commits.
+//! The PostgreSQL backend's wait queue: tickets in the lock's row, changed optimistically
+//! (`sql::queue` decides, the write applies only to the row version read), and releases
+//! announced with `NOTIFY` on the table's channel, delivered when the write commits.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgConnection;
+use sqlx::{FromRow, Row};
 
 use super::PostgresBackend;
 use super::listener::payload;
 use crate::OwnerToken;
 use crate::backend::sql::acquire_detached;
 use crate::backend::sql::queue::{
-    Holder, LockedRow, LockedRows, RowChange, Tickets, acquire_with_ticket, leave_line,
+    QueueRows, RowChange, RowColumns, RowState, acquire_with_ticket, leave_line,
 };
 use crate::backend::waiting::{Announcement, WaitingRoom};
 use crate::backend::{BackendError, BoxFuture, LockRequest, QueuedAttempt, TokenLease, WaitQueue};
 
-impl LockedRows for PostgresBackend {
-    /// The change's announcement goes out with `NOTIFY`, at commit.
-    async fn with_locked_row<T: Send>(
+impl QueueRows for PostgresBackend {
+    /// Optimistic: reads the row without locking it, decides, and writes the change in one
+    /// statement that applies only while the row is still the version read (its `xmin`, the
+    /// transaction that wrote it), announcing the change with `pg_notify` in the same
+    /// statement (delivered at its commit). A row changed meanwhile is read and decided on
+    /// again. So the row is locked only while that one statement commits, not across the
+    /// round trips of a transaction, and a release waited for costs two round trips.
+    async fn decide_on_row<T: Send>(
         &self,
         name: &str,
-        decide: impl FnOnce(LockedRow) -> (Option<RowChange>, T) + Send,
+        decide: impl Fn(RowState) -> (Option<RowChange>, T) + Send + Sync,
     ) -> Result<T, BackendError> {
-        let mut transaction = self.pool.begin().await.map_err(BackendError::new)?;
-        let row = match self.lock_row(&mut transaction, name).await? {
-            Some(row) => row,
-            None => {
+        for _ in 0..MAX_ROW_ATTEMPTS {
+            let Some((row, version)) = self.read_row(name).await? else {
                 sqlx::query(&self.statements.ensure_row)
                     .bind(name)
-                    .execute(&mut *transaction)
+                    .execute(&self.pool)
                     .await
                     .map_err(BackendError::new)?;
-                self.lock_row(&mut transaction, name)
-                    .await?
-                    .ok_or_else(|| BackendError::new("the lock's row vanished"))?
+                continue;
+            };
+            let (change, answer) = decide(row);
+            let Some(change) = change else {
+                return Ok(answer);
+            };
+            if self.write_row(name, &version, &change).await? {
+                return Ok(answer);
             }
-        };
-        let (change, answer) = decide(row);
-        if let Some(change) = change {
-            self.write_row(&mut transaction, name, &change).await?;
-            if let Some(announcement) = change.announce {
-                self.notify(&mut transaction, name, announcement).await?;
-            }
-            transaction.commit().await.map_err(BackendError::new)?;
         }
-        Ok(answer)
+        Err(BackendError::new(format!(
+            "lock {name:?}'s row changed under each of {MAX_ROW_ATTEMPTS} attempts to update it"
+        )))
     }
 }
 
+/// How many times a queue operation reads and tries to write a row that others keep changing
+/// before it gives up with an error. Every failed try means another operation on the same
+/// lock succeeded, so the queue as a whole always moves on.
+const MAX_ROW_ATTEMPTS: usize = 100;
+
+/// Where the row's version follows the queue's columns in `read_row`'s answer.
+const VERSION_COLUMN: usize = 6;
+
 impl PostgresBackend {
-    async fn lock_row(
-        &self,
-        connection: &mut PgConnection,
-        name: &str,
-    ) -> Result<Option<LockedRow>, BackendError> {
-        type Row = (i64, Option<String>, Option<i64>, Option<i64>, i64, String);
-        let row: Option<Row> = sqlx::query_as(&self.statements.lock_row)
+    /// `name`'s row, and its version (`xmin` as text, after the queue's columns), if it has
+    /// one.
+    async fn read_row(&self, name: &str) -> Result<Option<(RowState, String)>, BackendError> {
+        let row = sqlx::query(&self.statements.read_row)
             .bind(name)
-            .fetch_optional(connection)
+            .fetch_optional(&self.pool)
             .await
             .map_err(BackendError::new)?;
-        Ok(
-            row.map(|(now_us, owner, left_us, shared_left_us, fence, tickets)| {
-                let owner = owner.as_deref().and_then(OwnerToken::parse);
-                LockedRow {
-                    now_us,
-                    holder: owner.zip(left_us),
-                    shared_left_us,
-                    fence,
-                    tickets: Tickets::parse(&tickets, now_us),
-                }
-            }),
-        )
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let columns = RowColumns::from_row(&row).map_err(BackendError::new)?;
+        let version = row.try_get(VERSION_COLUMN).map_err(BackendError::new)?;
+        Ok(Some((RowState::from_columns(columns), version)))
     }
 
+    /// Writes `change` to `name`'s row if it is still at `version`, announcing what the
+    /// change says; whether it was.
     async fn write_row(
         &self,
-        connection: &mut PgConnection,
         name: &str,
+        version: &str,
         change: &RowChange,
-    ) -> Result<(), BackendError> {
-        let (action, owner, lease_us) = match change.holder {
-            Holder::Unchanged => (0, None, 0),
-            Holder::Taken { owner, lease_us } => (1, Some(owner.to_string()), lease_us),
-            Holder::Freed => (2, None, 0),
-        };
-        sqlx::query(&self.statements.write_row)
+    ) -> Result<bool, BackendError> {
+        let (action, owner, lease_us) = change.holder.columns();
+        let announcement = change
+            .announce
+            .map(|announcement| payload(name, announcement));
+        let (written, _announced): (i64, i64) = sqlx::query_as(&self.statements.write_row)
             .bind(name)
             .bind(action)
             .bind(owner)
@@ -95,33 +97,24 @@ impl PostgresBackend {
             .bind(change.fence)
             .bind(change.waited)
             .bind(change.tickets.column())
-            .execute(connection)
-            .await
-            .map_err(BackendError::new)?;
-        Ok(())
-    }
-
-    /// Announces `announcement` for `name` on the table's channel (at commit, inside a
-    /// transaction).
-    async fn notify(
-        &self,
-        connection: &mut PgConnection,
-        name: &str,
-        announcement: Announcement,
-    ) -> Result<(), BackendError> {
-        sqlx::query(&self.statements.notify)
+            .bind(version)
             .bind(&*self.channel)
-            .bind(payload(name, announcement))
-            .execute(connection)
+            .bind(announcement)
+            .fetch_one(&self.pool)
             .await
             .map_err(BackendError::new)?;
-        Ok(())
+        Ok(written == 1)
     }
 
     /// Announces that `name` is free, outside any transaction.
     pub(super) async fn announce_free(&self, name: &str) -> Result<(), BackendError> {
-        let mut connection = self.pool.acquire().await.map_err(BackendError::new)?;
-        self.notify(&mut connection, name, Announcement::Free).await
+        sqlx::query(&self.statements.notify)
+            .bind(&*self.channel)
+            .bind(payload(name, Announcement::Free))
+            .execute(&self.pool)
+            .await
+            .map_err(BackendError::new)?;
+        Ok(())
     }
 }
 

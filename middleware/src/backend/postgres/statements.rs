@@ -39,11 +39,14 @@ pub(super) struct Statements {
     pub(super) mark_waited: String,
     /// Makes sure `$1` has a row, to lock.
     pub(super) ensure_row: String,
-    /// `$1`'s row, locked for update: now, the live exclusive holder and its µs left, µs until
-    /// the first shared hold ends, fence, tickets.
-    pub(super) lock_row: String,
-    /// Writes a queue operation's change: `$2` 0 keeps the holder, 1 makes `$3` the holder
-    /// for `$4` µs, 2 frees the lock; `$5` fence, `$6` waited, `$7` tickets.
+    /// `$1`'s row as the queue sees it (`sql::queue::RowColumns`: now, the live exclusive
+    /// holder and its µs left, µs until the first shared hold ends, fence, tickets), and its
+    /// version: `xmin`, the transaction that wrote it, as text.
+    pub(super) read_row: String,
+    /// Writes a queue operation's change if the row is still at version `$8`: `$2` 0 keeps
+    /// the holder, 1 makes `$3` the holder for `$4` µs, 2 frees the lock; `$5` fence, `$6`
+    /// waited, `$7` tickets; announces `$10` on channel `$9` unless it is `NULL`.
+    /// → (rows written, announcements made): (0, 0), (1, 0) or (1, 1).
     pub(super) write_row: String,
     /// Announces `$2` on channel `$1`.
     pub(super) notify: String,
@@ -168,7 +171,7 @@ impl Statements {
             ensure_row: format!(
                 "INSERT INTO {table} (name, fence) VALUES ($1, 0) ON CONFLICT (name) DO NOTHING"
             ),
-            lock_row: format!(
+            read_row: format!(
                 "SELECT {NOW_US}, \
                     CASE WHEN expires_at > clock_timestamp() THEN owner END, \
                     CASE WHEN expires_at > clock_timestamp() THEN \
@@ -176,17 +179,22 @@ impl Statements {
                     END, \
                     (SELECT min(value::bigint) * 1000 - {NOW_US} FROM jsonb_each(shared) \
                      WHERE value::bigint > {NOW_MS}), \
-                    fence, tickets \
-                 FROM {table} WHERE name = $1 FOR UPDATE"
+                    fence, tickets, xmin::text \
+                 FROM {table} WHERE name = $1"
             ),
             write_row: format!(
-                "UPDATE {table} SET \
-                    owner = CASE $2::int WHEN 0 THEN owner WHEN 1 THEN $3 END, \
-                    expires_at = CASE $2::int WHEN 0 THEN expires_at \
-                        WHEN 1 THEN clock_timestamp() + $4::bigint * interval '1 microsecond' \
-                    END, \
-                    fence = $5, waited = $6, tickets = $7 \
-                 WHERE name = $1"
+                "WITH written AS (\
+                    UPDATE {table} SET \
+                        owner = CASE $2::int WHEN 0 THEN owner WHEN 1 THEN $3 END, \
+                        expires_at = CASE $2::int WHEN 0 THEN expires_at \
+                            WHEN 1 THEN clock_timestamp() + $4::bigint * interval '1 microsecond' \
+                        END, \
+                        fence = $5, waited = $6, tickets = $7 \
+                    WHERE name = $1 AND xmin = $8::text::xid \
+                    RETURNING 1), \
+                 announced AS (\
+                    SELECT pg_notify($9, $10) FROM written WHERE $10::text IS NOT NULL) \
+                 SELECT (SELECT count(*) FROM written), (SELECT count(*) FROM announced)"
             ),
             notify: "SELECT pg_notify($1, $2)".to_owned(),
         })

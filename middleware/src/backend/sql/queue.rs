@@ -14,29 +14,29 @@ use crate::backend::{
     BackendError, FencingToken, Granted, Hold, LockBackend, LockRequest, QueuedAttempt, TokenLease,
 };
 
-/// A SQL backend whose queue operations run on the lock's row, locked for update.
-pub(in crate::backend) trait LockedRows:
-    LockBackend<Lease = TokenLease>
-{
-    /// Runs `decide` on `name`'s row (made first if missing), locked for update, in one
-    /// transaction: writes the change it returns (if any), announces what the change says
-    /// where the store can, and commits.
-    fn with_locked_row<T: Send>(
+/// A SQL backend whose queue operations decide on the lock's row, one atomic step each.
+pub(in crate::backend) trait QueueRows: LockBackend<Lease = TokenLease> {
+    /// Runs `decide` on `name`'s row (made first if missing) and writes the change it
+    /// returns (if any), announcing what the change says where the store can, as one atomic
+    /// step: no other change to the row comes between the state `decide` saw and the write.
+    /// A store may run `decide` more than once (optimistically, again on a row that changed
+    /// meanwhile); the answer is the one from the state written over.
+    fn decide_on_row<T: Send>(
         &self,
         name: &str,
-        decide: impl FnOnce(LockedRow) -> (Option<RowChange>, T) + Send,
+        decide: impl Fn(RowState) -> (Option<RowChange>, T) + Send + Sync,
     ) -> impl Future<Output = Result<T, BackendError>> + Send;
 }
 
 /// Releases `token`'s exclusive lease on a lock that is waited for: to the first ticket, or
 /// announced. Whether the lease was still the token's.
-pub(in crate::backend) async fn release_through_queue<B: LockedRows>(
+pub(in crate::backend) async fn release_through_queue<B: QueueRows>(
     backend: &B,
     name: &str,
     token: OwnerToken,
 ) -> Result<bool, BackendError> {
     backend
-        .with_locked_row(name, |row| match row.release_waited(token) {
+        .decide_on_row(name, |row| match row.release_waited(token) {
             Some(change) => (Some(change), true),
             None => (None, false),
         })
@@ -44,7 +44,7 @@ pub(in crate::backend) async fn release_through_queue<B: LockedRows>(
 }
 
 /// [`WaitQueue::acquire_queued`](crate::backend::WaitQueue::acquire_queued) on the row.
-pub(in crate::backend) async fn acquire_with_ticket<B: LockedRows>(
+pub(in crate::backend) async fn acquire_with_ticket<B: QueueRows>(
     backend: &B,
     name: &str,
     request: LockRequest,
@@ -52,7 +52,7 @@ pub(in crate::backend) async fn acquire_with_ticket<B: LockedRows>(
 ) -> Result<QueuedAttempt<TokenLease>, BackendError> {
     let (lease_us, ticket_us) = (micros_of(request.ttl), micros_of(ticket_ttl));
     let queued = backend
-        .with_locked_row(name, |row| {
+        .decide_on_row(name, |row| {
             let (change, queued) = row.acquire_queued(request.token, lease_us, ticket_us);
             (Some(change), queued)
         })
@@ -72,13 +72,13 @@ pub(in crate::backend) async fn acquire_with_ticket<B: LockedRows>(
 
 /// [`WaitQueue::leave_queue`](crate::backend::WaitQueue::leave_queue) on the row: a lock a
 /// release handed to the leaving ticket meanwhile is released (passed on).
-pub(in crate::backend) async fn leave_line<B: LockedRows>(
+pub(in crate::backend) async fn leave_line<B: QueueRows>(
     backend: &B,
     name: &str,
     token: OwnerToken,
 ) -> Result<(), BackendError> {
     let handed = backend
-        .with_locked_row(name, |row| {
+        .decide_on_row(name, |row| {
             let (change, handed) = row.leave(token);
             (Some(change), handed)
         })
@@ -153,9 +153,9 @@ impl Tickets {
     }
 }
 
-/// A lock's row, locked for update, as the queue operations see it.
+/// A lock's row as the queue operations see it.
 #[derive(Clone, Debug)]
-pub(in crate::backend) struct LockedRow {
+pub(in crate::backend) struct RowState {
     /// The database's clock.
     pub(in crate::backend) now_us: i64,
     /// The exclusive holder and how long its lease has left, while it runs.
@@ -178,6 +178,39 @@ pub(in crate::backend) enum Holder {
     Freed,
 }
 
+impl Holder {
+    /// The row-writing statements' parameters: the action (0 keeps the holder, 1 takes the
+    /// lock, 2 frees it), the new owner's token and its lease in µs.
+    pub(in crate::backend) fn columns(self) -> (i32, Option<String>, i64) {
+        match self {
+            Self::Unchanged => (0, None, 0),
+            Self::Taken { owner, lease_us } => (1, Some(owner.to_string()), lease_us),
+            Self::Freed => (2, None, 0),
+        }
+    }
+}
+
+/// A lock's row as the SQL reads it: the database's now in µs, the live exclusive owner and
+/// its µs left, µs until the first shared hold ends, fence, tickets.
+pub(in crate::backend) type RowColumns =
+    (i64, Option<String>, Option<i64>, Option<i64>, i64, String);
+
+impl RowState {
+    /// The state read as [`RowColumns`].
+    pub(in crate::backend) fn from_columns(
+        (now_us, owner, left_us, shared_left_us, fence, tickets): RowColumns,
+    ) -> Self {
+        let owner = owner.as_deref().and_then(OwnerToken::parse);
+        Self {
+            now_us,
+            holder: owner.zip(left_us),
+            shared_left_us,
+            fence,
+            tickets: Tickets::parse(&tickets, now_us),
+        }
+    }
+}
+
 /// What a queue operation writes to the row, and announces.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(in crate::backend) struct RowChange {
@@ -198,7 +231,7 @@ pub(in crate::backend) enum Queued {
     Waiting(Option<Duration>),
 }
 
-impl LockedRow {
+impl RowState {
     fn fence_after(&self) -> FencingToken {
         FencingToken::new(u64::try_from(self.fence + 1).unwrap_or(0))
     }
@@ -331,7 +364,7 @@ mod tests {
 
     const SECOND: i64 = 1_000_000;
 
-    fn row(holder: Option<OwnerToken>, tickets: &[(OwnerToken, i64)]) -> LockedRow {
+    fn row(holder: Option<OwnerToken>, tickets: &[(OwnerToken, i64)]) -> RowState {
         let now_us = 100 * SECOND;
         let mut line = Tickets::default();
         for &(token, left) in tickets {
@@ -341,7 +374,7 @@ mod tests {
                 lease_us: SECOND,
             });
         }
-        LockedRow {
+        RowState {
             now_us,
             holder: holder.map(|holder| (holder, 5 * SECOND)),
             shared_left_us: None,
@@ -385,7 +418,7 @@ mod tests {
         let (holder, waiter) = (OwnerToken::new(), OwnerToken::new());
 
         let (change, answer) = row(Some(holder), &[]).acquire_queued(waiter, SECOND, SECOND);
-        let (again, _) = LockedRow {
+        let (again, _) = RowState {
             tickets: change.tickets,
             ..row(Some(holder), &[])
         }
