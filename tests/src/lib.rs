@@ -4,7 +4,8 @@
 //!
 //! Tests never use a Redis somebody left running: each starts its own. On the machine's
 //! PostgreSQL and MariaDB, each takes a fresh schema or database of its own
-//! ([`PostgresSchema`], [`MysqlDatabase`]) and drops it. Demo replicas run as
+//! ([`PostgresSchema`], [`MysqlDatabase`]) and drops it; a test that kills and restarts the
+//! database starts a server of its own ([`PostgresServer`], [`MariadbServer`]). Demo replicas run as
 //! real processes too ([`DemoReplica`]), driven over HTTP ([`Http`]).
 
 mod blocking;
@@ -12,18 +13,27 @@ mod demo;
 mod http_client;
 mod in_process;
 mod locks;
+mod mariadb_server;
 mod mysql;
+mod mysql_user;
 mod postgres;
+mod postgres_role;
+mod postgres_server;
 mod probes;
 mod process;
 mod redis_server;
+mod server_dir;
 
 pub use demo::DemoReplica;
 pub use http_client::Http;
 pub use in_process::{Reply, post, send};
 pub use locks::{fence_of, granted, hold, request};
+pub use mariadb_server::MariadbServer;
 pub use mysql::MysqlDatabase;
+pub use mysql_user::MysqlUser;
 pub use postgres::PostgresSchema;
+pub use postgres_role::PostgresRole;
+pub use postgres_server::PostgresServer;
 pub use probes::{Gate, GateControl};
 pub use process::free_port;
 pub use redis_server::RedisServer;

@@ -1,12 +1,13 @@
 //! A fresh database on the machine's MariaDB (or MySQL) per test, dropped when the test ends.
 
 use crate::blocking::finish_on_own_thread;
+use crate::mysql_user::MysqlUser;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::{ConnectOptions, Connection, MySqlConnection};
 
 /// Where the tests find MariaDB: `TEST_MYSQL_URL`, or the loopback server with user `root` and
 /// an empty password that `.ci/run` sets up.
-fn server_url() -> String {
+pub(crate) fn server_url() -> String {
     std::env::var("TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_owned())
 }
 
@@ -52,22 +53,44 @@ impl MysqlDatabase {
     /// would: how many there were.
     pub async fn kill_connections(&self) -> usize {
         let mut admin = admin().await;
-        let ids: Vec<i64> =
-            sqlx::query_scalar("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ?")
-                .bind(&self.name)
-                .fetch_all(&mut admin)
-                .await
-                .expect("MariaDB lists its connections");
-        for id in &ids {
-            // A connection may have ended by itself meanwhile.
-            sqlx::raw_sql(&format!("KILL {id}"))
-                .execute(&mut admin)
-                .await
-                .ok();
-        }
+        let killed = kill_connections(&mut admin, Connections::OnDatabase(&self.name)).await;
         admin.close().await.ok();
-        ids.len()
+        killed
     }
+
+    /// A user of its own with every privilege on this database, to lock out and let in.
+    pub async fn user(&self) -> MysqlUser {
+        MysqlUser::create(&self.name).await
+    }
+}
+
+/// Whose connections [`kill_connections`] kills.
+pub(crate) enum Connections<'a> {
+    OnDatabase(&'a str),
+    OfUser(&'a str),
+}
+
+/// Kills `which` connections (`KILL`): how many there were.
+pub(crate) async fn kill_connections(admin: &mut MySqlConnection, which: Connections<'_>) -> usize {
+    let (column, value) = match which {
+        Connections::OnDatabase(database) => ("DB", database),
+        Connections::OfUser(user) => ("USER", user),
+    };
+    let ids: Vec<i64> = sqlx::query_scalar(&format!(
+        "SELECT ID FROM information_schema.PROCESSLIST WHERE {column} = ?"
+    ))
+    .bind(value)
+    .fetch_all(&mut *admin)
+    .await
+    .expect("MariaDB lists its connections");
+    for id in &ids {
+        // A connection may have ended by itself meanwhile.
+        sqlx::raw_sql(&format!("KILL {id}"))
+            .execute(&mut *admin)
+            .await
+            .ok();
+    }
+    ids.len()
 }
 
 impl Drop for MysqlDatabase {
@@ -83,7 +106,7 @@ impl Drop for MysqlDatabase {
     }
 }
 
-async fn admin() -> MySqlConnection {
+pub(crate) async fn admin() -> MySqlConnection {
     let url = server_url();
     let options: MySqlConnectOptions = url.parse().expect("TEST_MYSQL_URL is a mysql:// URL");
     options.connect().await.unwrap_or_else(|error| {

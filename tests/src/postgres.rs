@@ -1,6 +1,7 @@
 //! A fresh schema on the machine's PostgreSQL per test, dropped when the test ends.
 
 use crate::blocking::finish_on_own_thread;
+use crate::postgres_role::PostgresRole;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgConnection};
 
@@ -64,6 +65,12 @@ impl PostgresSchema {
             .expect("PostgreSQL answered a moment ago")
     }
 
+    /// A login role of its own with every privilege on this schema and the tables in it now,
+    /// to lock out and let in.
+    pub async fn role(&self) -> PostgresRole {
+        PostgresRole::create(&self.name).await
+    }
+
     /// Ends every session of `application` (`pg_terminate_backend`), as a crash of the
     /// connection would: how many there were.
     pub async fn terminate(&self, application: &str) -> i64 {
@@ -94,7 +101,7 @@ impl Drop for PostgresSchema {
     }
 }
 
-async fn admin() -> PgConnection {
+pub(crate) async fn admin() -> PgConnection {
     let url = postgres_url();
     let options: PgConnectOptions = url.parse().expect("TEST_POSTGRES_URL is a postgres:// URL");
     options.connect().await.unwrap_or_else(|error| {

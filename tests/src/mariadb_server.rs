@@ -1,0 +1,143 @@
+//! A MariaDB server of a test's own (`mariadb-install-db` + `mariadbd` on a free loopback
+//! port), for the faults the machine's shared server must not suffer: killed and restarted.
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use crate::process::free_port;
+use crate::server_dir::{ServerDir, kill_group, wait_until_it_answers};
+
+const INSTALL_HINT: &str = "MariaDB's server programs (mariadb-install-db, mariadbd) are not \
+     installed; the restart tests start a server of their own. Install them with `apt-get \
+     install mariadb-server`.";
+
+/// A private MariaDB server on a loopback port, with a database `test`, killed and deleted
+/// when dropped. It skips the grant tables: any user connects without a password.
+#[derive(Debug)]
+pub struct MariadbServer {
+    port: u16,
+    child: Option<Child>,
+    dir: ServerDir,
+}
+
+impl MariadbServer {
+    /// Makes the data directory, starts the server and creates database `test`; returns once
+    /// it answers.
+    ///
+    /// # Panics
+    ///
+    /// When MariaDB is not installed (the message says how to install it) or the server did
+    /// not come up.
+    pub fn start() -> Self {
+        let dir = ServerDir::create("mariadb", None);
+        let status = Command::new("mariadb-install-db")
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data(&dir).display()))
+            .args(["--user=root", "--auth-root-authentication-method=normal"])
+            .arg("--skip-test-db")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap_or_else(|_| panic!("{INSTALL_HINT}"));
+        assert!(
+            status.success(),
+            "mariadb-install-db failed in {:?}",
+            dir.path()
+        );
+        let mut server = Self {
+            port: free_port(),
+            child: None,
+            dir,
+        };
+        server.run();
+        let created = server
+            .client()
+            .args(["-e", "CREATE DATABASE IF NOT EXISTS test"])
+            .status()
+            .is_ok_and(|status| status.success());
+        assert!(created, "database `test` is created");
+        server
+    }
+
+    /// A URL of its database `test`, as user `root`.
+    pub fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}/test", self.port)
+    }
+
+    /// Kills the server with SIGKILL: a crash.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill_group(&mut child);
+        }
+    }
+
+    /// Starts the killed server again on the same data and port (InnoDB recovers from its
+    /// redo log, as after a crash); returns once it answers.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.run();
+    }
+
+    fn run(&mut self) {
+        let path = self.dir.path();
+        let child = Command::new(mariadbd())
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data(&self.dir).display()))
+            .arg(format!("--port={}", self.port))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--socket={}", path.join("socket").display()))
+            .arg(format!("--pid-file={}", path.join("pid").display()))
+            .args(["--user=root", "--skip-grant-tables"])
+            .process_group(0)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|_| panic!("{INSTALL_HINT}"));
+        self.child = Some(child);
+        let mut ping = self.client();
+        ping.args(["-e", "SELECT 1"]);
+        assert!(
+            wait_until_it_answers(ping),
+            "mariadbd on port {} did not answer",
+            self.port
+        );
+    }
+
+    /// The command-line client, connected to it.
+    fn client(&self) -> Command {
+        let mut client = Command::new("mariadb");
+        client
+            .arg("--no-defaults")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-P",
+                &self.port.to_string(),
+                "-u",
+                "root",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        client
+    }
+}
+
+impl Drop for MariadbServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn data(dir: &ServerDir) -> PathBuf {
+    dir.path().join("data")
+}
+
+/// The server program: `mariadbd`, where Debian installs it.
+fn mariadbd() -> PathBuf {
+    ["/usr/sbin/mariadbd", "/usr/bin/mariadbd"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|path| path.exists())
+        .unwrap_or_else(|| PathBuf::from("mariadbd"))
+}
