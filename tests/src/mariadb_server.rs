@@ -1,12 +1,11 @@
 //! A MariaDB server of a test's own (`mariadb-install-db` + `mariadbd` on a free loopback
 //! port), for the faults the machine's shared server must not suffer: killed and restarted.
 
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use crate::process::free_port;
-use crate::server_dir::{ServerDir, kill_group, wait_until_it_answers};
+use crate::server_dir::{ServerDir, ServerProcess, wait_until_it_answers};
 
 const INSTALL_HINT: &str = "MariaDB's server programs (mariadb-install-db, mariadbd) are not \
      installed; the restart tests start a server of their own. Install them with `apt-get \
@@ -17,7 +16,7 @@ const INSTALL_HINT: &str = "MariaDB's server programs (mariadb-install-db, maria
 #[derive(Debug)]
 pub struct MariadbServer {
     port: u16,
-    child: Option<Child>,
+    process: ServerProcess,
     dir: ServerDir,
 }
 
@@ -47,7 +46,7 @@ impl MariadbServer {
         );
         let mut server = Self {
             port: free_port(),
-            child: None,
+            process: ServerProcess::default(),
             dir,
         };
         server.run();
@@ -67,9 +66,7 @@ impl MariadbServer {
 
     /// Kills the server with SIGKILL: a crash.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            kill_group(&mut child);
-        }
+        self.process.kill();
     }
 
     /// Starts the killed server again on the same data and port (InnoDB recovers from its
@@ -81,20 +78,16 @@ impl MariadbServer {
 
     fn run(&mut self) {
         let path = self.dir.path();
-        let child = Command::new(mariadbd())
+        let mut mariadbd = Command::new(mariadbd());
+        mariadbd
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data(&self.dir).display()))
             .arg(format!("--port={}", self.port))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--socket={}", path.join("socket").display()))
             .arg(format!("--pid-file={}", path.join("pid").display()))
-            .args(["--user=root", "--skip-grant-tables"])
-            .process_group(0)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|_| panic!("{INSTALL_HINT}"));
-        self.child = Some(child);
+            .args(["--user=root", "--skip-grant-tables"]);
+        self.process.spawn(mariadbd, INSTALL_HINT);
         let mut ping = self.client();
         ping.args(["-e", "SELECT 1"]);
         assert!(
@@ -120,12 +113,6 @@ impl MariadbServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         client
-    }
-}
-
-impl Drop for MariadbServer {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

@@ -3,10 +3,10 @@
 
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use crate::process::free_port;
-use crate::server_dir::{Account, ServerDir, kill_group, wait_until_it_answers};
+use crate::server_dir::{Account, ServerDir, ServerProcess, wait_until_it_answers};
 
 const INSTALL_HINT: &str = "PostgreSQL's server programs (initdb, postgres) are not installed \
      under /usr/lib/postgresql/*/bin; the restart tests start a server of their own. Install \
@@ -18,7 +18,7 @@ pub struct PostgresServer {
     bin: PathBuf,
     account: Option<Account>,
     port: u16,
-    child: Option<Child>,
+    process: ServerProcess,
     dir: ServerDir,
 }
 
@@ -47,7 +47,7 @@ impl PostgresServer {
             bin,
             account,
             port: free_port(),
-            child: None,
+            process: ServerProcess::default(),
             dir,
         };
         server.run();
@@ -61,9 +61,7 @@ impl PostgresServer {
 
     /// Kills the server and every backend it forked with SIGKILL: a crash.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            kill_group(&mut child);
-        }
+        self.process.kill();
     }
 
     /// Starts the killed server again on the same data and port (it recovers from its
@@ -74,19 +72,15 @@ impl PostgresServer {
     }
 
     fn run(&mut self) {
-        let child = as_account(Command::new(self.bin.join("postgres")), self.account)
+        let mut postgres = as_account(Command::new(self.bin.join("postgres")), self.account);
+        postgres
             .arg("-D")
             .arg(self.dir.path().join("data"))
             .args(["-p", &self.port.to_string()])
             .arg("-k")
             .arg(self.dir.path())
-            .args(["-c", "listen_addresses=127.0.0.1"])
-            .process_group(0)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("postgres starts");
-        self.child = Some(child);
+            .args(["-c", "listen_addresses=127.0.0.1"]);
+        self.process.spawn(postgres, INSTALL_HINT);
         let mut ready = Command::new(self.bin.join("pg_isready"));
         ready.args([
             "-h",
@@ -101,12 +95,6 @@ impl PostgresServer {
             "postgres on port {} did not accept connections",
             self.port
         );
-    }
-}
-
-impl Drop for PostgresServer {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

@@ -91,12 +91,38 @@ pub(crate) fn wait_until_it_answers(mut command: Command) -> bool {
     false
 }
 
-/// Kills `child`'s whole process group with SIGKILL (a server and the processes it forked: a
-/// crash, nothing shut down cleanly) and reaps it.
-pub(crate) fn kill_group(child: &mut std::process::Child) {
-    Command::new("kill")
-        .args(["-KILL", "--", &format!("-{}", child.id())])
-        .status()
-        .ok();
-    child.wait().ok();
+/// A server's process, once started: killed with its whole process group (the server and the
+/// processes it forked) when [`kill`](Self::kill)ed or dropped.
+#[derive(Debug, Default)]
+pub(crate) struct ServerProcess(Option<std::process::Child>);
+
+impl ServerProcess {
+    /// Spawns `command` as the leader of a process group of its own.
+    pub(crate) fn spawn(&mut self, mut command: Command, install_hint: &str) {
+        use std::os::unix::process::CommandExt;
+        let child = command
+            .process_group(0)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| panic!("{error}: {install_hint}"));
+        self.0 = Some(child);
+    }
+
+    /// SIGKILL to the whole group (a crash, nothing shut down cleanly), and reaps the leader.
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status()
+                .ok();
+            child.wait().ok();
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }

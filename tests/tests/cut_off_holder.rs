@@ -21,10 +21,8 @@ const TTL: Duration = Duration::from_millis(600);
 trait Database {
     type Backend: LockBackend;
 
-    /// The holder's backend, on its own (cuttable) login.
-    async fn holder(&self) -> Self::Backend;
-    /// Another replica's backend.
-    async fn contender(&self) -> Self::Backend;
+    /// The holder's backend, on its own (cuttable) login, or another replica's.
+    async fn backend(&self, as_holder: bool) -> Self::Backend;
     /// Kills the holder's connections and keeps it from logging in again.
     async fn cut_holder_off(&self);
     /// Lets the holder log in again.
@@ -37,11 +35,11 @@ trait Database {
 /// What happened to the cut-off holder: whether it was told its lease was lost, and whether
 /// its stale write landed.
 async fn cut_off_mid_hold<D: Database>(database: &D, fenced: bool) -> (bool, bool) {
-    let holder = Locker::builder(database.holder().await)
+    let holder = Locker::builder(database.backend(true).await)
         .ttl(TTL)
         .build()
         .unwrap();
-    let contender = Locker::builder(database.contender().await)
+    let contender = Locker::builder(database.backend(false).await)
         .ttl(TTL)
         .build()
         .unwrap();
@@ -112,14 +110,7 @@ impl Postgres {
         PostgresBackend::with_table(pool.clone(), &schema.table("leases"))
             .await
             .unwrap();
-        let coupons = schema.table("coupons");
-        for statement in [
-            format!(
-                "CREATE TABLE {coupons} (id int PRIMARY KEY, claimed int NOT NULL, \
-                 last_fence bigint NOT NULL)"
-            ),
-            format!("INSERT INTO {coupons} VALUES (1, 0, 0)"),
-        ] {
+        for statement in coupon_table(&schema.table("coupons")) {
             sqlx::query(&statement).execute(&pool).await.unwrap();
         }
         let role = schema.role().await;
@@ -131,21 +122,22 @@ impl Postgres {
             role,
         }
     }
+
+    fn pool(&self, as_holder: bool) -> &PgPool {
+        if as_holder {
+            &self.holder_pool
+        } else {
+            &self.pool
+        }
+    }
 }
 
 impl Database for Postgres {
     type Backend = PostgresBackend;
 
-    async fn holder(&self) -> PostgresBackend {
+    async fn backend(&self, as_holder: bool) -> PostgresBackend {
         let table = self.schema.table("leases");
-        PostgresBackend::with_table(self.holder_pool.clone(), &table)
-            .await
-            .unwrap()
-    }
-
-    async fn contender(&self) -> PostgresBackend {
-        let table = self.schema.table("leases");
-        PostgresBackend::with_table(self.pool.clone(), &table)
+        PostgresBackend::with_table(self.pool(as_holder).clone(), &table)
             .await
             .unwrap()
     }
@@ -160,11 +152,7 @@ impl Database for Postgres {
 
     async fn claim(&self, as_holder: bool, fence: Option<u64>) -> bool {
         let coupons = self.schema.table("coupons");
-        let pool = if as_holder {
-            &self.holder_pool
-        } else {
-            &self.pool
-        };
+        let pool = self.pool(as_holder);
         let fence = fence.map(|fence| i64::try_from(fence).unwrap());
         let claim = match fence {
             Some(_) => format!(
@@ -194,14 +182,7 @@ impl Mariadb {
     async fn create() -> Self {
         let database = MysqlDatabase::create().await;
         let pool = database.pool().await;
-        let coupons = database.table("coupons");
-        for statement in [
-            format!(
-                "CREATE TABLE {coupons} (id int PRIMARY KEY, claimed int NOT NULL, \
-                 last_fence bigint NOT NULL)"
-            ),
-            format!("INSERT INTO {coupons} VALUES (1, 0, 0)"),
-        ] {
+        for statement in coupon_table(&database.table("coupons")) {
             sqlx::query(&statement).execute(&pool).await.unwrap();
         }
         let user = database.user().await;
@@ -213,21 +194,22 @@ impl Mariadb {
             user,
         }
     }
+
+    fn pool(&self, as_holder: bool) -> &MySqlPool {
+        if as_holder {
+            &self.holder_pool
+        } else {
+            &self.pool
+        }
+    }
 }
 
 impl Database for Mariadb {
     type Backend = MysqlBackend;
 
-    async fn holder(&self) -> MysqlBackend {
+    async fn backend(&self, as_holder: bool) -> MysqlBackend {
         let table = self.database.table("leases");
-        MysqlBackend::with_table(self.holder_pool.clone(), &table)
-            .await
-            .unwrap()
-    }
-
-    async fn contender(&self) -> MysqlBackend {
-        let table = self.database.table("leases");
-        MysqlBackend::with_table(self.pool.clone(), &table)
+        MysqlBackend::with_table(self.pool(as_holder).clone(), &table)
             .await
             .unwrap()
     }
@@ -242,11 +224,7 @@ impl Database for Mariadb {
 
     async fn claim(&self, as_holder: bool, fence: Option<u64>) -> bool {
         let coupons = self.database.table("coupons");
-        let pool = if as_holder {
-            &self.holder_pool
-        } else {
-            &self.pool
-        };
+        let pool = self.pool(as_holder);
         let claim = match fence {
             Some(_) => format!(
                 "UPDATE {coupons} SET claimed = claimed + 1, last_fence = ? \
@@ -261,4 +239,15 @@ impl Database for Mariadb {
         };
         query.execute(pool).await.unwrap().rows_affected() == 1
     }
+}
+
+/// Creates the coupon table `coupons` with coupon 1, unclaimed, never fenced.
+fn coupon_table(coupons: &str) -> [String; 2] {
+    [
+        format!(
+            "CREATE TABLE {coupons} (id int PRIMARY KEY, claimed int NOT NULL, \
+             last_fence bigint NOT NULL)"
+        ),
+        format!("INSERT INTO {coupons} VALUES (1, 0, 0)"),
+    ]
 }

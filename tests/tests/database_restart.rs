@@ -190,18 +190,20 @@ impl Load {
     /// [`RECOVERY`]; whether they all did.
     async fn until_every_client_served_after(&self, after: Instant) -> bool {
         while after.elapsed() < RECOVERY {
-            let sent = self.sent.lock().unwrap();
-            let served = (0..CLIENTS).all(|client| {
-                sent.iter()
-                    .any(|s| s.client == client && s.started >= after && s.status == StatusCode::OK)
-            });
-            drop(sent);
-            if served {
+            if self.every_client_served_after(after) {
                 return true;
             }
             sleep(Duration::from_millis(100)).await;
         }
         false
+    }
+
+    fn every_client_served_after(&self, after: Instant) -> bool {
+        let sent = self.sent.lock().unwrap();
+        (0..CLIENTS).all(|client| {
+            sent.iter()
+                .any(|s| s.client == client && s.started >= after && s.status == StatusCode::OK)
+        })
     }
 
     async fn stop(self) -> Vec<Sent> {
