@@ -5,8 +5,8 @@
 //! Tests never use a Redis somebody left running: each starts its own. On the machine's
 //! PostgreSQL and MariaDB, each takes a fresh schema or database of its own
 //! ([`PostgresSchema`], [`MysqlDatabase`]) and drops it; a test that kills and restarts the
-//! database starts a server of its own ([`PostgresServer`], [`MariadbServer`]). Demo replicas run as
-//! real processes too ([`DemoReplica`]), driven over HTTP ([`Http`]).
+//! database starts a server of its own ([`PostgresServer`], [`MariadbServer`]). Demo replicas
+//! run as real processes too ([`DemoReplica`]), driven over HTTP ([`Http`]).
 
 mod blocking;
 mod demo;
@@ -19,10 +19,10 @@ mod mysql_user;
 mod postgres;
 mod postgres_role;
 mod postgres_server;
+mod private_server;
 mod probes;
 mod process;
 mod redis_server;
-mod server_dir;
 
 pub use demo::DemoReplica;
 pub use http_client::Http;

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use crate::private_server::{ServerDir, ServerProcess, wait_until_it_answers};
 use crate::process::free_port;
-use crate::server_dir::{ServerDir, ServerProcess, wait_until_it_answers};
 
 const INSTALL_HINT: &str = "MariaDB's server programs (mariadb-install-db, mariadbd) are not \
      installed; the restart tests start a server of their own. Install them with `apt-get \

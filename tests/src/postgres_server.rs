@@ -5,8 +5,8 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use crate::private_server::{Account, ServerDir, ServerProcess, wait_until_it_answers};
 use crate::process::free_port;
-use crate::server_dir::{Account, ServerDir, ServerProcess, wait_until_it_answers};
 
 const INSTALL_HINT: &str = "PostgreSQL's server programs (initdb, postgres) are not installed \
      under /usr/lib/postgresql/*/bin; the restart tests start a server of their own. Install \

@@ -1,8 +1,9 @@
-//! The SQL backends' queue of waiters, decided in Rust on the lock's row locked for update.
+//! The SQL backends' queue of waiters, decided in Rust on the lock's row.
 //!
-//! The tickets live in the lock's row (`tickets`, text), so every queue operation reads and
-//! writes one row inside one short transaction that holds the row's lock: the same atomicity as
-//! the Redis backend's scripts, with the same rules (`fair.lua`, `release.lua`). Times are the
+//! The tickets live in the lock's row (`tickets`, text), so every queue operation reads one row
+//! and writes it back as one atomic step (MySQL: in a transaction holding the row's lock;
+//! PostgreSQL: a write that applies only to the row version read): the same atomicity as the
+//! Redis backend's scripts, with the same rules (`fair.lua`, `release.lua`). Times are the
 //! database's, in microseconds since the epoch.
 
 use std::future::Future;
