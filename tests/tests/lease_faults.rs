@@ -247,10 +247,12 @@ async fn a_hundred_thousand_requests_over_ten_thousand_keys_leave_nothing_behind
         0,
         "no waiting line left"
     );
-    assert_eq!(
-        runtime.num_alive_tasks(),
-        tasks_before,
-        "no task left running"
+    // At most as many as before: a task of the backend's set-up that was still alive then
+    // (connecting, subscribing) may have ended since, which is no leak.
+    let tasks_after = runtime.num_alive_tasks();
+    assert!(
+        tasks_after <= tasks_before,
+        "no task left running: {tasks_after} alive, {tasks_before} before"
     );
     let mut connection = redis
         .client()
