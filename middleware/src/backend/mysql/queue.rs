@@ -4,20 +4,24 @@
 //! line polls, in ticket order across processes.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use sqlx::MySqlConnection;
 
 use super::MysqlBackend;
-use crate::OwnerToken;
-use crate::backend::sql::acquire_detached;
-use crate::backend::sql::queue::{
-    QueueRows, RowChange, RowColumns, RowState, acquire_with_ticket, leave_line,
-};
+use crate::backend::BackendError;
+use crate::backend::sql::AcquireSlots;
+use crate::backend::sql::queue::{QueueRows, RowChange, RowColumns, RowState};
 use crate::backend::waiting::WaitingRoom;
-use crate::backend::{BackendError, BoxFuture, LockRequest, QueuedAttempt, TokenLease, WaitQueue};
 
 impl QueueRows for MysqlBackend {
+    fn waiting_room(&self) -> &Arc<WaitingRoom> {
+        &self.room
+    }
+
+    fn acquire_slots(&self) -> &AcquireSlots {
+        &self.slots
+    }
+
     /// Decides once, on the row locked for update in a transaction. Announces nothing: MySQL
     /// has no `NOTIFY`.
     async fn decide_on_row<T: Send>(
@@ -72,36 +76,4 @@ async fn lock_row(
         .await
         .map_err(BackendError::new)?;
     Ok(row.map(RowState::from_columns))
-}
-
-impl WaitQueue<TokenLease> for MysqlBackend {
-    fn room(&self) -> &Arc<WaitingRoom> {
-        &self.room
-    }
-
-    /// Runs in a task of its own, like every acquire (`sql::acquire_detached`).
-    fn acquire_queued<'a>(
-        &'a self,
-        name: &'a str,
-        request: LockRequest,
-        ticket_ttl: Duration,
-    ) -> BoxFuture<'a, Result<QueuedAttempt<TokenLease>, BackendError>> {
-        Box::pin(acquire_detached(
-            self,
-            &self.slots,
-            name,
-            request,
-            move |backend, name, request| async move {
-                acquire_with_ticket(&backend, &name, request, ticket_ttl).await
-            },
-        ))
-    }
-
-    fn leave_queue<'a>(
-        &'a self,
-        name: &'a str,
-        token: OwnerToken,
-    ) -> BoxFuture<'a, Result<(), BackendError>> {
-        Box::pin(leave_line(self, name, token))
-    }
 }

@@ -3,21 +3,25 @@
 //! announced with `NOTIFY` on the table's channel, delivered when the write commits.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use sqlx::{FromRow, Row};
 
 use super::PostgresBackend;
 use super::listener::payload;
-use crate::OwnerToken;
-use crate::backend::sql::acquire_detached;
-use crate::backend::sql::queue::{
-    QueueRows, RowChange, RowColumns, RowState, acquire_with_ticket, leave_line,
-};
+use crate::backend::BackendError;
+use crate::backend::sql::AcquireSlots;
+use crate::backend::sql::queue::{QueueRows, RowChange, RowColumns, RowState};
 use crate::backend::waiting::{Announcement, WaitingRoom};
-use crate::backend::{BackendError, BoxFuture, LockRequest, QueuedAttempt, TokenLease, WaitQueue};
 
 impl QueueRows for PostgresBackend {
+    fn waiting_room(&self) -> &Arc<WaitingRoom> {
+        &self.room
+    }
+
+    fn acquire_slots(&self) -> &AcquireSlots {
+        &self.slots
+    }
+
     /// Optimistic: reads the row without locking it, decides, and writes the change in one
     /// statement that applies only while the row is still the version read (its `xmin`, the
     /// transaction that wrote it), announcing the change with `pg_notify` in the same
@@ -115,37 +119,5 @@ impl PostgresBackend {
             .await
             .map_err(BackendError::new)?;
         Ok(())
-    }
-}
-
-impl WaitQueue<TokenLease> for PostgresBackend {
-    fn room(&self) -> &Arc<WaitingRoom> {
-        &self.room
-    }
-
-    /// Runs in a task of its own, like every acquire (`sql::acquire_detached`).
-    fn acquire_queued<'a>(
-        &'a self,
-        name: &'a str,
-        request: LockRequest,
-        ticket_ttl: Duration,
-    ) -> BoxFuture<'a, Result<QueuedAttempt<TokenLease>, BackendError>> {
-        Box::pin(acquire_detached(
-            self,
-            &self.slots,
-            name,
-            request,
-            move |backend, name, request| async move {
-                acquire_with_ticket(&backend, &name, request, ticket_ttl).await
-            },
-        ))
-    }
-
-    fn leave_queue<'a>(
-        &'a self,
-        name: &'a str,
-        token: OwnerToken,
-    ) -> BoxFuture<'a, Result<(), BackendError>> {
-        Box::pin(leave_line(self, name, token))
     }
 }

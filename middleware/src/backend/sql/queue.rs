@@ -7,16 +7,28 @@
 //! database's, in microseconds since the epoch.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::{AcquireSlots, acquire_detached};
 use crate::OwnerToken;
-use crate::backend::waiting::Announcement;
+use crate::backend::waiting::{Announcement, WaitingRoom};
 use crate::backend::{
-    BackendError, FencingToken, Granted, Hold, LockBackend, LockRequest, QueuedAttempt, TokenLease,
+    BackendError, BoxFuture, FencingToken, Granted, Hold, LockBackend, LockRequest, QueuedAttempt,
+    TokenLease, WaitQueue,
 };
 
-/// A SQL backend whose queue operations decide on the lock's row, one atomic step each.
-pub(in crate::backend) trait QueueRows: LockBackend<Lease = TokenLease> {
+/// A SQL backend whose queue operations decide on the lock's row, one atomic step each; its
+/// [`WaitQueue`] follows.
+pub(in crate::backend) trait QueueRows:
+    LockBackend<Lease = TokenLease> + Clone
+{
+    /// Where its waiters wait (announced, or silent).
+    fn waiting_room(&self) -> &Arc<WaitingRoom>;
+
+    /// The slots its detached acquires take (`sql::acquire_detached`).
+    fn acquire_slots(&self) -> &AcquireSlots;
+
     /// Runs `decide` on `name`'s row (made first if missing) and writes the change it
     /// returns (if any), announcing what the change says where the store can, as one atomic
     /// step: no other change to the row comes between the state `decide` saw and the write.
@@ -27,6 +39,38 @@ pub(in crate::backend) trait QueueRows: LockBackend<Lease = TokenLease> {
         name: &str,
         decide: impl Fn(RowState) -> (Option<RowChange>, T) + Send + Sync,
     ) -> impl Future<Output = Result<T, BackendError>> + Send;
+}
+
+impl<B: QueueRows> WaitQueue<TokenLease> for B {
+    fn room(&self) -> &Arc<WaitingRoom> {
+        self.waiting_room()
+    }
+
+    /// Runs in a task of its own, like every acquire (`sql::acquire_detached`).
+    fn acquire_queued<'a>(
+        &'a self,
+        name: &'a str,
+        request: LockRequest,
+        ticket_ttl: Duration,
+    ) -> BoxFuture<'a, Result<QueuedAttempt<TokenLease>, BackendError>> {
+        Box::pin(acquire_detached(
+            self,
+            self.acquire_slots(),
+            name,
+            request,
+            move |backend, name, request| async move {
+                acquire_with_ticket(&backend, &name, request, ticket_ttl).await
+            },
+        ))
+    }
+
+    fn leave_queue<'a>(
+        &'a self,
+        name: &'a str,
+        token: OwnerToken,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(leave_line(self, name, token))
+    }
 }
 
 /// Releases `token`'s exclusive lease on a lock that is waited for: to the first ticket, or
@@ -45,7 +89,7 @@ pub(in crate::backend) async fn release_through_queue<B: QueueRows>(
 }
 
 /// [`WaitQueue::acquire_queued`](crate::backend::WaitQueue::acquire_queued) on the row.
-pub(in crate::backend) async fn acquire_with_ticket<B: QueueRows>(
+async fn acquire_with_ticket<B: QueueRows>(
     backend: &B,
     name: &str,
     request: LockRequest,
@@ -73,7 +117,7 @@ pub(in crate::backend) async fn acquire_with_ticket<B: QueueRows>(
 
 /// [`WaitQueue::leave_queue`](crate::backend::WaitQueue::leave_queue) on the row: a lock a
 /// release handed to the leaving ticket meanwhile is released (passed on).
-pub(in crate::backend) async fn leave_line<B: QueueRows>(
+async fn leave_line<B: QueueRows>(
     backend: &B,
     name: &str,
     token: OwnerToken,
