@@ -125,6 +125,8 @@ macro_rules! __conformance_cases {
         $crate::__conformance_tests!(
             $store;
             fair_waiters_are_served_in_arrival_order,
+            notified_processes_take_turns,
+            notified_handoffs_never_let_two_in,
             a_queued_waiter_that_gives_up_leaves_the_line,
         );
     };

@@ -255,18 +255,27 @@ impl LockBackend for MysqlBackend {
         self.owner_checked(extend, name, lease.token(), ttl).await
     }
 
+    /// One owner-checked `UPDATE` while nobody waits; a lock that is waited for goes through
+    /// the queue (to this process's next waiter or the first ticket) — at once when this
+    /// process has waiters for it.
     async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
         let statements = &self.statements;
-        let release = if lease.hold().is_exclusive() {
-            &statements.release
-        } else {
-            &statements.release_shared
-        };
-        let released = self
-            .owner_checked(release, name, lease.token(), Duration::ZERO)
-            .await?;
-        if released || !lease.hold().is_exclusive() {
-            return Ok(released);
+        if !lease.hold().is_exclusive() {
+            return self
+                .owner_checked(
+                    &statements.release_shared,
+                    name,
+                    lease.token(),
+                    Duration::ZERO,
+                )
+                .await;
+        }
+        if !self.room.has_waiters(name)
+            && self
+                .owner_checked(&statements.release, name, lease.token(), Duration::ZERO)
+                .await?
+        {
+            return Ok(true);
         }
         release_through_queue(self, name, lease.token()).await
     }

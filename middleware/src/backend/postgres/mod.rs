@@ -293,8 +293,8 @@ impl LockBackend for PostgresBackend {
     }
 
     /// One owner-checked `UPDATE` while nobody waits; a lock that is waited for goes through
-    /// the queue (to its first ticket, or announced), and a shared hold's release is
-    /// announced.
+    /// the queue (to this process's next waiter or the first ticket, or announced) — at once
+    /// when this process has waiters for it — and a shared hold's release is announced.
     async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
         let statements = &self.statements;
         if !lease.hold().is_exclusive() {
@@ -303,9 +303,10 @@ impl LockBackend for PostgresBackend {
                 .await?;
             return Ok(waited.is_some());
         }
-        if self
-            .owner_checked(&statements.release, name, lease.token(), None)
-            .await?
+        if !self.room.has_waiters(name)
+            && self
+                .owner_checked(&statements.release, name, lease.token(), None)
+                .await?
         {
             return Ok(true);
         }

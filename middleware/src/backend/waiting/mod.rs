@@ -7,7 +7,9 @@
 //!
 //! * Inside one process, waiters for the same lock line up in arrival order and only the head
 //!   of the line contends in the store; when it gets the lock, the next one becomes head. So N
-//!   local waiters cost O(1) store commands per handoff, not O(N).
+//!   local waiters cost O(1) store commands per handoff, not O(N). A backend may go further
+//!   (`local.rs`, the SQL backends): while a waiter of the line holds the lock, its release
+//!   hands the lock to the head and wakes it here, and the head asks the store nothing.
 //! * The head sleeps until a release of its lock is announced or until the holder's lease runs
 //!   out, whichever comes first: a lost announcement costs at most one lease-bounded retry.
 //! * The store keeps a queue of tickets per lock, and a release goes to the first ticket: only
@@ -25,14 +27,21 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
 
 use super::{BoxFuture, FencingToken};
 use crate::{OwnerToken, background};
 
 mod announcement;
+#[cfg(any(feature = "postgres", feature = "mysql", test))]
+mod local;
 mod place;
 
 pub use announcement::Announcement;
+#[cfg(any(feature = "postgres", feature = "mysql", test))]
+use local::Handoffs;
+#[cfg(any(feature = "postgres", feature = "mysql", test))]
+pub(crate) use local::ReadyHead;
 use place::Member;
 pub(crate) use place::Place;
 
@@ -114,8 +123,21 @@ struct Waiters {
     subscription: Subscription,
     /// Bumped whenever the last member leaves, so a lingering cleanup knows it is stale.
     generation: u64,
-    /// The last ticket a release handed the lock to, with its fence, until its waiter hears.
-    handed: Option<(OwnerToken, Option<FencingToken>)>,
+    /// The last ticket a release handed the lock to, with its fence, until its waiter hears;
+    /// and when the handing write was sent, if it was sent from this process.
+    handed: Option<Handed>,
+    /// What releases in this process may hand over to the line (`local.rs`).
+    #[cfg(any(feature = "postgres", feature = "mysql", test))]
+    handoffs: Handoffs,
+}
+
+/// A lock a release handed to a ticket: to whom, with what fence, and when the handing write
+/// was sent (when it was sent from this process).
+#[derive(Clone, Copy, Debug)]
+struct Handed {
+    to: OwnerToken,
+    fence: Option<FencingToken>,
+    sent: Option<Instant>,
 }
 
 impl Waiters {
@@ -128,6 +150,8 @@ impl Waiters {
             subscription,
             generation: 0,
             handed: None,
+            #[cfg(any(feature = "postgres", feature = "mysql", test))]
+            handoffs: Handoffs::default(),
         }
     }
 
@@ -226,7 +250,11 @@ impl WaitingRoom {
             }
             Announcement::Next(next) => next,
             Announcement::Handed { to, fence } => {
-                waiters.handed = Some((to, fence));
+                waiters.handed = Some(Handed {
+                    to,
+                    fence,
+                    sent: None,
+                });
                 to
             }
         };
@@ -337,6 +365,10 @@ impl WaitingRoom {
                 waiters.line.retain(|(other, ..)| other != id);
                 if was_head {
                     waiters.head_enqueued = false;
+                    #[cfg(any(feature = "postgres", feature = "mysql", test))]
+                    {
+                        waiters.handoffs.ready = None;
+                    }
                     if let Some((.., next)) = waiters.line.front() {
                         next.notify_one();
                     }
@@ -349,6 +381,10 @@ impl WaitingRoom {
         if waiters.members() > 0 {
             return;
         }
+        #[cfg(any(feature = "postgres", feature = "mysql", test))]
+        {
+            waiters.handoffs.local = None;
+        }
         waiters.generation += 1;
         let generation = waiters.generation;
         drop(names);
@@ -359,13 +395,18 @@ impl WaitingRoom {
         });
     }
 
-    /// The fence of the lock a release handed to `token`, once (`None` if it was not).
-    fn take_handed(&self, name: &str, token: OwnerToken) -> Option<Option<FencingToken>> {
+    /// The fence of the lock a release handed to `token`, and when the handing write was sent
+    /// if this process sent it; once (`None` if it was not handed).
+    fn take_handed(
+        &self,
+        name: &str,
+        token: OwnerToken,
+    ) -> Option<(Option<FencingToken>, Option<Instant>)> {
         let mut names = self.names();
         let handed = &mut names.get_mut(name)?.handed;
         handed
-            .take_if(|(to, _)| *to == token)
-            .map(|(_, fence)| fence)
+            .take_if(|handed| handed.to == token)
+            .map(|handed| (handed.fence, handed.sent))
     }
 
     /// `id`, heading its line, holds a ticket in the store's queue.

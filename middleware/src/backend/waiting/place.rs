@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use super::WaitingRoom;
 use crate::OwnerToken;
@@ -53,7 +54,12 @@ impl Place {
     }
 
     /// If a release handed the lock to `token`, its fence (once): the waiter holds the lock.
-    pub(crate) fn handed(&self, token: OwnerToken) -> Option<Option<FencingToken>> {
+    /// With it, when the handing write was sent, if this process sent it (the lease counts
+    /// from no earlier than that).
+    pub(crate) fn handed(
+        &self,
+        token: OwnerToken,
+    ) -> Option<(Option<FencingToken>, Option<Instant>)> {
         self.room.take_handed(&self.name, token)
     }
 

@@ -61,7 +61,11 @@ async fn a_lock_handed_to_a_ticket_is_known_to_that_waiter_only_and_once() {
 
     assert!(woken(&head, DUE).await);
     assert_eq!(other.handed(other_token), None);
-    assert_eq!(head.handed(head_token), Some(Some(FencingToken::new(7))));
+    assert_eq!(
+        head.handed(head_token),
+        Some((Some(FencingToken::new(7)), None)),
+        "handed by another process: when is unknown"
+    );
     assert_eq!(head.handed(head_token), None, "told once");
 }
 
@@ -165,4 +169,107 @@ async fn a_waiter_who_returns_within_the_linger_keeps_the_name() {
 
     assert_eq!(room.waiting_names(), 1);
     drop(again);
+}
+
+const LEASE: Duration = Duration::from_secs(1);
+
+/// The terms on which `token` asks: a lease of [`LEASE`], a ticket of twice that.
+fn terms(token: OwnerToken) -> ReadyHead {
+    ReadyHead {
+        token,
+        lease: LEASE,
+        ticket_ttl: 2 * LEASE,
+    }
+}
+
+/// Two waiters for `k`: `holder`, which took the lock when it asked as head, and `next`, which
+/// heads the line after it and has asked; with what `next`'s ask answered.
+async fn held_in_line(
+    room: &Arc<WaitingRoom>,
+    holder: OwnerToken,
+    next: OwnerToken,
+) -> (Place, Option<Duration>) {
+    let holding = room.join_line("k", holder);
+    let head = room.join_line("k", next);
+    holding.turn().await;
+    assert_eq!(
+        room.head_asks("k", terms(holder)),
+        None,
+        "nobody here holds it"
+    );
+    room.head_took("k", holder, Instant::now());
+    drop(holding);
+    head.turn().await;
+    let local_left = room.head_asks("k", terms(next));
+    (head, local_left)
+}
+
+#[tokio::test]
+async fn a_release_in_process_hands_the_lock_to_the_ready_head_and_tells_it_when() {
+    let room = WaitingRoom::in_process();
+    let (holder, next) = (OwnerToken::new(), OwnerToken::new());
+    let (head, left) = held_in_line(&room, holder, next).await;
+    assert!(left.is_some(), "the holder's release will hand it over");
+
+    let release = room.begin_release("k", holder);
+    assert_eq!(release.head(), Some(terms(next)));
+    assert!(
+        room.head_asks("k", terms(next)).is_some(),
+        "the release wakes it"
+    );
+    let sent = release.sent;
+    assert_eq!(
+        release.finish(Some((next, Some(FencingToken::new(9))))),
+        None
+    );
+
+    assert!(woken(&head, DUE).await);
+    let handed = (Some(FencingToken::new(9)), Some(sent));
+    assert_eq!(head.handed(next), Some(handed));
+}
+
+#[tokio::test]
+async fn a_release_that_hands_the_lock_elsewhere_or_fails_wakes_the_head_to_ask() {
+    let room = WaitingRoom::in_process();
+    let (holder, next) = (OwnerToken::new(), OwnerToken::new());
+    let (head, _) = held_in_line(&room, holder, next).await;
+
+    drop(room.begin_release("k", holder));
+
+    assert!(woken(&head, DUE).await);
+    assert_eq!(head.handed(next), None);
+    assert_eq!(
+        room.head_asks("k", terms(next)),
+        None,
+        "nobody of this line holds it any more"
+    );
+}
+
+#[tokio::test]
+async fn a_lock_handed_to_a_head_that_left_is_given_back_to_the_releaser_to_pass_on() {
+    let room = WaitingRoom::in_process();
+    let (holder, gone) = (OwnerToken::new(), OwnerToken::new());
+    let head = room.join_line("k", gone);
+    let _behind = room.join_line("k", OwnerToken::new());
+    head.turn().await;
+    room.head_asks("k", terms(gone));
+    let release = room.begin_release("k", holder);
+    assert_eq!(release.head(), Some(terms(gone)));
+
+    drop(head);
+
+    assert_eq!(release.finish(Some((gone, None))), Some(gone));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_head_asks_the_store_once_the_local_holders_lease_may_have_ended() {
+    let room = WaitingRoom::in_process();
+    let (holder, next) = (OwnerToken::new(), OwnerToken::new());
+    let (_head, left) = held_in_line(&room, holder, next).await;
+    let left = left.expect("held in this process");
+    assert!(left < LEASE, "a drift margin short of the lease");
+
+    tokio::time::sleep(left).await;
+
+    assert_eq!(room.head_asks("k", terms(next)), None);
 }

@@ -137,19 +137,22 @@ impl<B: LockBackend> Attempts<'_, B> {
                 return Err(NotObtained::Busy { holder_ttl });
             };
             let delay = refresh.map_or(delay, |refresh| delay.min(refresh));
+            // Without live announcements the delay is a backoff, but a release in this
+            // process may still hand the lock over and wake the waiter early.
             match announced.as_pin_mut() {
-                Some(announced) if live => drop(timeout(delay, announced).await),
-                _ => sleep(delay).await,
+                Some(announced) => drop(timeout(delay, announced).await),
+                None => sleep(delay).await,
             }
-            // A release handed the lock to our ticket after the busy answer to the attempt
-            // made at `asked`: its lease started later than that.
-            if let Some(fence) = place.and_then(|place| place.handed(self.request.token))
+            // A release handed the lock over: in a write this process sent at `handed`, or
+            // (sent elsewhere) to our ticket after the busy answer to the attempt made at
+            // `asked`. The lease started later than that.
+            if let Some((fence, handed)) = place.and_then(|place| place.handed(self.request.token))
                 && let Some(lease) = handover.take()
             {
                 let grants = vec![Granted { lease, fence }];
                 return Ok(Obtained {
                     grants,
-                    sent: asked,
+                    sent: handed.unwrap_or(asked),
                 });
             }
             attempt = attempt.saturating_add(1);
