@@ -95,9 +95,14 @@ impl RedisBackend {
     ///
     /// Fails when the server cannot be reached now; once connected, the backend reconnects by
     /// itself whenever a connection drops.
+    ///
+    /// The connection itself puts no limit on how long an answer may take: the
+    /// [`Locker`](crate::Locker)'s store timeout (default 1 s) bounds every call, where the
+    /// `redis` crate's own default would cut answers off at 500 ms whatever that timeout says.
     pub async fn connect(url: impl IntoConnectionInfo) -> Result<Self, RedisError> {
         let client = Client::open(url)?;
-        let manager = ConnectionManager::new_with_config(client.clone(), manager_config()).await?;
+        let commands = manager_config().set_response_timeout(None);
+        let manager = ConnectionManager::new_with_config(client.clone(), commands).await?;
         let room = announcements::waiting_room(&client).await?;
         Ok(Self {
             room,
