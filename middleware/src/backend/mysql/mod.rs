@@ -5,12 +5,12 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::mysql::{MySqlArguments, MySqlPoolOptions, MySqlRow};
+use sqlx::mysql::{MySqlArguments, MySqlRow};
 use sqlx::query::Query;
 use sqlx::{MySql, MySqlPool, Row};
 
 use super::sql::queue::release_through_queue;
-use super::sql::{AcquireSlots, acquire_detached};
+use super::sql::{AcquireSlots, acquire_detached, pool_options};
 use super::waiting::WaitingRoom;
 use super::{
     Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, Patience,
@@ -87,9 +87,12 @@ pub struct MysqlBackend {
 impl MysqlBackend {
     /// Connects to the database at `url` (a pool of up to 10 connections) and keeps leases in
     /// [`DEFAULT_TABLE`], creating it when missing.
+    ///
+    /// The pool pings a connection before handing it out only when it was idle for more than a
+    /// second (sqlx's default pings every time: a round trip in front of each statement). A
+    /// pool of your own goes to [`with_table`](Self::with_table).
     pub async fn connect(url: &str) -> Result<Self, BackendError> {
-        let pool = MySqlPoolOptions::new()
-            .max_connections(10)
+        let pool = pool_options(10)
             .connect(url)
             .await
             .map_err(BackendError::new)?;

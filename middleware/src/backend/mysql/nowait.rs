@@ -4,14 +4,14 @@
 use std::fmt;
 use std::sync::Arc;
 
-use sqlx::mysql::{MySqlDatabaseError, MySqlPoolOptions};
+use sqlx::mysql::MySqlDatabaseError;
 use sqlx::pool::PoolConnection;
 use sqlx::{Executor, MySql, MySqlPool};
 
 use super::statements::MAX_NAME_LEN;
 use crate::backend::BackendError;
-use crate::backend::sql::check_table_name;
 use crate::backend::sql::session::{SessionLock, SessionLocks, session_backend};
+use crate::backend::sql::{check_table_name, pool_options};
 
 /// The table a backend made by [`connect`](NowaitBackend::connect) locks rows of.
 pub const DEFAULT_ROW_TABLE: &str = "tower_lock_rows";
@@ -71,8 +71,7 @@ impl NowaitBackend {
     /// Connects to the database at `url` with a pool of up to 16 connections and locks rows of
     /// [`DEFAULT_ROW_TABLE`], creating it when missing.
     pub async fn connect(url: &str) -> Result<Self, BackendError> {
-        let pool = MySqlPoolOptions::new()
-            .max_connections(16)
+        let pool = pool_options(16)
             .connect(url)
             .await
             .map_err(BackendError::new)?;

@@ -4,10 +4,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Postgres};
 
 use crate::backend::BackendError;
+use crate::backend::sql::pool_options;
 use crate::backend::sql::session::{SessionLock, SessionLocks, session_backend};
 
 /// The namespace a backend made by [`connect`](AdvisoryBackend::connect) hashes names in.
@@ -56,8 +56,7 @@ impl AdvisoryBackend {
     /// Connects to the database at `url` with a pool of up to 16 connections (so at most 15
     /// locks held at once, one connection left to try) in [`DEFAULT_NAMESPACE`].
     pub async fn connect(url: &str) -> Result<Self, BackendError> {
-        let pool = PgPoolOptions::new()
-            .max_connections(16)
+        let pool = pool_options(16)
             .connect(url)
             .await
             .map_err(BackendError::new)?;

@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 
 use super::sql::queue::release_through_queue;
-use super::sql::{AcquireSlots, acquire_detached};
+use super::sql::{AcquireSlots, acquire_detached, pool_options};
 use super::waiting::WaitingRoom;
 use super::{
     Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, Patience,
@@ -93,9 +92,12 @@ const MAX_NAME_LEN: usize = 7_900;
 impl PostgresBackend {
     /// Connects to the database at `url` (a pool of up to 10 connections) and keeps leases in
     /// [`DEFAULT_TABLE`], creating it when missing.
+    ///
+    /// The pool pings a connection before handing it out only when it was idle for more than a
+    /// second (sqlx's default pings every time: a round trip in front of each statement). A
+    /// pool of your own goes to [`with_table`](Self::with_table).
     pub async fn connect(url: &str) -> Result<Self, BackendError> {
-        let pool = PgPoolOptions::new()
-            .max_connections(10)
+        let pool = pool_options(10)
             .connect(url)
             .await
             .map_err(BackendError::new)?;
