@@ -73,8 +73,8 @@ struct Args {
     /// MySQL: mysql-in-line, mysql-polling, tower-lock-notified). Distinct keys: raw-scripts,
     /// seed-minimal, tower-lock, tower-lock-nofence, tower-lock-engine, tower-lock-service,
     /// rslock (on PostgreSQL: postgres-raw, postgres-backend, postgres-engine,
-    /// pg-advisory-lock, redis-engine; on MySQL: mysql-raw, mysql-backend, mysql-engine,
-    /// mysql-get-lock, redis-engine).
+    /// pg-advisory-lock, pg-advisory-engine, redis-engine; on MySQL: mysql-raw, mysql-backend,
+    /// mysql-engine, mysql-get-lock, mysql-nowait-engine, redis-engine).
     #[arg(long = "impl")]
     impls: Vec<String>,
     /// Distinct keys: draw throughput against concurrency per implementation into this SVG.

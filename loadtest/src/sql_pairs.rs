@@ -10,8 +10,8 @@ use integration_tests::{MysqlDatabase, PostgresSchema};
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use tokio::time::Instant;
-use tower_lock::backend::mysql::MysqlBackend;
-use tower_lock::backend::postgres::PostgresBackend;
+use tower_lock::backend::mysql::{MysqlBackend, NowaitBackend};
+use tower_lock::backend::postgres::{AdvisoryBackend, PostgresBackend};
 use tower_lock::backend::{Attempt, LockBackend, LockRequest, OwnerToken};
 use tower_lock::{Locker, RedisBackend};
 
@@ -44,16 +44,20 @@ pub enum SqlPair {
     /// The database's own lock on one connection: `pg_try_advisory_lock`/`pg_advisory_unlock`,
     /// or `GET_LOCK`/`RELEASE_LOCK`.
     Primitive,
+    /// `Locker::with_lock` on the session-lock backend: `AdvisoryBackend` on PostgreSQL,
+    /// `NowaitBackend` on MySQL.
+    SessionEngine,
     /// `Locker::with_lock` on Redis, on the same machine.
     RedisEngine,
 }
 
 impl SqlPair {
-    pub const ALL: [SqlPair; 5] = [
+    pub const ALL: [SqlPair; 6] = [
         SqlPair::Raw,
         SqlPair::Backend,
         SqlPair::Engine,
         SqlPair::Primitive,
+        SqlPair::SessionEngine,
         SqlPair::RedisEngine,
     ];
 
@@ -63,10 +67,12 @@ impl SqlPair {
             (Database::Postgres, SqlPair::Backend) => "postgres-backend",
             (Database::Postgres, SqlPair::Raw) => "postgres-raw",
             (Database::Postgres, SqlPair::Primitive) => "pg-advisory-lock",
+            (Database::Postgres, SqlPair::SessionEngine) => "pg-advisory-engine",
             (Database::Mysql, SqlPair::Engine) => "mysql-engine",
             (Database::Mysql, SqlPair::Backend) => "mysql-backend",
             (Database::Mysql, SqlPair::Raw) => "mysql-raw",
             (Database::Mysql, SqlPair::Primitive) => "mysql-get-lock",
+            (Database::Mysql, SqlPair::SessionEngine) => "mysql-nowait-engine",
             (_, SqlPair::RedisEngine) => "redis-engine",
         }
     }
@@ -105,6 +111,7 @@ enum Pairs {
         release: String,
     },
     PostgresAdvisory(PgPool),
+    PostgresSession(Locker<AdvisoryBackend>),
     MysqlEngine(Locker<MysqlBackend>),
     MysqlBackend(MysqlBackend),
     MysqlRaw {
@@ -113,6 +120,7 @@ enum Pairs {
         release: String,
     },
     MysqlGetLock(MySqlPool),
+    MysqlSession(Locker<NowaitBackend>),
     RedisEngine(Locker<RedisBackend>),
 }
 
@@ -173,6 +181,10 @@ impl Pairs {
                             release: release.to_owned(),
                         }
                     }
+                    SqlPair::SessionEngine => {
+                        let pool = postgres_pool(&url).await;
+                        Pairs::PostgresSession(engine(AdvisoryBackend::with_pool(pool, "bench")))
+                    }
                     _ => Pairs::PostgresAdvisory(postgres_pool(&url).await),
                 };
                 (pairs, Some(scratch))
@@ -195,6 +207,11 @@ impl Pairs {
                             release: release.to_owned(),
                         }
                     }
+                    SqlPair::SessionEngine => {
+                        let pool = mysql_pool(&url).await;
+                        let backend = NowaitBackend::with_table(pool, "tower_lock_rows").await;
+                        Pairs::MysqlSession(engine(backend.expect("the row table is made")))
+                    }
                     _ => Pairs::MysqlGetLock(mysql_pool(&url).await),
                 };
                 (pairs, Some(scratch))
@@ -206,18 +223,11 @@ impl Pairs {
     async fn pair(&self, key: &str) {
         let millis = TTL.as_millis() as i64;
         match self {
-            Pairs::PostgresEngine(locker) => {
-                let locked = locker.with_lock(key, |_| async {}).await;
-                locked.expect("a distinct key is free");
-            }
-            Pairs::MysqlEngine(locker) => {
-                let locked = locker.with_lock(key, |_| async {}).await;
-                locked.expect("a distinct key is free");
-            }
-            Pairs::RedisEngine(locker) => {
-                let locked = locker.with_lock(key, |_| async {}).await;
-                locked.expect("a distinct key is free");
-            }
+            Pairs::PostgresEngine(locker) => engine_pair(locker, key).await,
+            Pairs::MysqlEngine(locker) => engine_pair(locker, key).await,
+            Pairs::RedisEngine(locker) => engine_pair(locker, key).await,
+            Pairs::PostgresSession(locker) => engine_pair(locker, key).await,
+            Pairs::MysqlSession(locker) => engine_pair(locker, key).await,
             Pairs::PostgresBackend(backend) => backend_pair(backend, key).await,
             Pairs::MysqlBackend(backend) => backend_pair(backend, key).await,
             Pairs::PostgresRaw {
@@ -265,15 +275,15 @@ impl Pairs {
             }
             Pairs::PostgresAdvisory(pool) => {
                 let mut connection = pool.acquire().await.expect("PostgreSQL reachable");
-                let id = advisory_id(key);
-                let taken: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-                    .bind(id)
-                    .fetch_one(&mut *connection)
-                    .await
-                    .expect("PostgreSQL answers");
+                let taken: bool =
+                    sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtextextended($1, 0))")
+                        .bind(key)
+                        .fetch_one(&mut *connection)
+                        .await
+                        .expect("PostgreSQL answers");
                 assert!(taken, "a distinct key is free");
-                sqlx::query("SELECT pg_advisory_unlock($1)")
-                    .bind(id)
+                sqlx::query("SELECT pg_advisory_unlock(hashtextextended($1, 0))")
+                    .bind(key)
                     .execute(&mut *connection)
                     .await
                     .expect("PostgreSQL answers");
@@ -296,6 +306,11 @@ impl Pairs {
     }
 }
 
+async fn engine_pair<B: LockBackend>(locker: &Locker<B>, key: &str) {
+    let locked = locker.with_lock(key, |_| async {}).await;
+    locked.expect("a distinct key is free");
+}
+
 async fn backend_pair<B: LockBackend>(backend: &B, key: &str) {
     let request = LockRequest::new(OwnerToken::new(), TTL);
     let Ok(Attempt::Acquired(grant)) = backend.acquire(key, request).await else {
@@ -305,14 +320,6 @@ async fn backend_pair<B: LockBackend>(backend: &B, key: &str) {
         .release(key, &grant.lease)
         .await
         .expect("the database answers");
-}
-
-/// A 64-bit advisory lock id for `key` (FNV-1a).
-fn advisory_id(key: &str) -> i64 {
-    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-    });
-    hash as i64
 }
 
 /// Runs `concurrency` tasks pairing on fresh keys for `duration`, in a fresh schema or
