@@ -10,6 +10,7 @@
 
 mod blocking;
 mod demo;
+mod etcd_cluster;
 mod http_client;
 mod in_process;
 mod locks;
@@ -25,6 +26,7 @@ mod process;
 mod redis_server;
 
 pub use demo::DemoReplica;
+pub use etcd_cluster::EtcdCluster;
 pub use http_client::Http;
 pub use in_process::{Reply, post, send};
 pub use locks::{fence_of, granted, hold, request};

@@ -109,6 +109,12 @@ impl ServerProcess {
         self.0 = Some(child);
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, ...) to the server's leader process.
+    pub(crate) fn signal(&self, signal: &str) {
+        let child = self.0.as_ref().expect("the server is running");
+        crate::process::send_signal(child, signal);
+    }
+
     /// SIGKILL to the whole group (a crash, nothing shut down cleanly), and reaps the leader.
     pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.0.take() {

@@ -52,6 +52,10 @@ impl Store for NowaitStore {
     fn fences(&self) -> bool {
         false
     }
+
+    fn leases_expire(&self) -> bool {
+        false
+    }
 }
 
 /// Beyond the suite, which allows a backend not to know: a busy acquire says how long the

@@ -58,6 +58,10 @@ impl Store for AdvisoryStore {
     fn fences(&self) -> bool {
         false
     }
+
+    fn leases_expire(&self) -> bool {
+        false
+    }
 }
 
 /// Beyond the suite, which allows a backend not to know: PostgreSQL answers a busy acquire with

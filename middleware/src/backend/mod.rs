@@ -15,13 +15,15 @@
 //! feature, `RedisBackend`; with the `postgres` feature, `postgres::PostgresBackend` (lease
 //! rows) and `postgres::AdvisoryBackend` (advisory locks); with the `mysql` feature,
 //! `mysql::MysqlBackend` (lease rows) and `mysql::NowaitBackend` (row locks in an open
-//! transaction).
+//! transaction); with the `etcd` feature, `etcd::EtcdBackend` (etcd's concurrency mutex).
 
 use std::future::Future;
 use std::time::Duration;
 
 mod attempt;
 mod error;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod memory;
 #[cfg(feature = "mysql")]
 pub mod mysql;
@@ -144,6 +146,14 @@ pub trait LockBackend: Send + Sync + 'static {
     /// The longest lock name the store accepts, in bytes, if it has a limit. A locker whose
     /// prefix and longest key would not fit is refused when it is built.
     fn max_name_len(&self) -> Option<usize> {
+        None
+    }
+
+    /// The longest lease the store can vouch for, if it has a limit: a store whose locks live
+    /// as long as the process's session (etcd, ZooKeeper) knows its locks are held only as
+    /// far ahead as the session is confirmed alive. A locker with a longer TTL is refused when
+    /// it is built.
+    fn max_ttl(&self) -> Option<Duration> {
         None
     }
 }

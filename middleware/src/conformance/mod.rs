@@ -56,6 +56,13 @@ pub trait Store: Send + Sync + Sized + 'static {
     fn fences(&self) -> bool {
         true
     }
+
+    /// Whether a lock nobody extends or releases frees itself when its TTL runs out (default
+    /// `true`); `false` for stores whose locks live as long as a session or a connection, and
+    /// are freed when it ends. The same as naming the `leases` capability.
+    fn leases_expire(&self) -> bool {
+        true
+    }
 }
 
 /// A store that can be made to stop answering, as a frozen or partitioned server does.

@@ -61,6 +61,14 @@ pub enum ConfigError {
     /// The lease TTL is shorter than 10 ms.
     #[error("a lease TTL needs at least 10 ms, got {0:?}")]
     TtlTooShort(Duration),
+    /// The lease TTL is longer than the backend can vouch for ([`LockBackend::max_ttl`]).
+    #[error("the backend vouches for leases of at most {max:?}, got a TTL of {ttl:?}")]
+    TtlTooLongForBackend {
+        /// The TTL asked for.
+        ttl: Duration,
+        /// The backend's longest lease.
+        max: Duration,
+    },
     /// The prefix contains `{`, `}` or an ASCII control character.
     #[error("a lock prefix must not contain braces or control characters: {0:?}")]
     InvalidPrefix(String),
@@ -347,6 +355,12 @@ impl<B: LockBackend> LockerBuilder<B> {
         let settings = &mut self.settings;
         if settings.ttl < MIN_TTL {
             return Err(ConfigError::TtlTooShort(settings.ttl));
+        }
+        if let Some(max) = self.backend.max_ttl()
+            && settings.ttl > max
+        {
+            let ttl = settings.ttl;
+            return Err(ConfigError::TtlTooLongForBackend { ttl, max });
         }
         if settings.prefix.contains(['{', '}'])
             || settings.prefix.bytes().any(|b| b.is_ascii_control())

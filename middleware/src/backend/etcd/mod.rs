@@ -1,0 +1,432 @@
+//! The etcd backend (feature `etcd`): etcd's concurrency mutex, on the `etcd-client` crate.
+//!
+//! Every contender for a lock puts a key of its own under the lock's prefix
+//! (`<namespace><name>/<owner token>`), bound to the process's session lease; the key with the
+//! lowest create revision holds the lock, and that revision is its fencing token. etcd answers
+//! only once a majority of its members has the write, so a lock survives the loss of any
+//! minority of them.
+//!
+//! * **Acquire** is one transaction: if no key is under the prefix (nobody holds the lock or
+//!   waits for it), put ours. A busy answer leaves nothing behind.
+//! * **Waiting** ([`WaitQueue`]): a queued waiter's key stays, placed in line by its create
+//!   revision, and watches only its predecessor's deletion (`watches.rs`): first come, first
+//!   served across processes, and each release wakes one waiter.
+//! * **Leases**: one etcd lease per backend (its session, `session.rs`), kept alive by one
+//!   keep-alive stream, covers every key it holds; extending a lock asks the store nothing
+//!   while the session is confirmed alive far enough ahead. If the cluster lets the session
+//!   expire (the process was paused or cut off past its TTL), its keys are deleted, its locks
+//!   pass on, and their extends report them lost. [`LockBackend::max_ttl`] is two thirds of the
+//!   session's TTL.
+//! * **Release** deletes the key if it is still the one that was granted (same create
+//!   revision). Dropping the last clone of the backend revokes its session, freeing its locks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, KvClient, PutOptions,
+    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
+};
+use tokio::time::Instant;
+
+use crate::backend::waiting::WaitingRoom;
+use crate::backend::{
+    Attempt, BackendError, FencingToken, Granted, LockBackend, LockRequest, WaitQueue,
+    lease_deadline,
+};
+use keys::LockKeys;
+use session::Session;
+use watches::Watches;
+
+mod keys;
+mod queue;
+mod session;
+mod watches;
+
+/// The namespace every key of the backend lies under, unless [`EtcdSettings::namespace`]
+/// says otherwise.
+pub const DEFAULT_NAMESPACE: &str = "tower-lock/";
+
+/// The session lease's TTL unless [`EtcdSettings::session_ttl`] says otherwise: a crashed
+/// holder's locks pass on this long after its last renewal; lockers may lease up to two thirds
+/// of it (10 s, the locker's default).
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(15);
+
+/// How the backend connects: its namespace and session TTL.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_lock::backend::etcd::EtcdSettings;
+///
+/// let settings = EtcdSettings::default()
+///     .namespace("coupons/locks/")
+///     .session_ttl(Duration::from_secs(30));
+/// # let _ = settings;
+/// ```
+#[derive(Clone, Debug)]
+pub struct EtcdSettings {
+    namespace: String,
+    session_ttl: Duration,
+}
+
+impl Default for EtcdSettings {
+    fn default() -> Self {
+        Self {
+            namespace: DEFAULT_NAMESPACE.to_owned(),
+            session_ttl: DEFAULT_SESSION_TTL,
+        }
+    }
+}
+
+impl EtcdSettings {
+    /// Every key of the backend lies under `namespace` (default `tower-lock/`): backends with
+    /// different namespaces never see each other's locks.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// The session lease's TTL, in whole seconds (default 15 s; the cluster may raise it to its
+    /// minimum, 2 s with etcd's default timing): how long a crashed or cut-off holder keeps
+    /// its locks, and three halves of the longest TTL a locker may use.
+    pub fn session_ttl(mut self, ttl: Duration) -> Self {
+        self.session_ttl = ttl;
+        self
+    }
+}
+
+/// Locks in etcd: a key per holder or waiter under the lock's prefix, the first by create
+/// revision holding it; fenced by that revision; bound to one session lease per backend. See
+/// the [module](self) docs.
+///
+/// Clones share the session, the watch stream and the waiting room.
+///
+/// # Example
+///
+/// ```no_run
+/// use tower_lock::Locker;
+/// use tower_lock::backend::etcd::EtcdBackend;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let backend = EtcdBackend::connect(["http://127.0.0.1:2379"]).await?;
+/// let locker = Locker::builder(backend).build()?;
+/// let held = locker.lock("coupon:42").await?;
+/// let fence = held.guard().fence().expect("etcd fences every hold");
+/// // ... write to the data store with `fence` ...
+/// held.release().await?;
+/// # let _ = fence;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct EtcdBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    kv: KvClient,
+    namespace: String,
+    session: Arc<Session>,
+    watches: Watches,
+    room: Arc<WaitingRoom>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("namespace", &self.namespace)
+            .field("session", &self.session)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the backend keeps of one hold: its key, the session lease it is bound to, and its
+/// create revision (the fencing token).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdLease {
+    key: Vec<u8>,
+    session: i64,
+    revision: i64,
+}
+
+impl EtcdLease {
+    /// The key that holds the lock.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The fencing token: the key's create revision.
+    pub fn fence(&self) -> u64 {
+        self.revision.unsigned_abs()
+    }
+}
+
+impl EtcdBackend {
+    /// Connects to the cluster at `endpoints` (`http://host:port`, or `host:port`) with the
+    /// default [`EtcdSettings`], and starts the session.
+    pub async fn connect<E: AsRef<str>>(endpoints: impl AsRef<[E]>) -> Result<Self, BackendError> {
+        Self::connect_with(endpoints, EtcdSettings::default()).await
+    }
+
+    /// Connects to the cluster at `endpoints` with `settings`, and starts the session.
+    ///
+    /// The client asks only members that have a leader (a member cut off from the majority
+    /// answers at once with an error instead of waiting), and pings its connections, so a
+    /// frozen member is noticed within seconds.
+    pub async fn connect_with<E: AsRef<str>>(
+        endpoints: impl AsRef<[E]>,
+        settings: EtcdSettings,
+    ) -> Result<Self, BackendError> {
+        let options = ConnectOptions::new()
+            .with_require_leader(true)
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
+            .with_keep_alive_while_idle(true);
+        let client = Client::connect(endpoints, Some(options))
+            .await
+            .map_err(BackendError::new)?;
+        let session = Arc::new(Session::start(&client, settings.session_ttl).await?);
+        let (watches, room) = Watches::start(client.watch_client(), Arc::clone(&session));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                kv: client.kv_client(),
+                namespace: settings.namespace,
+                session,
+                watches,
+                room,
+            }),
+        })
+    }
+
+    /// The session lease's TTL as the cluster granted it.
+    pub fn session_ttl(&self) -> Duration {
+        self.inner.session.ttl()
+    }
+
+    fn keys(&self, name: &str) -> LockKeys {
+        LockKeys::new(&self.inner.namespace, name)
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, BackendError> {
+        self.inner
+            .kv
+            .clone()
+            .txn(txn)
+            .await
+            .map_err(BackendError::new)
+    }
+
+    /// A key of ours for `token`, bound to the session's lease `session`.
+    fn put(key: Vec<u8>, session: i64) -> TxnOp {
+        TxnOp::put(key, Vec::new(), Some(PutOptions::new().with_lease(session)))
+    }
+
+    /// `lease`, granted by an attempt sent at `sent`, once the session vouches for it for
+    /// `ttl`: the grant the engine gets.
+    async fn vouched(
+        &self,
+        lease: EtcdLease,
+        sent: Instant,
+        ttl: Duration,
+    ) -> Result<Granted<EtcdLease>, BackendError> {
+        let term = self.inner.session.vouch(lease_deadline(sent, ttl)).await;
+        if term.lease != lease.session {
+            return Err(session_expired());
+        }
+        let fence = Some(FencingToken::new(lease.fence()));
+        Ok(Granted { lease, fence })
+    }
+
+    /// Deletes `key`, or leaves it to the session to delete once the cluster answers again.
+    async fn delete(&self, key: Vec<u8>) -> Result<(), BackendError> {
+        match self.inner.kv.clone().delete(key.clone(), None).await {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                self.inner.session.orphan(key);
+                Err(BackendError::new(error))
+            }
+        }
+    }
+}
+
+/// A grant whose session expired before it could be vouched for (its keys are gone with it).
+fn session_expired() -> BackendError {
+    BackendError::new("the etcd session expired while the lock was being taken")
+}
+
+/// The header's revision of a transaction's answer.
+fn revision(answer: &TxnResponse) -> Result<i64, BackendError> {
+    answer
+        .header()
+        .map(|header| header.revision())
+        .ok_or_else(|| BackendError::new("etcd answered a transaction without a header"))
+}
+
+/// The keys a transaction's `index`th operation (a get) read.
+fn read(answer: &TxnResponse, index: usize) -> Result<Vec<KeyValue>, BackendError> {
+    match answer.op_responses().into_iter().nth(index) {
+        Some(TxnOpResponse::Get(mut get)) => Ok(get.take_kvs()),
+        _ => Err(BackendError::new(
+            "etcd answered a transaction unexpectedly",
+        )),
+    }
+}
+
+/// Reads the key under `prefix` with the lowest create revision: the holder.
+fn first_under(prefix: &[u8]) -> TxnOp {
+    let options = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1)
+        .with_keys_only();
+    TxnOp::get(prefix, Some(options))
+}
+
+/// No key lies under `prefix`: nobody holds the lock or waits for it.
+fn vacant(prefix: &[u8]) -> Compare {
+    Compare::version(prefix, CompareOp::Equal, 0).with_prefix()
+}
+
+impl LockBackend for EtcdBackend {
+    type Lease = EtcdLease;
+
+    async fn acquire(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<EtcdLease>>, BackendError> {
+        let keys = self.keys(name);
+        let key = keys.of(request.token);
+        let session = self.inner.session.term().lease;
+        let txn = Txn::new()
+            .when([vacant(keys.prefix())])
+            .and_then([Self::put(key.clone(), session)]);
+        let sent = Instant::now();
+        let answer = self.txn(txn).await?;
+        if !answer.succeeded() {
+            return Ok(Attempt::Busy { holder_ttl: None });
+        }
+        let revision = revision(&answer)?;
+        let lease = EtcdLease {
+            key,
+            session,
+            revision,
+        };
+        Ok(Attempt::Acquired(
+            self.vouched(lease, sent, request.ttl).await?,
+        ))
+    }
+
+    async fn extend(
+        &self,
+        _name: &str,
+        lease: &EtcdLease,
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        let term = self
+            .inner
+            .session
+            .vouch(lease_deadline(Instant::now(), ttl))
+            .await;
+        Ok(term.lease == lease.session)
+    }
+
+    async fn release(&self, _name: &str, lease: &EtcdLease) -> Result<bool, BackendError> {
+        let ours = Compare::create_revision(lease.key.clone(), CompareOp::Equal, lease.revision);
+        let txn = Txn::new()
+            .when([ours])
+            .and_then([TxnOp::delete(lease.key.clone(), None)]);
+        match self.txn(txn).await {
+            Ok(answer) => Ok(answer.succeeded()),
+            Err(error) => {
+                self.inner.session.orphan(lease.key.clone());
+                Err(error)
+            }
+        }
+    }
+
+    async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
+        self.inner.watches.forget(request.token);
+        self.delete(self.keys(name).of(request.token)).await
+    }
+
+    async fn acquire_many(
+        &self,
+        names: &[&str],
+        request: LockRequest,
+    ) -> Result<Attempt<Vec<Granted<EtcdLease>>>, BackendError> {
+        let session = self.inner.session.term().lease;
+        let all_keys: Vec<LockKeys> = names.iter().map(|name| self.keys(name)).collect();
+        let txn = Txn::new()
+            .when(
+                all_keys
+                    .iter()
+                    .map(|keys| vacant(keys.prefix()))
+                    .collect::<Vec<_>>(),
+            )
+            .and_then(
+                all_keys
+                    .iter()
+                    .map(|keys| Self::put(keys.of(request.token), session))
+                    .collect::<Vec<_>>(),
+            );
+        let sent = Instant::now();
+        let answer = self.txn(txn).await?;
+        if !answer.succeeded() {
+            return Ok(Attempt::Busy { holder_ttl: None });
+        }
+        let revision = revision(&answer)?;
+        let term = self
+            .inner
+            .session
+            .vouch(lease_deadline(sent, request.ttl))
+            .await;
+        if term.lease != session {
+            return Err(session_expired());
+        }
+        let grants = all_keys
+            .iter()
+            .map(|keys| {
+                let lease = EtcdLease {
+                    key: keys.of(request.token),
+                    session,
+                    revision,
+                };
+                let fence = Some(FencingToken::new(lease.fence()));
+                Granted { lease, fence }
+            })
+            .collect();
+        Ok(Attempt::Acquired(grants))
+    }
+
+    fn wait_queue(&self) -> Option<&dyn WaitQueue<EtcdLease>> {
+        Some(self)
+    }
+
+    fn max_ttl(&self) -> Option<Duration> {
+        Some(self.inner.session.max_ttl())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_fences_with_its_create_revision() {
+        let lease = EtcdLease {
+            key: b"tower-lock/lock:k/token".to_vec(),
+            session: 7,
+            revision: 42,
+        };
+        assert_eq!(lease.fence(), 42);
+        assert_eq!(lease.key(), b"tower-lock/lock:k/token");
+    }
+
+    #[test]
+    fn the_default_session_lets_a_locker_keep_its_default_ttl() {
+        assert_eq!(DEFAULT_SESSION_TTL * 2 / 3, Duration::from_secs(10));
+    }
+}

@@ -1,0 +1,354 @@
+//! Waking waiters: each waiter's key watches only the key just before it in its lock's queue
+//! (its predecessor), on one watch stream per backend — no herd, no polling.
+//!
+//! When the predecessor is deleted, its successor's waiter hears it through the waiting room:
+//! if the predecessor held the lock when the watch was set, nothing can be ahead any more
+//! (keys are only ever added behind), so the lock is the waiter's and is announced as handed
+//! to it, with its key's create revision as the fence; otherwise a waiter ahead left, and the
+//! waiter asks again (which finds and watches its new predecessor).
+//!
+//! A waiter whose watch is set asks the store nothing when it asks again: the answer could
+//! only have changed by the deletion its watch reports. Watches start at the revision their
+//! predecessor was read at, so a deletion between the read and the watch is reported too.
+//! When the stream fails, every waiter is woken to ask the store (which sets its watch again on
+//! a new stream), and the names it waits for are confirmed live once the new stream is up.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use etcd_client::{
+    EventType, WatchClient, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse,
+    WatchResponseStream,
+};
+use tokio::sync::mpsc;
+
+use super::EtcdLease;
+use super::session::Session;
+use crate::OwnerToken;
+use crate::backend::waiting::{Announcement, Subscriptions, WaitingRoom};
+use crate::backend::{BoxFuture, FencingToken};
+
+/// The backend's end of the watch stream.
+#[derive(Debug)]
+pub(super) struct Watches {
+    shared: Arc<Shared>,
+    commands: mpsc::UnboundedSender<Command>,
+    serials: AtomicU64,
+}
+
+/// What the stream's task, the backend and the room's subscriptions share.
+#[derive(Debug, Default)]
+struct Shared {
+    /// Waiters whose predecessor is watched (or about to be), by ticket.
+    waiting: Mutex<HashMap<OwnerToken, Waiting>>,
+    /// Lock names with waiters in this process.
+    names: Mutex<HashSet<String>>,
+    /// The stream failed and no new one is up yet.
+    down: AtomicBool,
+}
+
+/// One waiter's watch.
+#[derive(Debug)]
+struct Waiting {
+    name: String,
+    /// The waiter's key, which holds the lock once nothing is ahead of it.
+    lease: EtcdLease,
+    /// The predecessor held the lock when the watch was set.
+    behind_holder: bool,
+    /// Which watch request this is, of all the stream's.
+    serial: u64,
+    /// The watch's id, once the cluster created it.
+    id: Option<i64>,
+}
+
+#[derive(Debug)]
+enum Command {
+    Watch {
+        ticket: OwnerToken,
+        serial: u64,
+        predecessor: Vec<u8>,
+        from_revision: i64,
+    },
+    Cancel(i64),
+}
+
+impl Watches {
+    /// Starts the stream's task (the stream itself opens with the first watch) and returns the
+    /// waiting room it feeds.
+    pub(super) fn start(client: WatchClient, session: Arc<Session>) -> (Self, Arc<WaitingRoom>) {
+        let shared = Arc::new(Shared::default());
+        let room = WaitingRoom::with_subscriptions(Subscriber(Arc::clone(&shared)));
+        let (commands, queue) = mpsc::unbounded_channel();
+        let stream = Stream {
+            client,
+            shared: Arc::clone(&shared),
+            room: Arc::downgrade(&room),
+            session,
+            open: None,
+            pending: VecDeque::new(),
+            by_id: HashMap::new(),
+            cancels: Vec::new(),
+        };
+        tokio::spawn(stream.run(queue));
+        let serials = AtomicU64::new(0);
+        (
+            Self {
+                shared,
+                commands,
+                serials,
+            },
+            room,
+        )
+    }
+
+    /// The lease `ticket` holds in `name`'s queue, while its watch stands: asking the store
+    /// again would tell nothing new.
+    pub(super) fn waiting(&self, name: &str, ticket: OwnerToken) -> Option<EtcdLease> {
+        let waiting = self.shared.waiting();
+        let entry = waiting.get(&ticket)?;
+        (entry.name == name).then(|| entry.lease.clone())
+    }
+
+    /// Watches `predecessor`'s deletion from `from_revision` on, for `ticket`'s waiter whose
+    /// key is `lease`; `behind_holder`: the predecessor holds the lock.
+    pub(super) fn watch(
+        &self,
+        name: &str,
+        ticket: OwnerToken,
+        lease: EtcdLease,
+        predecessor: Vec<u8>,
+        from_revision: i64,
+        behind_holder: bool,
+    ) {
+        let serial = self.serials.fetch_add(1, Ordering::Relaxed);
+        let waiting = Waiting {
+            name: name.to_owned(),
+            lease,
+            behind_holder,
+            serial,
+            id: None,
+        };
+        if let Some(earlier) = self.shared.waiting().insert(ticket, waiting) {
+            self.cancel(earlier.id);
+        }
+        let command = Command::Watch {
+            ticket,
+            serial,
+            predecessor,
+            from_revision,
+        };
+        self.commands.send(command).ok();
+    }
+
+    /// `ticket`'s waiter left the queue (or took the lock): its watch goes.
+    pub(super) fn forget(&self, ticket: OwnerToken) {
+        let removed = self.shared.waiting().remove(&ticket);
+        if let Some(waiting) = removed {
+            self.cancel(waiting.id);
+        }
+    }
+
+    fn cancel(&self, id: Option<i64>) {
+        if let Some(id) = id {
+            self.commands.send(Command::Cancel(id)).ok();
+        }
+    }
+}
+
+impl Shared {
+    fn waiting(&self) -> MutexGuard<'_, HashMap<OwnerToken, Waiting>> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn names(&self) -> MutexGuard<'_, HashSet<String>> {
+        self.names
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The stream's task: sets and cancels watches, and routes deletions to the room.
+struct Stream {
+    client: WatchClient,
+    shared: Arc<Shared>,
+    room: Weak<WaitingRoom>,
+    session: Arc<Session>,
+    open: Option<(WatchRequestSender, WatchResponseStream)>,
+    /// Watches asked for and not yet created, in the order asked: for which ticket, and
+    /// which request.
+    pending: VecDeque<(OwnerToken, u64)>,
+    /// Tickets by watch id.
+    by_id: HashMap<i64, OwnerToken>,
+    /// Watches to cancel before the stream is read again.
+    cancels: Vec<i64>,
+}
+
+impl Stream {
+    async fn run(mut self, mut queue: mpsc::UnboundedReceiver<Command>) {
+        loop {
+            self.send_cancels().await;
+            let answer = match &mut self.open {
+                Some((_, answers)) => tokio::select! {
+                    command = queue.recv() => Err(command),
+                    answer = answers.message() => Ok(answer),
+                },
+                None => Err(queue.recv().await),
+            };
+            match answer {
+                Err(None) => return,
+                Err(Some(command)) => self.command(command).await,
+                Ok(Ok(Some(answer))) => self.answer(&answer),
+                Ok(Ok(None) | Err(_)) => self.failed(),
+            }
+        }
+    }
+
+    async fn command(&mut self, command: Command) {
+        match command {
+            Command::Watch {
+                ticket,
+                serial,
+                predecessor,
+                from_revision,
+            } => {
+                let options = WatchOptions::new()
+                    .with_start_revision(from_revision)
+                    .with_filters([WatchFilterType::NoPut]);
+                let sent = match &mut self.open {
+                    Some((requests, _)) => requests.watch(predecessor, Some(options)).await.is_ok(),
+                    None => match self.client.watch(predecessor, Some(options)).await {
+                        Ok(stream) => {
+                            self.open = Some(stream.split());
+                            self.reconnected();
+                            true
+                        }
+                        Err(error) => {
+                            tracing::debug!(%error, "etcd watch stream: cannot open");
+                            false
+                        }
+                    },
+                };
+                if sent {
+                    self.pending.push_back((ticket, serial));
+                } else {
+                    self.failed();
+                }
+            }
+            Command::Cancel(id) => {
+                self.by_id.remove(&id);
+                self.cancels.push(id);
+            }
+        }
+    }
+
+    fn answer(&mut self, answer: &WatchResponse) {
+        let id = answer.watch_id();
+        if answer.created() {
+            let Some((ticket, serial)) = self.pending.pop_front() else {
+                return;
+            };
+            let mut waiting = self.shared.waiting();
+            match waiting.get_mut(&ticket) {
+                Some(entry) if entry.serial == serial => {
+                    entry.id = Some(id);
+                    self.by_id.insert(id, ticket);
+                }
+                // Forgotten (or watched anew) before the cluster created it.
+                _ => self.cancels.push(id),
+            }
+            return;
+        }
+        let deleted = answer
+            .events()
+            .iter()
+            .any(|event| event.event_type() == EventType::Delete);
+        if deleted || answer.canceled() {
+            if let Some(ticket) = self.by_id.remove(&id) {
+                self.wake(ticket, deleted);
+            }
+            if !answer.canceled() {
+                self.cancels.push(id);
+            }
+        }
+    }
+
+    /// The predecessor of `ticket`'s key is `deleted` (or its watch was cancelled by the
+    /// cluster): tells its waiter.
+    fn wake(&self, ticket: OwnerToken, deleted: bool) {
+        let Some(waiting) = self.shared.waiting().remove(&ticket) else {
+            return;
+        };
+        let Some(room) = self.room.upgrade() else {
+            return;
+        };
+        let term = self.session.term();
+        let vouched = term.lease == waiting.lease.session
+            && term.until >= tokio::time::Instant::now() + self.session.max_ttl();
+        let announcement = if deleted && waiting.behind_holder && vouched {
+            Announcement::Handed {
+                to: ticket,
+                fence: Some(FencingToken::new(waiting.lease.fence())),
+            }
+        } else {
+            Announcement::Next(ticket)
+        };
+        room.announce(&waiting.name, announcement);
+    }
+
+    /// Cancels the watches no waiter needs any more.
+    async fn send_cancels(&mut self) {
+        let cancels = std::mem::take(&mut self.cancels);
+        if let Some((requests, _)) = &mut self.open {
+            for id in cancels {
+                requests.cancel(id).await.ok();
+            }
+        }
+    }
+
+    /// The stream is up (again): the names waited for are live.
+    fn reconnected(&self) {
+        if !self.shared.down.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let Some(room) = self.room.upgrade() else {
+            return;
+        };
+        let names: Vec<String> = self.shared.names().iter().cloned().collect();
+        for name in names {
+            room.subscription_confirmed(&name);
+        }
+    }
+
+    /// The stream failed: every watch is gone, and every waiter asks the store again.
+    fn failed(&mut self) {
+        self.open = None;
+        self.pending.clear();
+        self.by_id.clear();
+        self.cancels.clear();
+        self.shared.waiting().clear();
+        self.shared.down.store(true, Ordering::SeqCst);
+        if let Some(room) = self.room.upgrade() {
+            room.disconnected();
+        }
+    }
+}
+
+/// The room's end: names come and go; watches are set per waiter by the backend.
+#[derive(Debug)]
+struct Subscriber(Arc<Shared>);
+
+impl Subscriptions for Subscriber {
+    fn subscribe(&mut self, name: &str) -> BoxFuture<'static, bool> {
+        self.0.names().insert(name.to_owned());
+        let live = !self.0.down.load(Ordering::SeqCst);
+        Box::pin(async move { live })
+    }
+
+    fn unsubscribe(&mut self, name: &str) -> BoxFuture<'static, ()> {
+        self.0.names().remove(name);
+        Box::pin(async {})
+    }
+}
