@@ -92,6 +92,20 @@ impl EtcdCluster {
         })
     }
 
+    /// How many gRPC requests to `service` (`etcdserverpb.KV`, `etcdserverpb.Lease`, ...)
+    /// member `index` has started since it started, by its own metrics.
+    pub fn requests_started(&self, index: usize, service: &str) -> u64 {
+        let metrics = http_get(self.members[index].client_port, "/metrics")
+            .expect("the member serves its metrics");
+        let service = format!("grpc_service=\"{service}\"");
+        metrics
+            .lines()
+            .filter(|line| line.starts_with("grpc_server_started_total{") && line.contains(&service))
+            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .map(|count| count as u64)
+            .sum()
+    }
+
     /// Kills member `index` with SIGKILL.
     pub fn kill(&mut self, index: usize) {
         self.members[index].process.kill();

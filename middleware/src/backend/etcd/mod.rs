@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, KvClient, PutOptions,
-    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
+    Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget,
+    Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use tokio::time::Instant;
 
@@ -35,10 +35,12 @@ use crate::backend::{
     lease_deadline,
 };
 use keys::LockKeys;
+use members::Members;
 use session::Session;
 use watches::Watches;
 
 mod keys;
+mod members;
 mod queue;
 mod session;
 mod watches;
@@ -126,7 +128,7 @@ pub struct EtcdBackend {
 }
 
 struct Inner {
-    kv: KvClient,
+    members: Arc<Members>,
     namespace: String,
     session: Arc<Session>,
     watches: Watches,
@@ -137,6 +139,7 @@ impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdBackend")
             .field("namespace", &self.namespace)
+            .field("members", &self.members)
             .field("session", &self.session)
             .finish_non_exhaustive()
     }
@@ -172,9 +175,10 @@ impl EtcdBackend {
 
     /// Connects to the cluster at `endpoints` with `settings`, and starts the session.
     ///
-    /// The client asks only members that have a leader (a member cut off from the majority
-    /// answers at once with an error instead of waiting), and pings its connections, so a
-    /// frozen member is noticed within seconds.
+    /// The backend talks to one member at a time and moves to the next when it cannot be
+    /// reached or has no leader (a member cut off from the majority answers so at once instead
+    /// of waiting); connections are pinged, so a frozen member is noticed within seconds.
+    /// Give every member's endpoint.
     pub async fn connect_with<E: AsRef<str>>(
         endpoints: impl AsRef<[E]>,
         settings: EtcdSettings,
@@ -184,14 +188,13 @@ impl EtcdBackend {
             .with_connect_timeout(Duration::from_secs(2))
             .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
             .with_keep_alive_while_idle(true);
-        let client = Client::connect(endpoints, Some(options))
-            .await
-            .map_err(BackendError::new)?;
-        let session = Arc::new(Session::start(&client, settings.session_ttl).await?);
-        let (watches, room) = Watches::start(client.watch_client(), Arc::clone(&session));
+        let members = Arc::new(Members::connect(endpoints.as_ref(), &options).await?);
+        let session = Session::start(Arc::clone(&members), settings.session_ttl).await?;
+        let session = Arc::new(session);
+        let (watches, room) = Watches::start(Arc::clone(&members), Arc::clone(&session));
         Ok(Self {
             inner: Arc::new(Inner {
-                kv: client.kv_client(),
+                members,
                 namespace: settings.namespace,
                 session,
                 watches,
@@ -210,12 +213,11 @@ impl EtcdBackend {
     }
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, BackendError> {
-        self.inner
-            .kv
-            .clone()
-            .txn(txn)
-            .await
-            .map_err(BackendError::new)
+        let call = |client: etcd_client::Client| {
+            let txn = txn.clone();
+            async move { client.kv_client().txn(txn).await }
+        };
+        self.inner.members.call(call).await
     }
 
     /// A key of ours for `token`, bound to the session's lease `session`.
@@ -239,15 +241,14 @@ impl EtcdBackend {
         Ok(Granted { lease, fence })
     }
 
-    /// Deletes `key`, or leaves it to the session to delete once the cluster answers again.
+    /// Gives up `key` and deletes it (the session's sweep does, if this cannot).
     async fn delete(&self, key: Vec<u8>) -> Result<(), BackendError> {
-        match self.inner.kv.clone().delete(key.clone(), None).await {
-            Ok(_) => Ok(()),
-            Err(error) => {
-                self.inner.session.orphan(key);
-                Err(BackendError::new(error))
-            }
-        }
+        self.inner.session.disown(&key);
+        let call = |client: etcd_client::Client| {
+            let key = key.clone();
+            async move { client.kv_client().delete(key, None).await }
+        };
+        self.inner.members.call(call).await.map(drop)
     }
 }
 
@@ -303,9 +304,11 @@ impl LockBackend for EtcdBackend {
         let txn = Txn::new()
             .when([vacant(keys.prefix())])
             .and_then([Self::put(key.clone(), session)]);
+        self.inner.session.own(&key);
         let sent = Instant::now();
         let answer = self.txn(txn).await?;
         if !answer.succeeded() {
+            self.inner.session.disown(&key);
             return Ok(Attempt::Busy { holder_ttl: None });
         }
         let revision = revision(&answer)?;
@@ -338,13 +341,8 @@ impl LockBackend for EtcdBackend {
         let txn = Txn::new()
             .when([ours])
             .and_then([TxnOp::delete(lease.key.clone(), None)]);
-        match self.txn(txn).await {
-            Ok(answer) => Ok(answer.succeeded()),
-            Err(error) => {
-                self.inner.session.orphan(lease.key.clone());
-                Err(error)
-            }
-        }
+        self.inner.session.disown(&lease.key);
+        Ok(self.txn(txn).await?.succeeded())
     }
 
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
@@ -358,23 +356,23 @@ impl LockBackend for EtcdBackend {
         request: LockRequest,
     ) -> Result<Attempt<Vec<Granted<EtcdLease>>>, BackendError> {
         let session = self.inner.session.term().lease;
-        let all_keys: Vec<LockKeys> = names.iter().map(|name| self.keys(name)).collect();
-        let txn = Txn::new()
-            .when(
-                all_keys
-                    .iter()
-                    .map(|keys| vacant(keys.prefix()))
-                    .collect::<Vec<_>>(),
-            )
-            .and_then(
-                all_keys
-                    .iter()
-                    .map(|keys| Self::put(keys.of(request.token), session))
-                    .collect::<Vec<_>>(),
-            );
+        let locks: Vec<LockKeys> = names.iter().map(|name| self.keys(name)).collect();
+        let ours: Vec<Vec<u8>> = locks.iter().map(|keys| keys.of(request.token)).collect();
+        let vacancies: Vec<Compare> = locks.iter().map(|keys| vacant(keys.prefix())).collect();
+        let puts: Vec<TxnOp> = ours
+            .iter()
+            .map(|key| Self::put(key.clone(), session))
+            .collect();
+        let txn = Txn::new().when(vacancies).and_then(puts);
+        for key in &ours {
+            self.inner.session.own(key);
+        }
         let sent = Instant::now();
         let answer = self.txn(txn).await?;
         if !answer.succeeded() {
+            for key in &ours {
+                self.inner.session.disown(key);
+            }
             return Ok(Attempt::Busy { holder_ttl: None });
         }
         let revision = revision(&answer)?;
@@ -386,19 +384,16 @@ impl LockBackend for EtcdBackend {
         if term.lease != session {
             return Err(session_expired());
         }
-        let grants = all_keys
-            .iter()
-            .map(|keys| {
-                let lease = EtcdLease {
-                    key: keys.of(request.token),
-                    session,
-                    revision,
-                };
-                let fence = Some(FencingToken::new(lease.fence()));
-                Granted { lease, fence }
-            })
-            .collect();
-        Ok(Attempt::Acquired(grants))
+        let grant = |key| {
+            let lease = EtcdLease {
+                key,
+                session,
+                revision,
+            };
+            let fence = Some(FencingToken::new(lease.fence()));
+            Granted { lease, fence }
+        };
+        Ok(Attempt::Acquired(ours.into_iter().map(grant).collect()))
     }
 
     fn wait_queue(&self) -> Option<&dyn WaitQueue<EtcdLease>> {

@@ -68,6 +68,7 @@ impl EtcdBackend {
                 TxnOp::get(keys.prefix(), Some(newest_two)),
             ])
             .or_else([TxnOp::get(key.clone(), None), first_under(keys.prefix())]);
+        self.inner.session.own(&key);
         let sent = Instant::now();
         let answer = self.txn(txn).await?;
         let mut read_at = revision(&answer)?;
@@ -140,13 +141,12 @@ impl EtcdBackend {
             .with_sort(SortTarget::Create, SortOrder::Descend)
             .with_limit(1)
             .with_keys_only();
-        let mut answer = self
-            .inner
-            .kv
-            .clone()
-            .get(keys.prefix(), Some(options))
-            .await
-            .map_err(BackendError::new)?;
+        let prefix = keys.prefix().to_vec();
+        let call = |client: etcd_client::Client| {
+            let (prefix, options) = (prefix.clone(), options.clone());
+            async move { client.kv_client().get(prefix, Some(options)).await }
+        };
+        let mut answer = self.inner.members.call(call).await?;
         let read_at = answer
             .header()
             .map(|header| header.revision())

@@ -10,16 +10,23 @@
 //!
 //! A lease the cluster let expire (a keep-alive answered with TTL 0) is replaced by a new one:
 //! the keys of the old one are gone, and so are its locks, which their extends then report.
-//! Keys whose deletion failed (the cluster was unreachable) are deleted again after every
-//! renewal, so a waiter's place or an abandoned lock never outlives the outage in the queue.
+//!
+//! A key the session's lease keeps alive that no lock or waiter of this process owns any more
+//! would hold its lock's line up for as long as the process lives: one whose deletion failed
+//! or was cut short (the cluster was unreachable), or one put by an attempt whose answer was
+//! lost and that reached the cluster only after the attempt was given up. So the session knows
+//! which keys it owns — a key is owned from before it is put until it is given up — and after
+//! every renewal asks the cluster which keys its lease holds and deletes the others.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use etcd_client::{Client, KvClient, LeaseClient};
+use etcd_client::LeaseTimeToLiveOptions;
 use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, sleep, timeout};
 
+use super::members::Members;
 use crate::backend::{BackendError, lease_deadline};
 
 /// How long the keep-alive task pauses after a failure before it tries again.
@@ -46,22 +53,21 @@ pub(super) struct Session {
 struct Shared {
     term: watch::Sender<Term>,
     renew_now: Notify,
-    /// Keys to delete once the cluster answers again.
-    orphans: Mutex<Vec<Vec<u8>>>,
+    /// The keys a lock or a waiter of this process owns.
+    owned: Mutex<HashSet<Vec<u8>>>,
 }
 
 impl Session {
     /// Grants a lease of `ttl` (whole seconds, at least one; the cluster may raise it to its
     /// minimum) and starts keeping it alive.
-    pub(super) async fn start(client: &Client, ttl: Duration) -> Result<Self, BackendError> {
-        let mut leases = client.lease_client();
-        let (term, granted) = grant(&mut leases, ttl).await?;
+    pub(super) async fn start(members: Arc<Members>, ttl: Duration) -> Result<Self, BackendError> {
+        let (term, granted) = grant(&members, ttl).await?;
         let shared = Arc::new(Shared {
             term: watch::Sender::new(term),
             renew_now: Notify::new(),
-            orphans: Mutex::default(),
+            owned: Mutex::default(),
         });
-        tokio::spawn(keep_alive(client.clone(), Arc::downgrade(&shared), granted));
+        tokio::spawn(keep_alive(members, Arc::downgrade(&shared), granted));
         Ok(Self {
             shared,
             ttl: granted,
@@ -103,28 +109,34 @@ impl Session {
         }
     }
 
-    /// Remembers `key` as one to delete once the cluster answers again.
-    pub(super) fn orphan(&self, key: Vec<u8>) {
-        self.shared.orphans().push(key);
+    /// A lock or a waiter is about to put `key`: the session keeps it.
+    pub(super) fn own(&self, key: &[u8]) {
+        self.shared.owned().insert(key.to_vec());
+    }
+
+    /// Nobody here owns `key` any more: if the caller's deletion does not remove it, the next
+    /// sweep does.
+    pub(super) fn disown(&self, key: &[u8]) {
+        self.shared.owned().remove(key);
     }
 }
 
 impl Shared {
-    fn orphans(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
-        self.orphans
+    fn owned(&self) -> MutexGuard<'_, HashSet<Vec<u8>>> {
+        self.owned
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 /// Grants a lease of `ttl`: its term, and the TTL the cluster granted.
-async fn grant(leases: &mut LeaseClient, ttl: Duration) -> Result<(Term, Duration), BackendError> {
+async fn grant(members: &Members, ttl: Duration) -> Result<(Term, Duration), BackendError> {
     let seconds = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
     let sent = Instant::now();
-    let granted = leases
-        .grant(seconds, None)
-        .await
-        .map_err(BackendError::new)?;
+    let call = |client: etcd_client::Client| async move {
+        client.lease_client().grant(seconds, None).await
+    };
+    let granted = members.call(call).await?;
     let ttl = Duration::from_secs(granted.ttl().unsigned_abs());
     let until = lease_deadline(sent, ttl);
     Ok((
@@ -138,14 +150,12 @@ async fn grant(leases: &mut LeaseClient, ttl: Duration) -> Result<(Term, Duratio
 
 /// Keeps the session's lease alive every quarter of its TTL (or at once when asked), until the
 /// session is dropped; then revokes it.
-async fn keep_alive(client: Client, shared: Weak<Shared>, ttl: Duration) {
-    let mut leases = client.lease_client();
-    let mut kv = client.kv_client();
+async fn keep_alive(members: Arc<Members>, shared: Weak<Shared>, ttl: Duration) {
     let Some(mut lease) = shared.upgrade().map(|shared| shared.term.borrow().lease) else {
         return;
     };
     while shared.strong_count() > 0 {
-        match keep_stream(&mut leases, &mut kv, &shared, lease, ttl).await {
+        match keep_stream(&members, &shared, lease, ttl).await {
             Stream::Dropped => break,
             Stream::Broken => {}
             Stream::Expired => {
@@ -153,7 +163,7 @@ async fn keep_alive(client: Client, shared: Weak<Shared>, ttl: Duration) {
                     lease,
                     "etcd session expired: its locks are lost; starting a new one"
                 );
-                match grant(&mut leases, ttl).await {
+                match grant(&members, ttl).await {
                     Ok((term, _)) => {
                         lease = term.lease;
                         if let Some(alive) = shared.upgrade() {
@@ -168,7 +178,9 @@ async fn keep_alive(client: Client, shared: Weak<Shared>, ttl: Duration) {
         sleep(RETRY_PAUSE).await;
     }
     // The backend is gone: its locks go with it at once rather than at the lease's end.
-    leases.revoke(lease).await.ok();
+    let call =
+        |client: etcd_client::Client| async move { client.lease_client().revoke(lease).await };
+    members.call(call).await.ok();
 }
 
 /// How a keep-alive stream ended.
@@ -184,23 +196,27 @@ enum Stream {
 /// Keeps `lease` alive on one keep-alive stream until it breaks, the lease expires or the
 /// session is dropped.
 async fn keep_stream(
-    leases: &mut LeaseClient,
-    kv: &mut KvClient,
+    members: &Members,
     shared: &Weak<Shared>,
     lease: i64,
     ttl: Duration,
 ) -> Stream {
     let period = ttl / 4;
-    let Ok((mut keeper, mut answers)) = leases.keep_alive(lease).await else {
-        return Stream::Broken;
+    let (member, client) = members.pinned();
+    let broken = || {
+        members.failed(member);
+        Stream::Broken
+    };
+    let Ok((mut keeper, mut answers)) = client.lease_client().keep_alive(lease).await else {
+        return broken();
     };
     loop {
         let sent = Instant::now();
         if keeper.keep_alive().await.is_err() {
-            return Stream::Broken;
+            return broken();
         }
         let Ok(Ok(Some(answer))) = timeout(period, answers.message()).await else {
-            return Stream::Broken;
+            return broken();
         };
         if answer.ttl() <= 0 {
             return Stream::Expired;
@@ -211,7 +227,7 @@ async fn keep_stream(
         let answered = Duration::from_secs(answer.ttl().unsigned_abs());
         let until = lease_deadline(sent, answered);
         alive.term.send_replace(Term { lease, until });
-        delete_orphans(&alive, kv).await;
+        sweep(&alive, members, lease).await;
         tokio::select! {
             () = sleep(period) => {}
             () = alive.renew_now.notified() => {}
@@ -219,12 +235,30 @@ async fn keep_stream(
     }
 }
 
-/// Deletes the keys whose deletion failed earlier; those that fail again stay.
-async fn delete_orphans(shared: &Shared, kv: &mut KvClient) {
-    let orphans = std::mem::take(&mut *shared.orphans());
-    for key in orphans {
-        if kv.delete(key.clone(), None).await.is_err() {
-            shared.orphans().push(key);
-        }
+/// Deletes the keys `lease` keeps alive that nobody here owns. A key listed and not owned is
+/// never owned again (it is owned from before it exists), so deleting it is always right.
+async fn sweep(shared: &Shared, members: &Members, lease: i64) {
+    let listed = |client: etcd_client::Client| async move {
+        let options = LeaseTimeToLiveOptions::new().with_keys();
+        client
+            .lease_client()
+            .time_to_live(lease, Some(options))
+            .await
+    };
+    let Ok(listed) = members.call(listed).await else {
+        return;
+    };
+    let strays: Vec<Vec<u8>> = {
+        let owned = shared.owned();
+        let keys = listed.keys().iter();
+        keys.filter(|key| !owned.contains(*key)).cloned().collect()
+    };
+    for key in strays {
+        tracing::debug!(key = %String::from_utf8_lossy(&key), "etcd session: deleting a key nobody owns");
+        let delete = |client: etcd_client::Client| {
+            let key = key.clone();
+            async move { client.kv_client().delete(key, None).await }
+        };
+        members.call(delete).await.ok();
     }
 }

@@ -18,12 +18,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use etcd_client::{
-    EventType, WatchClient, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse,
+    EventType, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse,
     WatchResponseStream,
 };
 use tokio::sync::mpsc;
 
 use super::EtcdLease;
+use super::members::Members;
 use super::session::Session;
 use crate::OwnerToken;
 use crate::backend::waiting::{Announcement, Subscriptions, WaitingRoom};
@@ -76,12 +77,12 @@ enum Command {
 impl Watches {
     /// Starts the stream's task (the stream itself opens with the first watch) and returns the
     /// waiting room it feeds.
-    pub(super) fn start(client: WatchClient, session: Arc<Session>) -> (Self, Arc<WaitingRoom>) {
+    pub(super) fn start(members: Arc<Members>, session: Arc<Session>) -> (Self, Arc<WaitingRoom>) {
         let shared = Arc::new(Shared::default());
         let room = WaitingRoom::with_subscriptions(Subscriber(Arc::clone(&shared)));
         let (commands, queue) = mpsc::unbounded_channel();
         let stream = Stream {
-            client,
+            members,
             shared: Arc::clone(&shared),
             room: Arc::downgrade(&room),
             session,
@@ -172,11 +173,12 @@ impl Shared {
 
 /// The stream's task: sets and cancels watches, and routes deletions to the room.
 struct Stream {
-    client: WatchClient,
+    members: Arc<Members>,
     shared: Arc<Shared>,
     room: Weak<WaitingRoom>,
     session: Arc<Session>,
-    open: Option<(WatchRequestSender, WatchResponseStream)>,
+    /// The stream, and the member it is open on.
+    open: Option<(WatchRequestSender, WatchResponseStream, usize)>,
     /// Watches asked for and not yet created, in the order asked: for which ticket, and
     /// which request.
     pending: VecDeque<(OwnerToken, u64)>,
@@ -191,7 +193,7 @@ impl Stream {
         loop {
             self.send_cancels().await;
             let answer = match &mut self.open {
-                Some((_, answers)) => tokio::select! {
+                Some((_, answers, _)) => tokio::select! {
                     command = queue.recv() => Err(command),
                     answer = answers.message() => Ok(answer),
                 },
@@ -218,18 +220,10 @@ impl Stream {
                     .with_start_revision(from_revision)
                     .with_filters([WatchFilterType::NoPut]);
                 let sent = match &mut self.open {
-                    Some((requests, _)) => requests.watch(predecessor, Some(options)).await.is_ok(),
-                    None => match self.client.watch(predecessor, Some(options)).await {
-                        Ok(stream) => {
-                            self.open = Some(stream.split());
-                            self.reconnected();
-                            true
-                        }
-                        Err(error) => {
-                            tracing::debug!(%error, "etcd watch stream: cannot open");
-                            false
-                        }
-                    },
+                    Some((requests, ..)) => {
+                        requests.watch(predecessor, Some(options)).await.is_ok()
+                    }
+                    None => self.open_with(predecessor, options).await,
                 };
                 if sent {
                     self.pending.push_back((ticket, serial));
@@ -301,7 +295,7 @@ impl Stream {
     /// Cancels the watches no waiter needs any more.
     async fn send_cancels(&mut self) {
         let cancels = std::mem::take(&mut self.cancels);
-        if let Some((requests, _)) = &mut self.open {
+        if let Some((requests, ..)) = &mut self.open {
             for id in cancels {
                 requests.cancel(id).await.ok();
             }
@@ -322,9 +316,29 @@ impl Stream {
         }
     }
 
+    /// Opens a stream on the pinned member with its first watch; whether it opened.
+    async fn open_with(&mut self, key: Vec<u8>, options: WatchOptions) -> bool {
+        let (member, client) = self.members.pinned();
+        match client.watch_client().watch(key, Some(options)).await {
+            Ok(stream) => {
+                let (requests, answers) = stream.split();
+                self.open = Some((requests, answers, member));
+                self.reconnected();
+                true
+            }
+            Err(error) => {
+                tracing::debug!(%error, "etcd watch stream: cannot open");
+                self.members.failed(member);
+                false
+            }
+        }
+    }
+
     /// The stream failed: every watch is gone, and every waiter asks the store again.
     fn failed(&mut self) {
-        self.open = None;
+        if let Some((.., member)) = self.open.take() {
+            self.members.failed(member);
+        }
         self.pending.clear();
         self.by_id.clear();
         self.cancels.clear();
