@@ -100,7 +100,9 @@ impl EtcdCluster {
         let service = format!("grpc_service=\"{service}\"");
         metrics
             .lines()
-            .filter(|line| line.starts_with("grpc_server_started_total{") && line.contains(&service))
+            .filter(|line| {
+                line.starts_with("grpc_server_started_total{") && line.contains(&service)
+            })
             .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
             .map(|count| count as u64)
             .sum()

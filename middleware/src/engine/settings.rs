@@ -85,7 +85,7 @@ pub enum ConfigError {
     ZeroStoreTimeout,
     /// Fair mode was asked of a backend without a wait queue.
     #[error(
-        "fair mode needs a backend with a wait queue (RedisBackend and MemoryBackend have one)"
+        "fair mode needs a backend with a wait queue (memory, Redis, the SQL lease rows and etcd have one)"
     )]
     FairWithoutQueue,
     /// Fair mode was combined with polling, which cannot keep a line's order.
