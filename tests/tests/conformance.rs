@@ -11,6 +11,7 @@ mod redis {
         leases,
         read_write,
         semaphore,
+        shared_leases,
         wait_queue,
         outage
     );

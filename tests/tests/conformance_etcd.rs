@@ -11,7 +11,7 @@ use tower_lock::backend::etcd::{EtcdBackend, EtcdSettings};
 use tower_lock::conformance::{Outage, Store};
 
 mod etcd {
-    tower_lock::conformance_suite!(super::EtcdStore, wait_queue, outage);
+    tower_lock::conformance_suite!(super::EtcdStore, read_write, semaphore, wait_queue, outage);
 }
 
 /// A fresh one-member cluster, killed when the case ends.

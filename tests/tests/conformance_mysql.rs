@@ -9,7 +9,14 @@ use tower_lock::backend::{Attempt, LockBackend};
 use tower_lock::conformance::Store;
 
 mod mysql {
-    tower_lock::conformance_suite!(super::MysqlStore, leases, read_write, semaphore, wait_queue);
+    tower_lock::conformance_suite!(
+        super::MysqlStore,
+        leases,
+        read_write,
+        semaphore,
+        shared_leases,
+        wait_queue
+    );
 }
 
 mod nowait {

@@ -16,6 +16,7 @@ mod postgres {
         leases,
         read_write,
         semaphore,
+        shared_leases,
         wait_queue
     );
 }

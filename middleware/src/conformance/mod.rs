@@ -13,8 +13,9 @@
 //!
 //! The mutex cases always run; the others run for the capabilities named after the store:
 //! `leases` (a lock nobody releases frees itself when its TTL runs out — every store but those
-//! whose locks live in a database session, freed when the session ends), `read_write`
-//! ([`SharedLocks`]), `semaphore` ([`Semaphores`]), `wait_queue`
+//! whose locks live in a database or etcd session, freed when the session ends), `read_write`
+//! ([`SharedLocks`]), `semaphore` ([`Semaphores`]), `shared_leases` (readers' and permit
+//! holders' leases run out on their own too: both shapes and `leases`), `wait_queue`
 //! ([`LockBackend::wait_queue`] offers one) and `outage` (the store can be made to stop
 //! answering: [`Outage`]). The tests need Tokio's `macros` and `rt-multi-thread` features in
 //! the crate that runs them. Each case is also a public function, to call on its own.
@@ -76,7 +77,8 @@ pub trait Outage: Store {
 
 /// Turns every conformance case into a named `#[tokio::test]` for the store type `$store`: the
 /// mutex cases, and those of each capability named after it (`leases`, `read_write`,
-/// `semaphore`, `wait_queue`, `outage`). See the [module](crate::conformance) docs.
+/// `semaphore`, `shared_leases`, `wait_queue`, `outage`). See the [module](crate::conformance)
+/// docs.
 #[macro_export]
 macro_rules! conformance_suite {
     ($store:ty $(, $capability:ident)* $(,)?) => {
@@ -117,15 +119,20 @@ macro_rules! __conformance_cases {
             a_waiting_writer_bars_new_readers_only_while_it_waits,
             a_writer_that_asks_once_leaves_nothing_behind,
             a_writer_that_gives_up_waiting_leaves_nothing_behind,
-            a_readers_lease_expires_on_its_own,
         );
     };
     (semaphore, $store:ty) => {
         $crate::__conformance_tests!(
             $store;
             a_semaphore_admits_at_most_its_permits,
-            a_permit_expires_on_its_own,
             a_semaphore_across_two_processes_admits_exactly_its_permits,
+        );
+    };
+    (shared_leases, $store:ty) => {
+        $crate::__conformance_tests!(
+            $store;
+            a_readers_lease_expires_on_its_own,
+            a_permit_expires_on_its_own,
         );
     };
     (wait_queue, $store:ty) => {

@@ -1,10 +1,19 @@
-//! Where a lock's keys live: `<namespace><name>/<token>`, one key per holder or waiter, bound
-//! to the process's session lease and ordered by their create revision.
+//! Where a lock's keys live: one key per holder or waiter, bound to the process's session
+//! lease and ordered by their create revision — `<namespace><name>/x/<token>` for an
+//! exclusive hold (mutex, writer) or a place in line for one, `<namespace><name>/s/<token>`
+//! for a shared hold (reader, permit).
 //!
 //! The name is escaped (`%` as `%25`, `/` as `%2F`), so one lock's keys never fall under
 //! another lock's prefix (`a/` would otherwise hold the keys of lock `a/b`).
 
 use crate::OwnerToken;
+
+/// The key that marks `token`'s attempts as given up: a put still on its way when the
+/// attempt was abandoned finds it and does nothing. `<namespace>%given-up/<token>`: no lock's
+/// keys start so (in an escaped name `%` is always followed by `25` or `2F`).
+pub(super) fn given_up(namespace: &str, token: OwnerToken) -> Vec<u8> {
+    format!("{namespace}%given-up/{token}").into_bytes()
+}
 
 /// The keys of one lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,9 +42,32 @@ impl LockKeys {
         &self.prefix
     }
 
-    /// The key of `token`'s hold or place in line.
-    pub(super) fn of(&self, token: OwnerToken) -> Vec<u8> {
-        let mut key = self.prefix.clone();
+    /// The prefix of the exclusive holds and places in line.
+    pub(super) fn exclusive_prefix(&self) -> Vec<u8> {
+        self.under(b"x/")
+    }
+
+    /// The prefix of the shared holds.
+    pub(super) fn shared_prefix(&self) -> Vec<u8> {
+        self.under(b"s/")
+    }
+
+    /// The key of `token`'s exclusive hold or place in line.
+    pub(super) fn exclusive(&self, token: OwnerToken) -> Vec<u8> {
+        self.token_under(b"x/", token)
+    }
+
+    /// The key of `token`'s shared hold.
+    pub(super) fn shared(&self, token: OwnerToken) -> Vec<u8> {
+        self.token_under(b"s/", token)
+    }
+
+    fn under(&self, kind: &[u8]) -> Vec<u8> {
+        [self.prefix.as_slice(), kind].concat()
+    }
+
+    fn token_under(&self, kind: &[u8], token: OwnerToken) -> Vec<u8> {
+        let mut key = self.under(kind);
         key.extend_from_slice(token.to_string().as_bytes());
         key
     }
@@ -60,11 +92,27 @@ mod tests {
     }
 
     #[test]
-    fn a_tokens_key_lies_under_its_locks_prefix() {
+    fn a_given_up_mark_lies_under_no_locks_prefix() {
+        let token = OwnerToken::new();
+        let mark = given_up("ns/", token);
+        for name in ["%given-up", "%given-up/x", "%", "given-up"] {
+            assert!(
+                !mark.starts_with(LockKeys::new("ns/", name).prefix()),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_tokens_keys_lie_under_their_kinds_prefix() {
         let keys = LockKeys::new("tower-lock/", "lock:coupon:42");
         let token = OwnerToken::new();
-        let key = keys.of(token);
-        assert!(key.starts_with(keys.prefix()));
-        assert!(key.ends_with(token.to_string().as_bytes()));
+        let (exclusive, shared) = (keys.exclusive(token), keys.shared(token));
+        assert!(exclusive.starts_with(&keys.exclusive_prefix()));
+        assert!(shared.starts_with(&keys.shared_prefix()));
+        assert!(keys.exclusive_prefix().starts_with(keys.prefix()));
+        assert!(keys.shared_prefix().starts_with(keys.prefix()));
+        assert_ne!(keys.exclusive_prefix(), keys.shared_prefix());
+        assert!(exclusive.ends_with(token.to_string().as_bytes()));
     }
 }

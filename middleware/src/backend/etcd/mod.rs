@@ -17,8 +17,13 @@
 //!   expire (the process was paused or cut off past its TTL), its keys are deleted, its locks
 //!   pass on, and their extends report them lost. [`LockBackend::max_ttl`] is two thirds of the
 //!   session's TTL.
+//! * **Shapes** (`shapes.rs`): readers and permit holders put keys of their own beside the
+//!   exclusive ones; see [`SharedLocks`](crate::backend::SharedLocks) and
+//!   [`Semaphores`](crate::backend::Semaphores).
 //! * **Release** deletes the key if it is still the one that was granted (same create
 //!   revision). Dropping the last clone of the backend revokes its session, freeing its locks.
+//!   An abandoned attempt marks its token as given up in the transaction that deletes its keys,
+//!   so a put of its still on the way lands nowhere.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +34,7 @@ use etcd_client::{
 };
 use tokio::time::Instant;
 
+use crate::OwnerToken;
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{
     Attempt, BackendError, FencingToken, Granted, LockBackend, LockRequest, WaitQueue,
@@ -43,6 +49,7 @@ mod keys;
 mod members;
 mod queue;
 mod session;
+mod shapes;
 mod watches;
 
 /// The namespace every key of the backend lies under, unless [`EtcdSettings::namespace`]
@@ -225,30 +232,69 @@ impl EtcdBackend {
         TxnOp::put(key, Vec::new(), Some(PutOptions::new().with_lease(session)))
     }
 
-    /// `lease`, granted by an attempt sent at `sent`, once the session vouches for it for
-    /// `ttl`: the grant the engine gets.
+    /// The exclusive hold `lease`, granted by an attempt sent at `sent`, once the session
+    /// vouches for it for `ttl`: the grant the engine gets, fenced by its create revision.
     async fn vouched(
         &self,
         lease: EtcdLease,
         sent: Instant,
         ttl: Duration,
     ) -> Result<Granted<EtcdLease>, BackendError> {
-        let term = self.inner.session.vouch(lease_deadline(sent, ttl)).await;
-        if term.lease != lease.session {
-            return Err(session_expired());
-        }
+        let lease = self.vouch_for(lease, sent, ttl).await?;
         let fence = Some(FencingToken::new(lease.fence()));
         Ok(Granted { lease, fence })
     }
 
-    /// Gives up `key` and deletes it (the session's sweep does, if this cannot).
-    async fn delete(&self, key: Vec<u8>) -> Result<(), BackendError> {
-        self.inner.session.disown(&key);
-        let call = |client: etcd_client::Client| {
-            let key = key.clone();
-            async move { client.kv_client().delete(key, None).await }
-        };
-        self.inner.members.call(call).await.map(drop)
+    /// `lease` once the session vouches for it for `ttl` from `sent`.
+    async fn vouch_for(
+        &self,
+        lease: EtcdLease,
+        sent: Instant,
+        ttl: Duration,
+    ) -> Result<EtcdLease, BackendError> {
+        let term = self.inner.session.vouch(lease_deadline(sent, ttl)).await;
+        if term.lease != lease.session {
+            return Err(session_expired());
+        }
+        Ok(lease)
+    }
+
+    /// No attempt of `token`'s was given up: its puts may land.
+    fn not_given_up(&self, token: OwnerToken) -> Compare {
+        let mark = keys::given_up(&self.inner.namespace, token);
+        Compare::create_revision(mark, CompareOp::Equal, 0)
+    }
+
+    /// `token` gave up on `name`: in one transaction, its keys there are deleted and its
+    /// attempts marked as given up, so that a put of its still on the way does nothing.
+    async fn give_up(&self, name: &str, token: OwnerToken) -> Result<(), BackendError> {
+        self.inner.watches.forget(token);
+        let keys = self.keys(name);
+        let (exclusive, shared) = (keys.exclusive(token), keys.shared(token));
+        let mark = keys::given_up(&self.inner.namespace, token);
+        let session = self.inner.session.term().lease;
+        self.inner.session.disown(&exclusive);
+        self.inner.session.disown(&shared);
+        self.inner.session.bury(&mark);
+        let txn = Txn::new().and_then([
+            Self::put(mark, session),
+            TxnOp::delete(exclusive, None),
+            TxnOp::delete(shared, None),
+        ]);
+        self.txn(txn).await.map(drop)
+    }
+
+    /// Gives up `keys` and deletes them (the session's sweep does, if this cannot); the
+    /// revision they were deleted at.
+    async fn delete(&self, keys: &[Vec<u8>]) -> Result<i64, BackendError> {
+        for key in keys {
+            self.inner.session.disown(key);
+        }
+        let deletes: Vec<TxnOp> = keys
+            .iter()
+            .map(|key| TxnOp::delete(key.clone(), None))
+            .collect();
+        revision(&self.txn(Txn::new().and_then(deletes)).await?)
     }
 }
 
@@ -299,10 +345,10 @@ impl LockBackend for EtcdBackend {
         request: LockRequest,
     ) -> Result<Attempt<Granted<EtcdLease>>, BackendError> {
         let keys = self.keys(name);
-        let key = keys.of(request.token);
+        let key = keys.exclusive(request.token);
         let session = self.inner.session.term().lease;
         let txn = Txn::new()
-            .when([vacant(keys.prefix())])
+            .when([vacant(keys.prefix()), self.not_given_up(request.token)])
             .and_then([Self::put(key.clone(), session)]);
         self.inner.session.own(&key);
         let sent = Instant::now();
@@ -346,8 +392,7 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
-        self.inner.watches.forget(request.token);
-        self.delete(self.keys(name).of(request.token)).await
+        self.give_up(name, request.token).await
     }
 
     async fn acquire_many(
@@ -357,8 +402,12 @@ impl LockBackend for EtcdBackend {
     ) -> Result<Attempt<Vec<Granted<EtcdLease>>>, BackendError> {
         let session = self.inner.session.term().lease;
         let locks: Vec<LockKeys> = names.iter().map(|name| self.keys(name)).collect();
-        let ours: Vec<Vec<u8>> = locks.iter().map(|keys| keys.of(request.token)).collect();
-        let vacancies: Vec<Compare> = locks.iter().map(|keys| vacant(keys.prefix())).collect();
+        let ours: Vec<Vec<u8>> = locks
+            .iter()
+            .map(|keys| keys.exclusive(request.token))
+            .collect();
+        let mut vacancies: Vec<Compare> = locks.iter().map(|keys| vacant(keys.prefix())).collect();
+        vacancies.push(self.not_given_up(request.token));
         let puts: Vec<TxnOp> = ours
             .iter()
             .map(|key| Self::put(key.clone(), session))

@@ -1,16 +1,36 @@
-//! The wait queue: a waiter's key stays under the lock's prefix, in line by its create
-//! revision, and watches its predecessor (`watches.rs`). Its place needs no refreshing: it
-//! lives as long as the session, or until the waiter leaves.
+//! Places in line: a waiter's key (a queued ticket, or a writer's that waits) stays under the
+//! lock's prefix, in line by its create revision, and watches its predecessor (`watches.rs`).
+//! Its place needs no refreshing: it lives as long as the session, or until the waiter leaves.
 
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 use tokio::time::Instant;
 
-use super::{EtcdBackend, EtcdLease, first_under, read, revision};
+use super::watches::Watch;
+use super::{EtcdBackend, EtcdLease, LockKeys, first_under, read, revision};
 use crate::OwnerToken;
 use crate::backend::waiting::WaitingRoom;
-use crate::backend::{BackendError, BoxFuture, LockRequest, QueuedAttempt, WaitQueue};
+use crate::backend::{BackendError, BoxFuture, Granted, LockRequest, QueuedAttempt, WaitQueue};
+
+/// How a waiter in line hears that its predecessor left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Heed {
+    /// It does not: it asks again on its own timer.
+    Not,
+    /// It is woken to ask again.
+    Asks,
+    /// It is woken, holding the lock when the predecessor held it (a queued ticket).
+    TakesHandover,
+}
+
+/// Where an attempt in line stands.
+pub(super) enum InLine {
+    /// First in line: the lock is the caller's.
+    Holds(Granted<EtcdLease>),
+    /// Behind others, at this place.
+    Waits(EtcdLease),
+}
 
 impl WaitQueue<EtcdLease> for EtcdBackend {
     fn room(&self) -> &Arc<WaitingRoom> {
@@ -23,7 +43,17 @@ impl WaitQueue<EtcdLease> for EtcdBackend {
         request: LockRequest,
         _ticket_ttl: std::time::Duration,
     ) -> BoxFuture<'a, Result<QueuedAttempt<EtcdLease>, BackendError>> {
-        Box::pin(self.queued(name, request))
+        Box::pin(async move {
+            Ok(
+                match self.in_line(name, request, Heed::TakesHandover).await? {
+                    InLine::Holds(grant) => QueuedAttempt::Acquired(grant),
+                    InLine::Waits(handover) => QueuedAttempt::Queued {
+                        holder_ttl: None,
+                        handover,
+                    },
+                },
+            )
+        })
     }
 
     fn leave_queue<'a>(
@@ -31,29 +61,26 @@ impl WaitQueue<EtcdLease> for EtcdBackend {
         name: &'a str,
         token: OwnerToken,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
-        Box::pin(async move {
-            self.inner.watches.forget(token);
-            self.delete(self.keys(name).of(token)).await
-        })
+        Box::pin(self.give_up(name, token))
     }
 }
 
 impl EtcdBackend {
-    /// Takes the lock if the caller's key is first in line; else puts the key in line (once)
-    /// and watches its predecessor.
-    async fn queued(
+    /// Takes the lock exclusively if the caller's key is first in line; else puts the key in
+    /// line (once) and, as `heed` says, watches its predecessor.
+    pub(super) async fn in_line(
         &self,
         name: &str,
         request: LockRequest,
-    ) -> Result<QueuedAttempt<EtcdLease>, BackendError> {
-        if let Some(handover) = self.inner.watches.waiting(name, request.token) {
-            return Ok(QueuedAttempt::Queued {
-                holder_ttl: None,
-                handover,
-            });
+        heed: Heed,
+    ) -> Result<InLine, BackendError> {
+        if heed != Heed::Not
+            && let Some(place) = self.inner.watches.waiting(name, request.token)
+        {
+            return Ok(InLine::Waits(place));
         }
         let keys = self.keys(name);
-        let key = keys.of(request.token);
+        let key = keys.exclusive(request.token);
         let session = self.inner.session.term().lease;
         let newest_two = GetOptions::new()
             .with_prefix()
@@ -61,7 +88,10 @@ impl EtcdBackend {
             .with_limit(2)
             .with_keys_only();
         let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .when([
+                Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                self.not_given_up(request.token),
+            ])
             .and_then([
                 Self::put(key.clone(), session),
                 first_under(keys.prefix()),
@@ -76,63 +106,61 @@ impl EtcdBackend {
             .into_iter()
             .next()
             .map(|kv| kv.key().to_vec());
-        let (lease, predecessor) = if answer.succeeded() {
-            let lease = EtcdLease {
+        let (place, predecessor) = if answer.succeeded() {
+            let place = EtcdLease {
                 key,
                 session,
                 revision: read_at,
             };
             let predecessor = read(&answer, 2)?.into_iter().nth(1);
-            (lease, predecessor.map(|kv| kv.key().to_vec()))
+            (place, predecessor.map(|kv| kv.key().to_vec()))
         } else {
             let Some(mine) = read(&answer, 0)?.into_iter().next() else {
-                return Err(BackendError::new("etcd lost a key it had just compared"));
+                return Err(BackendError::new("this attempt was given up"));
             };
-            let lease = EtcdLease {
+            let place = EtcdLease {
                 key,
                 session: mine.lease(),
                 revision: mine.create_revision(),
             };
-            (lease, None)
+            (place, None)
         };
-        if holder.as_deref() == Some(lease.key.as_slice()) {
-            let grant = self.vouched(lease, sent, request.ttl).await?;
-            return Ok(QueuedAttempt::Acquired(grant));
+        if holder.as_deref() == Some(place.key.as_slice()) {
+            return Ok(InLine::Holds(self.vouched(place, sent, request.ttl).await?));
+        }
+        if heed == Heed::Not {
+            return Ok(InLine::Waits(place));
         }
         let predecessor = match predecessor {
             Some(predecessor) => Some(predecessor),
             None => {
-                let (at, predecessor) = self.predecessor(&keys, lease.revision).await?;
+                let (at, predecessor) = self.predecessor(&keys, place.revision).await?;
                 read_at = at;
                 predecessor
             }
         };
         let Some(predecessor) = predecessor else {
             // Everybody ahead left between the two reads.
-            let grant = self.vouched(lease, sent, request.ttl).await?;
-            return Ok(QueuedAttempt::Acquired(grant));
+            return Ok(InLine::Holds(self.vouched(place, sent, request.ttl).await?));
         };
         let behind_holder = holder.as_deref() == Some(predecessor.as_slice());
-        let handover = lease.clone();
-        self.inner.watches.watch(
-            name,
-            request.token,
-            lease,
-            predecessor,
-            read_at + 1,
-            behind_holder,
-        );
-        Ok(QueuedAttempt::Queued {
-            holder_ttl: None,
-            handover,
-        })
+        self.inner.watches.watch(Watch {
+            name: name.to_owned(),
+            ticket: request.token,
+            target: predecessor,
+            whole_prefix: false,
+            read_at,
+            place: Some(place.clone()),
+            hands_over: heed == Heed::TakesHandover && behind_holder,
+        });
+        Ok(InLine::Waits(place))
     }
 
     /// The key just ahead of the one created at `revision` in `keys`' line, if any, and the
     /// revision it was read at.
     async fn predecessor(
         &self,
-        keys: &super::LockKeys,
+        keys: &LockKeys,
         revision: i64,
     ) -> Result<(i64, Option<Vec<u8>>), BackendError> {
         let options = GetOptions::new()

@@ -18,7 +18,7 @@
 //! which keys it owns — a key is owned from before it is put until it is given up — and after
 //! every renewal asks the cluster which keys its lease holds and deletes the others.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -28,6 +28,10 @@ use tokio::time::{Instant, sleep, timeout};
 
 use super::members::Members;
 use crate::backend::{BackendError, lease_deadline};
+
+/// How long a given-up mark stays: far longer than any request of the attempt it marks can
+/// still be on its way.
+const GIVEN_UP_FOR: Duration = Duration::from_secs(30);
 
 /// How long the keep-alive task pauses after a failure before it tries again.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
@@ -53,8 +57,12 @@ pub(super) struct Session {
 struct Shared {
     term: watch::Sender<Term>,
     renew_now: Notify,
+    /// The session was dropped: revoke the lease now.
+    closed: Notify,
     /// The keys a lock or a waiter of this process owns.
     owned: Mutex<HashSet<Vec<u8>>>,
+    /// Given-up marks, oldest first, with when they were put.
+    marks: Mutex<VecDeque<(Instant, Vec<u8>)>>,
 }
 
 impl Session {
@@ -65,7 +73,9 @@ impl Session {
         let shared = Arc::new(Shared {
             term: watch::Sender::new(term),
             renew_now: Notify::new(),
+            closed: Notify::new(),
             owned: Mutex::default(),
+            marks: Mutex::default(),
         });
         tokio::spawn(keep_alive(members, Arc::downgrade(&shared), granted));
         Ok(Self {
@@ -114,6 +124,13 @@ impl Session {
         self.shared.owned().insert(key.to_vec());
     }
 
+    /// The session keeps the given-up mark `key` for a while, then lets the sweep delete it.
+    pub(super) fn bury(&self, key: &[u8]) {
+        self.own(key);
+        let mut marks = lock(&self.shared.marks);
+        marks.push_back((Instant::now(), key.to_vec()));
+    }
+
     /// Nobody here owns `key` any more: if the caller's deletion does not remove it, the next
     /// sweep does.
     pub(super) fn disown(&self, key: &[u8]) {
@@ -121,12 +138,35 @@ impl Session {
     }
 }
 
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.shared.closed.notify_one();
+    }
+}
+
 impl Shared {
     fn owned(&self) -> MutexGuard<'_, HashSet<Vec<u8>>> {
-        self.owned
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.owned)
     }
+
+    /// Disowns the given-up marks that have served their time.
+    fn expire_marks(&self) {
+        let mut marks = lock(&self.marks);
+        while let Some((put, key)) = marks.front() {
+            if put.elapsed() < GIVEN_UP_FOR {
+                break;
+            }
+            self.owned().remove(key);
+            marks.pop_front();
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every update leaves the data consistent between statements.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Grants a lease of `ttl`: its term, and the TTL the cluster granted.
@@ -227,10 +267,12 @@ async fn keep_stream(
         let answered = Duration::from_secs(answer.ttl().unsigned_abs());
         let until = lease_deadline(sent, answered);
         alive.term.send_replace(Term { lease, until });
+        alive.expire_marks();
         sweep(&alive, members, lease).await;
         tokio::select! {
             () = sleep(period) => {}
             () = alive.renew_now.notified() => {}
+            () = alive.closed.notified() => return Stream::Dropped,
         }
     }
 }

@@ -1,11 +1,13 @@
-//! Waking waiters: each waiter's key watches only the key just before it in its lock's queue
-//! (its predecessor), on one watch stream per backend — no herd, no polling.
+//! Waking waiters: each waiter in line watches only the key just before it in its lock's
+//! queue (its predecessor), on one watch stream per backend — no herd, no polling.
 //!
 //! When the predecessor is deleted, its successor's waiter hears it through the waiting room:
-//! if the predecessor held the lock when the watch was set, nothing can be ahead any more
-//! (keys are only ever added behind), so the lock is the waiter's and is announced as handed
-//! to it, with its key's create revision as the fence; otherwise a waiter ahead left, and the
-//! waiter asks again (which finds and watches its new predecessor).
+//! if the predecessor held the lock when the watch was set and the waiter's place is a queued
+//! ticket, nothing can be ahead any more (keys are only ever added behind), so the lock is the
+//! waiter's and is announced as handed to it, with its key's create revision as the fence;
+//! otherwise the waiter asks again (which finds and watches its new predecessor). A waiting
+//! reader or permit holder, which has no place in line, watches the keys that keep it out
+//! (the exclusive ones, or the other permits) and asks again when one of them goes.
 //!
 //! A waiter whose watch is set asks the store nothing when it asks again: the answer could
 //! only have changed by the deletion its watch reports. Watches start at the revision their
@@ -49,14 +51,31 @@ struct Shared {
     down: AtomicBool,
 }
 
-/// One waiter's watch.
+/// What a waiter watches, and what the deletion it waits for means.
+#[derive(Debug)]
+pub(super) struct Watch {
+    /// The lock.
+    pub(super) name: String,
+    /// The waiter's ticket (its owner token).
+    pub(super) ticket: OwnerToken,
+    /// The key whose deletion it waits for — or, with `whole_prefix`, any key under it.
+    pub(super) target: Vec<u8>,
+    pub(super) whole_prefix: bool,
+    /// The revision the target was read at: deletions after it are reported.
+    pub(super) read_at: i64,
+    /// The waiter's place in line, if it has one: asking again tells nothing new while the
+    /// watch stands.
+    pub(super) place: Option<EtcdLease>,
+    /// The deletion hands the lock to the waiter's ticket (see the module docs).
+    pub(super) hands_over: bool,
+}
+
+/// One waiter's watch, as the stream keeps it.
 #[derive(Debug)]
 struct Waiting {
     name: String,
-    /// The waiter's key, which holds the lock once nothing is ahead of it.
-    lease: EtcdLease,
-    /// The predecessor held the lock when the watch was set.
-    behind_holder: bool,
+    place: Option<EtcdLease>,
+    hands_over: bool,
     /// Which watch request this is, of all the stream's.
     serial: u64,
     /// The watch's id, once the cluster created it.
@@ -68,7 +87,8 @@ enum Command {
     Watch {
         ticket: OwnerToken,
         serial: u64,
-        predecessor: Vec<u8>,
+        target: Vec<u8>,
+        whole_prefix: bool,
         from_revision: i64,
     },
     Cancel(i64),
@@ -103,41 +123,33 @@ impl Watches {
         )
     }
 
-    /// The lease `ticket` holds in `name`'s queue, while its watch stands: asking the store
+    /// The place `ticket` holds in `name`'s line, while its watch stands: asking the store
     /// again would tell nothing new.
     pub(super) fn waiting(&self, name: &str, ticket: OwnerToken) -> Option<EtcdLease> {
         let waiting = self.shared.waiting();
         let entry = waiting.get(&ticket)?;
-        (entry.name == name).then(|| entry.lease.clone())
+        entry.place.clone().filter(|_| entry.name == name)
     }
 
-    /// Watches `predecessor`'s deletion from `from_revision` on, for `ticket`'s waiter whose
-    /// key is `lease`; `behind_holder`: the predecessor holds the lock.
-    pub(super) fn watch(
-        &self,
-        name: &str,
-        ticket: OwnerToken,
-        lease: EtcdLease,
-        predecessor: Vec<u8>,
-        from_revision: i64,
-        behind_holder: bool,
-    ) {
+    /// Sets `watch` (replacing the ticket's earlier one).
+    pub(super) fn watch(&self, watch: Watch) {
         let serial = self.serials.fetch_add(1, Ordering::Relaxed);
         let waiting = Waiting {
-            name: name.to_owned(),
-            lease,
-            behind_holder,
+            name: watch.name,
+            place: watch.place,
+            hands_over: watch.hands_over,
             serial,
             id: None,
         };
-        if let Some(earlier) = self.shared.waiting().insert(ticket, waiting) {
+        if let Some(earlier) = self.shared.waiting().insert(watch.ticket, waiting) {
             self.cancel(earlier.id);
         }
         let command = Command::Watch {
-            ticket,
+            ticket: watch.ticket,
             serial,
-            predecessor,
-            from_revision,
+            target: watch.target,
+            whole_prefix: watch.whole_prefix,
+            from_revision: watch.read_at + 1,
         };
         self.commands.send(command).ok();
     }
@@ -213,17 +225,19 @@ impl Stream {
             Command::Watch {
                 ticket,
                 serial,
-                predecessor,
+                target,
+                whole_prefix,
                 from_revision,
             } => {
-                let options = WatchOptions::new()
+                let mut options = WatchOptions::new()
                     .with_start_revision(from_revision)
                     .with_filters([WatchFilterType::NoPut]);
+                if whole_prefix {
+                    options = options.with_prefix();
+                }
                 let sent = match &mut self.open {
-                    Some((requests, ..)) => {
-                        requests.watch(predecessor, Some(options)).await.is_ok()
-                    }
-                    None => self.open_with(predecessor, options).await,
+                    Some((requests, ..)) => requests.watch(target, Some(options)).await.is_ok(),
+                    None => self.open_with(target, options).await,
                 };
                 if sent {
                     self.pending.push_back((ticket, serial));
@@ -269,8 +283,8 @@ impl Stream {
         }
     }
 
-    /// The predecessor of `ticket`'s key is `deleted` (or its watch was cancelled by the
-    /// cluster): tells its waiter.
+    /// What `ticket`'s waiter watched is `deleted` (or its watch was cancelled by the
+    /// cluster): tells the waiter.
     fn wake(&self, ticket: OwnerToken, deleted: bool) {
         let Some(waiting) = self.shared.waiting().remove(&ticket) else {
             return;
@@ -279,15 +293,18 @@ impl Stream {
             return;
         };
         let term = self.session.term();
-        let vouched = term.lease == waiting.lease.session
-            && term.until >= tokio::time::Instant::now() + self.session.max_ttl();
-        let announcement = if deleted && waiting.behind_holder && vouched {
-            Announcement::Handed {
+        let handed = waiting.place.filter(|place| {
+            deleted
+                && waiting.hands_over
+                && term.lease == place.session
+                && term.until >= tokio::time::Instant::now() + self.session.max_ttl()
+        });
+        let announcement = match handed {
+            Some(place) => Announcement::Handed {
                 to: ticket,
-                fence: Some(FencingToken::new(waiting.lease.fence())),
-            }
-        } else {
-            Announcement::Next(ticket)
+                fence: Some(FencingToken::new(place.fence())),
+            },
+            None => Announcement::Next(ticket),
         };
         room.announce(&waiting.name, announcement);
     }

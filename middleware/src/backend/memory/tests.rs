@@ -6,7 +6,14 @@ use crate::backend::FencingToken;
 
 const TTL: Duration = Duration::from_secs(10);
 
-crate::conformance_suite!(MemoryStore, leases, read_write, semaphore, wait_queue);
+crate::conformance_suite!(
+    MemoryStore,
+    leases,
+    read_write,
+    semaphore,
+    shared_leases,
+    wait_queue
+);
 
 /// The conformance suite's store: clones of one backend are the "processes".
 #[derive(Default)]
