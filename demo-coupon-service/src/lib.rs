@@ -4,7 +4,7 @@
 //! the user, work, write). Without a lock, concurrent claims read the same stock and the
 //! coupon is claimed more often than it has units; with the lock layer on that route (key
 //! `coupon:{id}`), it never is — on one process, or across replicas sharing Redis, PostgreSQL
-//! or MySQL/MariaDB.
+//! or MySQL/MariaDB, with the locks there or in another store (etcd).
 
 use std::net::SocketAddr;
 use std::sync::LazyLock;
@@ -13,6 +13,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::request::Parts;
 use axum::routing::{MethodRouter, get, post, put};
+use tower_lock::backend::etcd::{EtcdBackend, EtcdSettings};
 use tower_lock::backend::mysql::MysqlBackend;
 use tower_lock::backend::postgres::PostgresBackend;
 use tower_lock::backend::{BackendError, Semaphores, SharedLocks};
@@ -42,6 +43,11 @@ pub struct Options {
     /// The same as `--store`, under its older name.
     #[arg(long, env = "REDIS_URL", conflicts_with = "store")]
     pub redis_url: Option<String>,
+    /// Keep the locks in another store than the coupons: `etcd://host:port[,host:port…]` (a
+    /// cluster's members), or any `--store` URL. The claim's write is then fenced by the
+    /// coupon store with the lock store's tokens. Without it, locks live beside the coupons.
+    #[arg(long, env = "LOCK_STORE", conflicts_with_all = ["no_lock", "optimistic"])]
+    pub lock_store: Option<String>,
     /// Serve claims without the lock layer: the control that oversells.
     #[arg(long, env = "NO_LOCK")]
     pub no_lock: bool,
@@ -204,6 +210,8 @@ pub enum Locking {
     Postgres(PostgresBackend),
     /// In MySQL/MariaDB, across replicas.
     Mysql(MysqlBackend),
+    /// In etcd, across replicas.
+    Etcd(EtcdBackend),
 }
 
 /// What the handlers share.
@@ -264,7 +272,8 @@ impl AppState {
         if options.optimistic && kind.dialect().is_none() {
             return Err(OPTIMISTIC_NEEDS_SQL.to_owned());
         }
-        let unlocked = options.no_lock || options.optimistic;
+        // With a lock store of its own, the coupon store takes no locks.
+        let unlocked = options.no_lock || options.optimistic || options.lock_store.is_some();
         let cannot = |error: &dyn std::fmt::Display| {
             format!(
                 "cannot connect to {} at {}: {error}",
@@ -289,6 +298,10 @@ impl AppState {
                 };
                 (CouponStore::Sql(store), locking)
             }
+        };
+        let locking = match &options.lock_store {
+            Some(lock_store) => lock_backend(lock_store, settings.ttl).await?,
+            None => locking,
         };
         Ok(Self {
             store,
@@ -319,6 +332,50 @@ impl AppState {
 /// Why `--optimistic` was refused.
 const OPTIMISTIC_NEEDS_SQL: &str =
     "--optimistic needs a SQL store: --store postgres://… or --store mysql://…";
+
+/// Locks in the store at `url` (`--lock-store`), for leases of `ttl`.
+///
+/// # Errors
+///
+/// One line naming the lock store and why it cannot be used.
+async fn lock_backend(url: &str, ttl: Duration) -> Result<Locking, String> {
+    let cannot = |store: &str, error: &dyn std::fmt::Display| {
+        format!("cannot connect to {store} at {}: {error}", redacted(url))
+    };
+    if let Some(members) = url.strip_prefix("etcd://") {
+        let endpoints: Vec<String> = members
+            .split(',')
+            .map(|member| format!("http://{member}"))
+            .collect();
+        let settings = EtcdSettings::default().session_ttl(etcd_session_ttl(ttl));
+        let backend = EtcdBackend::connect_with(endpoints, settings)
+            .await
+            .map_err(|error| cannot("etcd", &error))?;
+        return Ok(Locking::Etcd(backend));
+    }
+    let kind = StoreKind::of(url).map_err(|_| {
+        format!(
+            "--lock-store {}: the URL must start with etcd://, redis://, postgres:// or mysql://",
+            redacted(url)
+        )
+    })?;
+    match kind.dialect() {
+        None => RedisBackend::connect(url)
+            .await
+            .map(Locking::Redis)
+            .map_err(|error| cannot(kind.name(), &error)),
+        Some(dialect) => sql_locking(url, dialect)
+            .await
+            .map_err(|error| cannot(kind.name(), &error)),
+    }
+}
+
+/// The etcd session's TTL for lock leases of `ttl`: three halves of it (a locker may lease two
+/// thirds of its session), in whole seconds, at least etcd's shortest (2 s).
+fn etcd_session_ttl(ttl: Duration) -> Duration {
+    let seconds = (ttl.as_millis() * 3).div_ceil(2 * 1000);
+    Duration::from_secs(u64::try_from(seconds).unwrap_or(u64::MAX).max(2))
+}
 
 /// Locks in the SQL database at `url`, beside the coupons.
 async fn sql_locking(url: &str, dialect: Dialect) -> Result<Locking, BackendError> {
@@ -424,6 +481,7 @@ pub fn app(state: AppState) -> Router {
         Locking::Redis(backend) => with_locks(backend.clone(), state.lock, routes),
         Locking::Postgres(backend) => with_locks(backend.clone(), state.lock, routes),
         Locking::Mysql(backend) => with_locks(backend.clone(), state.lock, routes),
+        Locking::Etcd(backend) => with_locks(backend.clone(), state.lock, routes),
     };
     Router::new()
         .route("/coupons/{id}", routes.coupon)
@@ -455,17 +513,25 @@ pub async fn serve(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         .map_err(|error| format!("cannot listen on {}: {error}", options.listen))?;
     let store = match options.store_url() {
         Some(url) => format!("{} (shared by replicas)", redacted(url)),
+        None if options.lock_store.is_some() => {
+            "embedded in-process store (one process only; set STORE for replicas)".to_owned()
+        }
         None => {
             "embedded in-process store and MemoryBackend (one process only; set STORE for replicas)"
                 .to_owned()
         }
     };
     let locking = if options.no_lock {
-        "OFF (--no-lock: claims will oversell)"
+        "OFF (--no-lock: claims will oversell)".to_owned()
     } else if options.optimistic {
-        "OFF (--optimistic: claims and transfers retry on a version check)"
+        "OFF (--optimistic: claims and transfers retry on a version check)".to_owned()
+    } else if let Some(lock_store) = &options.lock_store {
+        format!(
+            "on, in {} (writes fenced by the coupon store)",
+            redacted(lock_store)
+        )
     } else {
-        "on"
+        "on".to_owned()
     };
     tracing::info!(
         address = %listener.local_addr()?,
@@ -530,6 +596,22 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_etcd_session_outlives_its_locks_leases_by_half() {
+        assert_eq!(
+            etcd_session_ttl(Duration::from_secs(10)),
+            Duration::from_secs(15)
+        );
+        assert_eq!(
+            etcd_session_ttl(Duration::from_millis(2100)),
+            Duration::from_secs(4)
+        );
+        assert_eq!(
+            etcd_session_ttl(Duration::from_millis(500)),
+            Duration::from_secs(2)
+        );
+    }
 
     #[test]
     fn passwords_are_redacted_from_urls() {

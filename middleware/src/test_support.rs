@@ -71,6 +71,7 @@ impl Inside {
 pub(crate) struct MutexOnly {
     memory: MemoryBackend,
     fault: Fault,
+    max_ttl: Option<Duration>,
 }
 
 /// How a [`MutexOnly`] fails.
@@ -90,6 +91,15 @@ impl MutexOnly {
     pub(crate) fn failing(fault: Fault) -> Self {
         Self {
             fault,
+            ..Self::default()
+        }
+    }
+
+    /// One that vouches for leases of at most `max` ([`LockBackend::max_ttl`]), as a
+    /// session store does.
+    pub(crate) fn vouching_for(max: Duration) -> Self {
+        Self {
+            max_ttl: Some(max),
             ..Self::default()
         }
     }
@@ -139,6 +149,10 @@ impl LockBackend for MutexOnly {
 
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
         self.memory.abandon(name, request).await
+    }
+
+    fn max_ttl(&self) -> Option<Duration> {
+        self.max_ttl
     }
 }
 

@@ -108,6 +108,27 @@ impl EtcdCluster {
             .sum()
     }
 
+    /// How many keys lie under `prefix`, as member `index` reads them (a linearizable read
+    /// through etcd's JSON gateway).
+    pub fn keys_under(&self, index: usize, prefix: &str) -> u64 {
+        let mut end = prefix.as_bytes().to_vec();
+        let last = end.last_mut().expect("a non-empty prefix");
+        *last += 1;
+        let body = format!(
+            r#"{{"key":"{}","range_end":"{}","count_only":true}}"#,
+            base64(prefix.as_bytes()),
+            base64(&end)
+        );
+        let answer = http_post(self.members[index].client_port, "/v3/kv/range", &body)
+            .expect("the member answers a range read");
+        let answer: serde_json::Value =
+            serde_json::from_str(&answer).expect("the gateway answers JSON");
+        // The JSON gateway writes 64-bit numbers as strings, and leaves out zeros.
+        answer["count"]
+            .as_str()
+            .map_or(0, |count| count.parse().expect("a count"))
+    }
+
     /// Kills member `index` with SIGKILL.
     pub fn kill(&mut self, index: usize) {
         self.members[index].process.kill();
@@ -188,4 +209,37 @@ fn exchange(port: u16, request: &str) -> Option<String> {
     let (head, body) = answer.split_once("\r\n\r\n")?;
     let status = head.split_whitespace().nth(1)?;
     (status == "200").then(|| body.to_owned())
+}
+
+/// Standard base64 with padding, as etcd's JSON gateway takes keys.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut text = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let group = chunk
+            .iter()
+            .fold(0u32, |group, byte| group << 8 | u32::from(*byte))
+            << (8 * (3 - chunk.len()));
+        for position in 0..4 {
+            if position <= chunk.len() {
+                let index = (group >> (18 - 6 * position)) & 63;
+                text.push(char::from(ALPHABET[index as usize]));
+            } else {
+                text.push('=');
+            }
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_pads_like_the_standard() {
+        assert_eq!(super::base64(b""), "");
+        assert_eq!(super::base64(b"f"), "Zg==");
+        assert_eq!(super::base64(b"fo"), "Zm8=");
+        assert_eq!(super::base64(b"foo"), "Zm9v");
+        assert_eq!(super::base64(b"tower-lock/"), "dG93ZXItbG9jay8=");
+    }
 }

@@ -1,11 +1,13 @@
 //! The demo coupon service never oversells with the lock — across three replicas sharing
-//! Redis, PostgreSQL or MariaDB, and in embedded mode — nor with `--optimistic` version checks
-//! on SQL, and does oversell without either.
+//! Redis, PostgreSQL or MariaDB (with the locks there, or in etcd), and in embedded mode — nor
+//! with `--optimistic` version checks on SQL, and does oversell without either.
 
 use std::collections::HashMap;
 
 use http::StatusCode;
-use integration_tests::{DemoReplica, Http, MysqlDatabase, PostgresSchema, RedisServer};
+use integration_tests::{
+    DemoReplica, EtcdCluster, Http, MysqlDatabase, PostgresSchema, RedisServer,
+};
 use serde_json::{Value, json};
 
 const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
@@ -105,6 +107,57 @@ async fn without_the_lock_three_replicas_oversell() {
     let (statuses, coupon) = claim_storm(&replicas).await;
 
     assert_oversold(&statuses, &coupon);
+}
+
+/// The `--lock-store` URL of `cluster`'s members.
+fn etcd_url(cluster: &EtcdCluster) -> String {
+    let members: Vec<String> = cluster
+        .endpoints()
+        .iter()
+        .map(|endpoint| endpoint.trim_start_matches("http://").to_owned())
+        .collect();
+    format!("etcd://{}", members.join(","))
+}
+
+/// Coupons in Redis, locks in a three-member etcd cluster (the control without the lock is
+/// `without_the_lock_three_replicas_oversell`: the same coupon store and claims).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_with_locks_in_etcd_never_oversell() {
+    let (redis, etcd) = (RedisServer::start(), EtcdCluster::start(3));
+    let (url, lock_store) = (redis.url(), etcd_url(&etcd));
+    let args = [
+        "--store",
+        &url,
+        "--lock-store",
+        &lock_store,
+        "--lock-wait-ms",
+        "30000",
+    ];
+    let replicas = replicas(3, &args);
+
+    let (statuses, coupon) = claim_storm(&replicas).await;
+
+    assert_sold_exactly_once(&statuses, &coupon);
+}
+
+/// Coupons in PostgreSQL, locks in etcd: the database fences the claim with etcd's tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_on_postgres_with_locks_in_etcd_never_oversell() {
+    let (schema, etcd) = (PostgresSchema::create().await, EtcdCluster::start(1));
+    let (url, lock_store) = (schema.url(), etcd_url(&etcd));
+    let args = [
+        "--store",
+        &url,
+        "--lock-store",
+        &lock_store,
+        "--lock-wait-ms",
+        "30000",
+    ];
+    let replicas = replicas(3, &args);
+
+    let (statuses, coupon) = claim_storm(&replicas).await;
+
+    assert_sold_exactly_once(&statuses, &coupon);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,12 +1,15 @@
 //! A claim that lost its lock — too slow without renewal, or frozen like a long GC pause —
 //! cannot write over the next holder's claim: the fencing token refuses it, in Redis, and in
-//! PostgreSQL and MariaDB by the database itself. Each proof has a twin with `--no-fence` that
-//! oversells.
+//! PostgreSQL and MariaDB by the database itself — also with the locks in etcd, whose tokens
+//! the coupon store checks (a frozen replica's etcd session expires, and another takes the
+//! lock). Each proof has a twin with `--no-fence` that oversells.
 
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use integration_tests::{DemoReplica, Http, MysqlDatabase, PostgresSchema, RedisServer, Reply};
+use integration_tests::{
+    DemoReplica, EtcdCluster, Http, MysqlDatabase, PostgresSchema, RedisServer, Reply,
+};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -20,6 +23,8 @@ enum Store {
     Redis(RedisServer),
     Postgres(PostgresSchema),
     Mysql(MysqlDatabase),
+    /// Coupons in Redis, locks in etcd (`--lock-store`).
+    RedisWithEtcdLocks(RedisServer, EtcdCluster),
 }
 
 impl Store {
@@ -28,12 +33,31 @@ impl Store {
             Self::Redis(redis) => redis.url(),
             Self::Postgres(schema) => schema.url(),
             Self::Mysql(database) => database.url(),
+            Self::RedisWithEtcdLocks(redis, _) => redis.url(),
+        }
+    }
+
+    /// The replica's options beyond `--store`.
+    fn lock_store(&self) -> Option<String> {
+        match self {
+            Self::RedisWithEtcdLocks(_, etcd) => Some(format!(
+                "etcd://{}",
+                etcd.endpoints()
+                    .iter()
+                    .map(|endpoint| endpoint.trim_start_matches("http://"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )),
+            _ => None,
         }
     }
 
     /// Whether somebody holds the claim lock (a writer: claims take it alone).
     async fn lock_held(&self) -> bool {
         match self {
+            Self::RedisWithEtcdLocks(_, etcd) => {
+                etcd.keys_under(0, &format!("tower-lock/{LOCK}/x/")) > 0
+            }
             Self::Redis(redis) => {
                 let mut connection = redis.client().get_multiplexed_async_connection().await;
                 let key = format!("{{{LOCK}}}");
@@ -87,8 +111,11 @@ impl Scenario {
     }
 
     fn replica(&self, args: &[&str]) -> DemoReplica {
-        let url = self.store.url();
+        let (url, lock_store) = (self.store.url(), self.store.lock_store());
         let mut all = vec!["--store", url.as_str()];
+        if let Some(lock_store) = &lock_store {
+            all.extend(["--lock-store", lock_store.as_str()]);
+        }
         all.extend_from_slice(args);
         DemoReplica::start(DEMO, &all)
     }
@@ -286,6 +313,20 @@ async fn on_mariadb_a_paused_holders_write_is_refused_by_the_database() {
 #[tokio::test]
 async fn on_mariadb_without_the_fence_a_paused_holder_oversells() {
     let store = Store::Mysql(MysqlDatabase::create().await);
+    let (first, second, coupon) = paused_holder(store, false).await;
+    assert_oversold(&first, &second, &coupon);
+}
+
+#[tokio::test]
+async fn with_locks_in_etcd_a_paused_holders_write_is_refused_by_the_coupon_store() {
+    let store = Store::RedisWithEtcdLocks(RedisServer::start(), EtcdCluster::start(1));
+    let (first, second, coupon) = paused_holder(store, true).await;
+    assert_refused_by_the_fence(&first, &second, &coupon);
+}
+
+#[tokio::test]
+async fn with_locks_in_etcd_without_the_fence_a_paused_holder_oversells() {
+    let store = Store::RedisWithEtcdLocks(RedisServer::start(), EtcdCluster::start(1));
     let (first, second, coupon) = paused_holder(store, false).await;
     assert_oversold(&first, &second, &coupon);
 }

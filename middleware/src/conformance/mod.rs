@@ -119,6 +119,7 @@ macro_rules! __conformance_cases {
             a_waiting_writer_bars_new_readers_only_while_it_waits,
             a_writer_that_asks_once_leaves_nothing_behind,
             a_writer_that_gives_up_waiting_leaves_nothing_behind,
+            waiting_writers_in_two_processes_take_turns,
         );
     };
     (semaphore, $store:ty) => {

@@ -2,6 +2,7 @@
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use tokio::time::sleep;
@@ -149,6 +150,68 @@ where
         a.acquire_read("lock:k", request(LONG)).await,
         "no writer waits",
     );
+}
+
+/// Sixteen writers in two processes that wait to be woken (the default) take one read-write
+/// lock over and over, while readers come and go: every writer gets it each time, and never
+/// with anybody else inside. The same visitors without the lock are seen inside together.
+pub async fn waiting_writers_in_two_processes_take_turns<S: Store>(store: &S)
+where
+    S::Backend: SharedLocks,
+{
+    let (a, b) = two_processes(store).await;
+    let wait = |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG);
+    let lockers = [locker(a, wait), locker(b, wait)];
+    let writers = Arc::new(Occupancy::default());
+    let readers = Arc::new(AtomicUsize::new(0));
+    let writer_met_a_reader = Arc::new(AtomicBool::new(false));
+    let mut visitors = Vec::new();
+    for visitor in 0..24 {
+        let locker = lockers[visitor % 2].clone();
+        let (writers, readers, met) = (
+            writers.clone(),
+            readers.clone(),
+            writer_met_a_reader.clone(),
+        );
+        visitors.push(tokio::spawn(async move {
+            for _ in 0..6 {
+                if visitor < 16 {
+                    let held = locker.write("k").await?;
+                    met.fetch_or(readers.load(SeqCst) > 0, SeqCst);
+                    writers.visit(Duration::from_millis(1)).await;
+                    met.fetch_or(readers.load(SeqCst) > 0, SeqCst);
+                    held.release().await?;
+                } else {
+                    let held = locker.read("k").await?;
+                    readers.fetch_add(1, SeqCst);
+                    sleep(Duration::from_millis(1)).await;
+                    readers.fetch_sub(1, SeqCst);
+                    held.release().await?;
+                }
+            }
+            Ok::<_, crate::LockError>(())
+        }));
+    }
+    for visitor in visitors {
+        let done = visitor.await.expect("a visitor panicked");
+        done.expect("every visitor gets the lock each time");
+    }
+    assert_eq!(writers.most(), 1, "two writers inside at once");
+    assert!(
+        !writer_met_a_reader.load(SeqCst),
+        "a writer inside with a reader"
+    );
+    let unlocked = Arc::new(Occupancy::default());
+    let visits: Vec<_> = (0..16)
+        .map(|_| {
+            let unlocked = unlocked.clone();
+            tokio::spawn(async move { unlocked.visit(Duration::from_millis(1)).await })
+        })
+        .collect();
+    for visit in visits {
+        visit.await.expect("a visitor panicked");
+    }
+    assert!(unlocked.most() > 1, "without the lock they overlap");
 }
 
 /// Each reader's lease runs out on its own: a crashed reader holds up writers only until then,

@@ -27,16 +27,19 @@ pub(crate) struct Settings {
     pub(crate) on_lost: OnLost,
 }
 
+/// The lease TTL unless set otherwise (or shorter, for a backend that vouches for less).
+const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
 impl Settings {
     /// The defaults, with keys as long as `max_name_len` (the backend's limit) allows, at
-    /// most [`DEFAULT_MAX_KEY_LEN`].
-    fn defaults(max_name_len: Option<usize>) -> Self {
+    /// most [`DEFAULT_MAX_KEY_LEN`], and leases as long as `max_ttl` allows, at most 10 s.
+    fn defaults(max_name_len: Option<usize>, max_ttl: Option<Duration>) -> Self {
         let prefix = "lock:".to_owned();
         let room = max_name_len.map_or(usize::MAX, |max| max.saturating_sub(prefix.len()));
         Self {
             prefix,
             max_key_len: DEFAULT_MAX_KEY_LEN.min(room),
-            ttl: Duration::from_secs(10),
+            ttl: max_ttl.map_or(DEFAULT_TTL, |max| DEFAULT_TTL.min(max)),
             policy: BusyPolicy::default(),
             backoff: Backoff::default(),
             store_timeout: Duration::from_secs(1),
@@ -124,10 +127,11 @@ pub enum ConfigError {
 /// Builds a [`Locker`]: set what differs from the defaults, then [`build`](Self::build), which
 /// checks the settings together and against the backend.
 ///
-/// Defaults: prefix `lock:`, lease TTL 10 s renewed every TTL/3, work aborted if the lease is
-/// lost, wait up to 3 s for a busy lock (woken by release announcements where the backend has
-/// a wait queue, else polling with backoff from 10 ms to 250 ms), store calls slower than 1 s
-/// count as failed, keys up to 256 bytes.
+/// Defaults: prefix `lock:`, lease TTL 10 s (or the backend's longest, if shorter) renewed every
+/// TTL/3, work aborted if the lease is lost, wait up to 3 s for a busy lock (woken by release
+/// announcements where the backend has a wait queue, else polling with backoff from 10 ms to
+/// 250 ms), store calls slower than 1 s count as failed, keys up to 256 bytes (or what the
+/// backend's names allow).
 ///
 /// # Example
 ///
@@ -208,7 +212,7 @@ impl Waiting {
 
 impl<B: LockBackend> LockerBuilder<B> {
     pub(crate) fn new(backend: Arc<B>) -> Self {
-        let settings = Settings::defaults(backend.max_name_len());
+        let settings = Settings::defaults(backend.max_name_len(), backend.max_ttl());
         Self {
             backend,
             held: Arc::default(),

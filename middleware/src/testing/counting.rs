@@ -186,6 +186,10 @@ impl<B: LockBackend> LockBackend for CountingBackend<B> {
     fn max_name_len(&self) -> Option<usize> {
         self.inner.max_name_len()
     }
+
+    fn max_ttl(&self) -> Option<Duration> {
+        self.inner.max_ttl()
+    }
 }
 
 impl<B: SharedLocks> SharedLocks for CountingBackend<B> {

@@ -1,7 +1,8 @@
 //! Where a lock's keys live: one key per holder or waiter, bound to the process's session
 //! lease and ordered by their create revision — `<namespace><name>/x/<token>` for an
 //! exclusive hold (mutex, writer) or a place in line for one, `<namespace><name>/s/<token>`
-//! for a shared hold (reader, permit).
+//! for a shared hold (reader, permit), `<namespace><name>/w/<token>` for a waiting writer's
+//! intent (it bars new readers, and holds no place in line).
 //!
 //! The name is escaped (`%` as `%25`, `/` as `%2F`), so one lock's keys never fall under
 //! another lock's prefix (`a/` would otherwise hold the keys of lock `a/b`).
@@ -50,6 +51,16 @@ impl LockKeys {
     /// The prefix of the shared holds.
     pub(super) fn shared_prefix(&self) -> Vec<u8> {
         self.under(b"s/")
+    }
+
+    /// The prefix of the waiting writers' intents.
+    pub(super) fn intent_prefix(&self) -> Vec<u8> {
+        self.under(b"w/")
+    }
+
+    /// The key of `token`'s intent to write.
+    pub(super) fn intent(&self, token: OwnerToken) -> Vec<u8> {
+        self.token_under(b"w/", token)
     }
 
     /// The key of `token`'s exclusive hold or place in line.
@@ -113,6 +124,8 @@ mod tests {
         assert!(keys.exclusive_prefix().starts_with(keys.prefix()));
         assert!(keys.shared_prefix().starts_with(keys.prefix()));
         assert_ne!(keys.exclusive_prefix(), keys.shared_prefix());
+        assert!(keys.intent(token).starts_with(&keys.intent_prefix()));
+        assert_ne!(keys.intent_prefix(), keys.exclusive_prefix());
         assert!(exclusive.ends_with(token.to_string().as_bytes()));
     }
 }

@@ -265,23 +265,35 @@ impl EtcdBackend {
         Compare::create_revision(mark, CompareOp::Equal, 0)
     }
 
+    /// Whether nothing keeps `token` from holding `keys`' lock alone: no exclusive key (a
+    /// holder or a place in line), no shared one, and `token` has not given up.
+    fn free_for_exclusive(&self, keys: &LockKeys, token: OwnerToken) -> [Compare; 3] {
+        [
+            vacant(&keys.exclusive_prefix()),
+            vacant(&keys.shared_prefix()),
+            self.not_given_up(token),
+        ]
+    }
+
     /// `token` gave up on `name`: in one transaction, its keys there are deleted and its
     /// attempts marked as given up, so that a put of its still on the way does nothing.
     async fn give_up(&self, name: &str, token: OwnerToken) -> Result<(), BackendError> {
         self.inner.watches.forget(token);
         let keys = self.keys(name);
-        let (exclusive, shared) = (keys.exclusive(token), keys.shared(token));
+        let ours = [
+            keys.exclusive(token),
+            keys.shared(token),
+            keys.intent(token),
+        ];
         let mark = keys::given_up(&self.inner.namespace, token);
         let session = self.inner.session.term().lease;
-        self.inner.session.disown(&exclusive);
-        self.inner.session.disown(&shared);
+        for key in &ours {
+            self.inner.session.disown(key);
+        }
         self.inner.session.bury(&mark);
-        let txn = Txn::new().and_then([
-            Self::put(mark, session),
-            TxnOp::delete(exclusive, None),
-            TxnOp::delete(shared, None),
-        ]);
-        self.txn(txn).await.map(drop)
+        let mut txn = vec![Self::put(mark, session)];
+        txn.extend(ours.into_iter().map(|key| TxnOp::delete(key, None)));
+        self.txn(Txn::new().and_then(txn)).await.map(drop)
     }
 
     /// Gives up `keys` and deletes them (the session's sweep does, if this cannot); the
@@ -348,7 +360,7 @@ impl LockBackend for EtcdBackend {
         let key = keys.exclusive(request.token);
         let session = self.inner.session.term().lease;
         let txn = Txn::new()
-            .when([vacant(keys.prefix()), self.not_given_up(request.token)])
+            .when(self.free_for_exclusive(&keys, request.token))
             .and_then([Self::put(key.clone(), session)]);
         self.inner.session.own(&key);
         let sent = Instant::now();
@@ -406,8 +418,10 @@ impl LockBackend for EtcdBackend {
             .iter()
             .map(|keys| keys.exclusive(request.token))
             .collect();
-        let mut vacancies: Vec<Compare> = locks.iter().map(|keys| vacant(keys.prefix())).collect();
-        vacancies.push(self.not_given_up(request.token));
+        let vacancies: Vec<Compare> = locks
+            .iter()
+            .flat_map(|keys| self.free_for_exclusive(keys, request.token))
+            .collect();
         let puts: Vec<TxnOp> = ours
             .iter()
             .map(|key| Self::put(key.clone(), session))

@@ -1,6 +1,7 @@
-//! Places in line: a waiter's key (a queued ticket, or a writer's that waits) stays under the
-//! lock's prefix, in line by its create revision, and watches its predecessor (`watches.rs`).
-//! Its place needs no refreshing: it lives as long as the session, or until the waiter leaves.
+//! The wait queue: a queued waiter's key stays under the lock's `x/` prefix, in line by its
+//! create revision, and watches its predecessor (`watches.rs`). The first key there holds the
+//! lock once no shared hold is left (none can be added while an exclusive key waits). A place
+//! needs no refreshing: it lives as long as the session, or until the waiter leaves.
 
 use std::sync::Arc;
 
@@ -13,19 +14,8 @@ use crate::OwnerToken;
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{BackendError, BoxFuture, Granted, LockRequest, QueuedAttempt, WaitQueue};
 
-/// How a waiter in line hears that its predecessor left.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Heed {
-    /// It does not: it asks again on its own timer.
-    Not,
-    /// It is woken to ask again.
-    Asks,
-    /// It is woken, holding the lock when the predecessor held it (a queued ticket).
-    TakesHandover,
-}
-
-/// Where an attempt in line stands.
-pub(super) enum InLine {
+/// Where a queued attempt stands.
+enum InLine {
     /// First in line: the lock is the caller's.
     Holds(Granted<EtcdLease>),
     /// Behind others, at this place.
@@ -44,15 +34,13 @@ impl WaitQueue<EtcdLease> for EtcdBackend {
         _ticket_ttl: std::time::Duration,
     ) -> BoxFuture<'a, Result<QueuedAttempt<EtcdLease>, BackendError>> {
         Box::pin(async move {
-            Ok(
-                match self.in_line(name, request, Heed::TakesHandover).await? {
-                    InLine::Holds(grant) => QueuedAttempt::Acquired(grant),
-                    InLine::Waits(handover) => QueuedAttempt::Queued {
-                        holder_ttl: None,
-                        handover,
-                    },
+            Ok(match self.in_line(name, request).await? {
+                InLine::Holds(grant) => QueuedAttempt::Acquired(grant),
+                InLine::Waits(handover) => QueuedAttempt::Queued {
+                    holder_ttl: None,
+                    handover,
                 },
-            )
+            })
         })
     }
 
@@ -66,20 +54,14 @@ impl WaitQueue<EtcdLease> for EtcdBackend {
 }
 
 impl EtcdBackend {
-    /// Takes the lock exclusively if the caller's key is first in line; else puts the key in
-    /// line (once) and, as `heed` says, watches its predecessor.
-    pub(super) async fn in_line(
-        &self,
-        name: &str,
-        request: LockRequest,
-        heed: Heed,
-    ) -> Result<InLine, BackendError> {
-        if heed != Heed::Not
-            && let Some(place) = self.inner.watches.waiting(name, request.token)
-        {
+    /// Takes the lock if the caller's key is first in line and no shared hold is left; else
+    /// puts the key in line (once) and watches what is ahead of it.
+    async fn in_line(&self, name: &str, request: LockRequest) -> Result<InLine, BackendError> {
+        if let Some(place) = self.inner.watches.waiting(name, request.token) {
             return Ok(InLine::Waits(place));
         }
         let keys = self.keys(name);
+        let (line, shared) = (keys.exclusive_prefix(), keys.shared_prefix());
         let key = keys.exclusive(request.token);
         let session = self.inner.session.term().lease;
         let newest_two = GetOptions::new()
@@ -94,25 +76,31 @@ impl EtcdBackend {
             ])
             .and_then([
                 Self::put(key.clone(), session),
-                first_under(keys.prefix()),
-                TxnOp::get(keys.prefix(), Some(newest_two)),
+                first_under(&line),
+                first_under(&shared),
+                TxnOp::get(line.clone(), Some(newest_two)),
             ])
-            .or_else([TxnOp::get(key.clone(), None), first_under(keys.prefix())]);
+            .or_else([
+                TxnOp::get(key.clone(), None),
+                first_under(&line),
+                first_under(&shared),
+            ]);
         self.inner.session.own(&key);
         let sent = Instant::now();
         let answer = self.txn(txn).await?;
         let mut read_at = revision(&answer)?;
-        let holder = read(&answer, 1)?
+        let first = read(&answer, 1)?
             .into_iter()
             .next()
             .map(|kv| kv.key().to_vec());
+        let readers_in = !read(&answer, 2)?.is_empty();
         let (place, predecessor) = if answer.succeeded() {
             let place = EtcdLease {
                 key,
                 session,
                 revision: read_at,
             };
-            let predecessor = read(&answer, 2)?.into_iter().nth(1);
+            let predecessor = read(&answer, 3)?.into_iter().nth(1);
             (place, predecessor.map(|kv| kv.key().to_vec()))
         } else {
             let Some(mine) = read(&answer, 0)?.into_iter().next() else {
@@ -125,34 +113,35 @@ impl EtcdBackend {
             };
             (place, None)
         };
-        if holder.as_deref() == Some(place.key.as_slice()) {
-            return Ok(InLine::Holds(self.vouched(place, sent, request.ttl).await?));
-        }
-        if heed == Heed::Not {
-            return Ok(InLine::Waits(place));
-        }
+        let first_in_line = first.as_deref() == Some(place.key.as_slice());
         let predecessor = match predecessor {
             Some(predecessor) => Some(predecessor),
+            None if first_in_line => None,
             None => {
                 let (at, predecessor) = self.predecessor(&keys, place.revision).await?;
                 read_at = at;
                 predecessor
             }
         };
-        let Some(predecessor) = predecessor else {
-            // Everybody ahead left between the two reads.
-            return Ok(InLine::Holds(self.vouched(place, sent, request.ttl).await?));
-        };
-        let behind_holder = holder.as_deref() == Some(predecessor.as_slice());
-        self.inner.watches.watch(Watch {
+        let watch = |target, whole_prefix, hands_over| Watch {
             name: name.to_owned(),
             ticket: request.token,
-            target: predecessor,
-            whole_prefix: false,
+            target,
+            whole_prefix,
             read_at,
             place: Some(place.clone()),
-            hands_over: heed == Heed::TakesHandover && behind_holder,
-        });
+            hands_over,
+        };
+        let watch = match predecessor {
+            // Readers that came in before the line formed are still inside.
+            None if readers_in => watch(shared, true, false),
+            None => return Ok(InLine::Holds(self.vouched(place, sent, request.ttl).await?)),
+            Some(predecessor) => {
+                let behind_holder = !readers_in && first.as_deref() == Some(predecessor.as_slice());
+                watch(predecessor, false, behind_holder)
+            }
+        };
+        self.inner.watches.watch(watch);
         Ok(InLine::Waits(place))
     }
 
@@ -169,10 +158,10 @@ impl EtcdBackend {
             .with_sort(SortTarget::Create, SortOrder::Descend)
             .with_limit(1)
             .with_keys_only();
-        let prefix = keys.prefix().to_vec();
+        let line = keys.exclusive_prefix();
         let call = |client: etcd_client::Client| {
-            let (prefix, options) = (prefix.clone(), options.clone());
-            async move { client.kv_client().get(prefix, Some(options)).await }
+            let (line, options) = (line.clone(), options.clone());
+            async move { client.kv_client().get(line, Some(options)).await }
         };
         let mut answer = self.inner.members.call(call).await?;
         let read_at = answer

@@ -1,21 +1,22 @@
 //! Read-write locks and semaphores. A shared hold (a reader, a permit) is a key under the
-//! lock's `s/` prefix, put only while no exclusive key (a holder, a writer waiting in line) is
-//! under `x/`: a waiting writer bars new readers for as long as it waits, and no longer (its
-//! key goes when it takes the lock or gives up). A writer that asks once takes the lock as a
-//! mutex does; one that waits keeps its place in line (`queue.rs`) and holds the lock once
-//! every key ahead of it, readers' included, is gone. A permit is held by the first `permits`
+//! lock's `s/` prefix. A reader's is put only while no exclusive key (a holder, a place in
+//! line) and no writer's intent (`w/`) is there; a writer takes the lock as a mutex does, when
+//! no exclusive and no shared key is there, and a writer that will wait leaves its intent when
+//! busy, in the same transaction: it bars new readers while the writer waits, and goes when
+//! the writer takes the lock (in that transaction too) or gives up. Intents hold no place in
+//! line: each process's waiting writers line up in its waiting room, and a line in the store
+//! as well would make two orders that can disagree. A permit is held by the first `permits`
 //! shared keys by create revision; an attempt that lands behind them deletes its key again.
 //! Shared holds are not fenced.
 //!
-//! A reader or permit holder that waits for announcements watches what keeps it out — any
-//! exclusive key, or any other permit — and asks again when one of them is deleted.
+//! A reader, writer or permit holder that waits for announcements watches the lock's keys (or
+//! the other permits) and asks again when one of them is deleted.
 
 use std::num::NonZeroU32;
 
 use etcd_client::{GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 use tokio::time::Instant;
 
-use super::queue::{Heed, InLine};
 use super::watches::Watch;
 use super::{EtcdBackend, EtcdLease, read, revision, vacant};
 use crate::backend::{
@@ -28,7 +29,26 @@ impl SharedLocks for EtcdBackend {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<EtcdLease>>, BackendError> {
-        self.shared_hold(name, request, None).await
+        let keys = self.keys(name);
+        let key = keys.shared(request.token);
+        let session = self.inner.session.term().lease;
+        let txn = Txn::new()
+            .when([
+                vacant(&keys.exclusive_prefix()),
+                vacant(&keys.intent_prefix()),
+                self.not_given_up(request.token),
+            ])
+            .and_then([Self::put(key.clone(), session)]);
+        self.inner.session.own(&key);
+        let sent = Instant::now();
+        let answer = self.txn(txn).await?;
+        let read_at = revision(&answer)?;
+        if !answer.succeeded() {
+            self.inner.session.disown(&key);
+            return Ok(self.busy(name, request, keys.prefix().to_vec(), read_at));
+        }
+        self.shared_grant(key, session, read_at, sent, request)
+            .await
     }
 
     async fn acquire_write(
@@ -36,15 +56,40 @@ impl SharedLocks for EtcdBackend {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<EtcdLease>>, BackendError> {
-        let heed = match request.patience {
-            Patience::Once => return self.acquire(name, request).await,
-            Patience::Polls => Heed::Not,
-            Patience::Listens => Heed::Asks,
+        if request.patience == Patience::Once {
+            return self.acquire(name, request).await;
+        }
+        let keys = self.keys(name);
+        let (key, intent) = (keys.exclusive(request.token), keys.intent(request.token));
+        let session = self.inner.session.term().lease;
+        let leave_intent = Txn::new()
+            .when([self.not_given_up(request.token)])
+            .and_then([Self::put(intent.clone(), session)]);
+        let txn = Txn::new()
+            .when(self.free_for_exclusive(&keys, request.token))
+            .and_then([
+                Self::put(key.clone(), session),
+                TxnOp::delete(intent.clone(), None),
+            ])
+            .or_else([TxnOp::txn(leave_intent)]);
+        self.inner.session.own(&key);
+        self.inner.session.own(&intent);
+        let sent = Instant::now();
+        let answer = self.txn(txn).await?;
+        let read_at = revision(&answer)?;
+        if !answer.succeeded() {
+            self.inner.session.disown(&key);
+            return Ok(self.busy(name, request, keys.prefix().to_vec(), read_at));
+        }
+        self.inner.session.disown(&intent);
+        let lease = EtcdLease {
+            key,
+            session,
+            revision: read_at,
         };
-        Ok(match self.in_line(name, request, heed).await? {
-            InLine::Holds(grant) => Attempt::Acquired(grant),
-            InLine::Waits(_) => Attempt::Busy { holder_ttl: None },
-        })
+        Ok(Attempt::Acquired(
+            self.vouched(lease, sent, request.ttl).await?,
+        ))
     }
 }
 
@@ -55,37 +100,36 @@ impl Semaphores for EtcdBackend {
         request: LockRequest,
         permits: NonZeroU32,
     ) -> Result<Attempt<Granted<EtcdLease>>, BackendError> {
-        self.shared_hold(name, request, Some(permits)).await
+        self.permit(name, request, permits).await
     }
 }
 
 impl EtcdBackend {
-    /// A read hold, or one of `permits`: the shared key is put while no exclusive key is
-    /// under the lock; a permit keeps it only among the first `permits`.
-    async fn shared_hold(
+    /// One of `permits`: the shared key is put while no exclusive key is under the lock, and
+    /// kept only among the first `permits`.
+    async fn permit(
         &self,
         name: &str,
         request: LockRequest,
-        permits: Option<NonZeroU32>,
+        permits: NonZeroU32,
     ) -> Result<Attempt<Granted<EtcdLease>>, BackendError> {
         let keys = self.keys(name);
         let key = keys.shared(request.token);
         let session = self.inner.session.term().lease;
-        let mut then = vec![Self::put(key.clone(), session)];
-        if let Some(permits) = permits {
-            let first = GetOptions::new()
-                .with_prefix()
-                .with_sort(SortTarget::Create, SortOrder::Ascend)
-                .with_limit(i64::from(permits.get()))
-                .with_keys_only();
-            then.push(TxnOp::get(keys.shared_prefix(), Some(first)));
-        }
+        let first = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(i64::from(permits.get()))
+            .with_keys_only();
         let txn = Txn::new()
             .when([
                 vacant(&keys.exclusive_prefix()),
                 self.not_given_up(request.token),
             ])
-            .and_then(then);
+            .and_then([
+                Self::put(key.clone(), session),
+                TxnOp::get(keys.shared_prefix(), Some(first)),
+            ]);
         self.inner.session.own(&key);
         let sent = Instant::now();
         let answer = self.txn(txn).await?;
@@ -94,14 +138,27 @@ impl EtcdBackend {
             self.inner.session.disown(&key);
             return Ok(self.busy(name, request, keys.exclusive_prefix(), read_at));
         }
-        if permits.is_some() && !read(&answer, 1)?.iter().any(|kv| kv.key() == key) {
+        if !read(&answer, 1)?.iter().any(|kv| kv.key() == key) {
             let deleted_at = self.delete(&[key]).await?;
             return Ok(self.busy(name, request, keys.shared_prefix(), deleted_at));
         }
+        self.shared_grant(key, session, read_at, sent, request)
+            .await
+    }
+
+    /// The shared hold `key`, put at `revision`: granted once the session vouches for it.
+    async fn shared_grant(
+        &self,
+        key: Vec<u8>,
+        session: i64,
+        revision: i64,
+        sent: Instant,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<EtcdLease>>, BackendError> {
         let lease = EtcdLease {
             key,
             session,
-            revision: read_at,
+            revision,
         };
         let lease = self.vouch_for(lease, sent, request.ttl).await?;
         Ok(Attempt::Acquired(Granted { lease, fence: None }))

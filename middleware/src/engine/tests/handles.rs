@@ -215,6 +215,30 @@ async fn a_store_that_does_not_answer_is_unavailable_after_the_store_timeout() {
 }
 
 #[test]
+fn a_backend_that_vouches_for_short_leases_shortens_the_default_and_refuses_longer_ones() {
+    let short = Duration::from_secs(2);
+    let backend = MutexOnly::vouching_for(short);
+
+    let defaulted = Locker::builder(backend.clone()).build();
+    let longer = Locker::builder(backend.clone()).ttl(short * 2).build();
+    let layer = crate::LockLayer::new(backend, crate::key::header("x-k")).wait(TTL);
+
+    assert_eq!(defaulted.map(|locker| locker.settings().ttl), Ok(short));
+    assert_eq!(
+        longer.map(drop),
+        Err(ConfigError::TtlTooLongForBackend {
+            ttl: short * 2,
+            max: short
+        })
+    );
+    assert_eq!(
+        layer.validate(),
+        Ok(()),
+        "a layer's later settings keep the default"
+    );
+}
+
+#[test]
 fn settings_that_cannot_work_are_refused_when_the_locker_is_built() {
     fn build(
         configure: impl FnOnce(crate::LockerBuilder<Hanging>) -> crate::LockerBuilder<Hanging>,
