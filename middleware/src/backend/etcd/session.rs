@@ -22,7 +22,7 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use etcd_client::LeaseTimeToLiveOptions;
+use etcd_client::{Compare, CompareOp, LeaseTimeToLiveOptions, Txn, TxnOp};
 use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, sleep, timeout};
 
@@ -277,8 +277,13 @@ async fn keep_stream(
     }
 }
 
-/// Deletes the keys `lease` keeps alive that nobody here owns. A key listed and not owned is
-/// never owned again (it is owned from before it exists), so deleting it is always right.
+/// Deletes the keys `lease` keeps alive that nobody here owns.
+///
+/// A key can be given up and put again under the same name (a permit that landed behind the
+/// others deletes its key and asks again), so a name that was a stray when listed may be owned
+/// again by the time the deletion lands. So each stray's create revision is read first, the
+/// key is checked to be still unowned after that read, and it is deleted only if it is still
+/// that incarnation: a later one was owned before it was put, so it has another revision.
 async fn sweep(shared: &Shared, members: &Members, lease: i64) {
     let listed = |client: etcd_client::Client| async move {
         let options = LeaseTimeToLiveOptions::new().with_keys();
@@ -296,10 +301,28 @@ async fn sweep(shared: &Shared, members: &Members, lease: i64) {
         keys.filter(|key| !owned.contains(*key)).cloned().collect()
     };
     for key in strays {
-        tracing::debug!(key = %String::from_utf8_lossy(&key), "etcd session: deleting a key nobody owns");
-        let delete = |client: etcd_client::Client| {
+        let read = |client: etcd_client::Client| {
             let key = key.clone();
-            async move { client.kv_client().delete(key, None).await }
+            async move { client.kv_client().get(key, None).await }
+        };
+        let Ok(mut read) = members.call(read).await else {
+            continue;
+        };
+        let Some(seen) = read.take_kvs().into_iter().next() else {
+            continue;
+        };
+        if shared.owned().contains(&key) {
+            continue;
+        }
+        tracing::debug!(key = %String::from_utf8_lossy(&key), "etcd session: deleting a key nobody owns");
+        let incarnation =
+            Compare::create_revision(key.clone(), CompareOp::Equal, seen.create_revision());
+        let delete = Txn::new()
+            .when([incarnation])
+            .and_then([TxnOp::delete(key.clone(), None)]);
+        let delete = |client: etcd_client::Client| {
+            let delete = delete.clone();
+            async move { client.kv_client().txn(delete).await }
         };
         members.call(delete).await.ok();
     }
