@@ -2,6 +2,7 @@
 //! What the lock costs each request, and how close it runs to Redis's own limit.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -114,6 +115,12 @@ fn key_of(parts: &Parts) -> Result<Option<String>, KeyError> {
         .map(str::to_owned))
 }
 
+impl Pairing for Pairs {
+    async fn pair(&self, key: &str) {
+        self.pair_once(key).await;
+    }
+}
+
 impl Pairs {
     async fn connect(which: PairImpl, url: &str) -> Self {
         let client = redis::Client::open(url).expect("a valid Redis URL");
@@ -166,7 +173,7 @@ impl Pairs {
     }
 
     /// Locks and unlocks `key` once.
-    async fn pair(&self, key: &str) {
+    async fn pair_once(&self, key: &str) {
         match self {
             Pairs::Raw {
                 connection,
@@ -253,15 +260,18 @@ impl Pairs {
     }
 }
 
-/// Runs `concurrency` tasks pairing on fresh keys for `duration`.
-pub async fn run(
-    which: PairImpl,
-    url: &str,
+/// Locks and unlocks a key once: what the distinct-keys scenario repeats.
+pub trait Pairing: Send + Sync + 'static {
+    fn pair(&self, key: &str) -> impl Future<Output = ()> + Send;
+}
+
+/// Runs `concurrency` tasks pairing with `pairs` on fresh keys for `duration`: every pair's
+/// latency in µs.
+pub async fn timed_pairs<P: Pairing>(
+    pairs: Arc<P>,
     concurrency: usize,
     duration: Duration,
-) -> PairSummary {
-    let pairs = Arc::new(Pairs::connect(which, url).await);
-    let (client_before, redis_before) = (cpu::own(), cpu::redis(url).await);
+) -> Vec<u64> {
     let run_id = fastrand::u64(..);
     let start = Instant::now() + Duration::from_millis(100);
     let end = start + duration;
@@ -287,6 +297,46 @@ pub async fn run(
     for task in tasks {
         latencies.extend(task.await.expect("a pairing task finished"));
     }
+    latencies
+}
+
+/// A locker on `backend` that rejects a busy lock: what the `*-engine` pairs run.
+pub fn engine<B: LockBackend>(backend: B) -> Locker<B> {
+    Locker::builder(backend)
+        .ttl(TTL)
+        .reject()
+        .build()
+        .expect("valid settings")
+}
+
+/// Locks and unlocks `key` through `locker`.
+pub async fn engine_pair<B: LockBackend>(locker: &Locker<B>, key: &str) {
+    let locked = locker.with_lock(key, |_| async {}).await;
+    locked.expect("a distinct key is free");
+}
+
+/// Locks and unlocks `key` with `backend`'s own calls.
+pub async fn backend_pair<B: LockBackend>(backend: &B, key: &str) {
+    let request = LockRequest::new(OwnerToken::new(), TTL);
+    let Ok(Attempt::Acquired(grant)) = backend.acquire(key, request).await else {
+        panic!("a distinct key is free");
+    };
+    backend
+        .release(key, &grant.lease)
+        .await
+        .expect("the store answers");
+}
+
+/// Runs `concurrency` tasks pairing on fresh keys for `duration`.
+pub async fn run(
+    which: PairImpl,
+    url: &str,
+    concurrency: usize,
+    duration: Duration,
+) -> PairSummary {
+    let pairs = Arc::new(Pairs::connect(which, url).await);
+    let (client_before, redis_before) = (cpu::own(), cpu::redis(url).await);
+    let mut latencies = timed_pairs(Arc::clone(&pairs), concurrency, duration).await;
     let (client_cpu, redis_cpu) = (
         cpu::own() - client_before,
         cpu::redis(url).await - redis_before,

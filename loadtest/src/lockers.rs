@@ -9,6 +9,7 @@ use std::time::Duration;
 use redis::Script;
 use redis::aio::MultiplexedConnection;
 use tower_lock::backend::OwnerToken;
+use tower_lock::backend::etcd::EtcdBackend;
 use tower_lock::backend::mysql::MysqlBackend;
 use tower_lock::backend::postgres::PostgresBackend;
 use tower_lock::testing::CountingBackend;
@@ -16,6 +17,8 @@ use tower_lock::{LockBackend, Locker, LockerBuilder, RedisBackend};
 
 /// Lease TTL every implementation uses.
 pub const TTL: Duration = Duration::from_secs(10);
+/// The etcd session's TTL: long enough for [`TTL`] (a locker leases two thirds of it).
+pub const ETCD_SESSION: Duration = Duration::from_secs(15);
 /// How long a contender may wait before an implementation gives up (then it asks again).
 const WAIT: Duration = Duration::from_secs(30);
 /// The naive loop's fixed sleep between attempts, as in the seed articles.
@@ -47,6 +50,12 @@ pub enum Impl {
     MysqlInLine,
     /// tower-lock on MySQL/MariaDB, every waiter polling with backoff.
     MysqlPolling,
+    /// tower-lock on etcd, each process's head of line watching its predecessor's key.
+    EtcdNotified,
+    /// tower-lock on etcd, every waiter polling with backoff.
+    EtcdPolling,
+    /// tower-lock on etcd in fair (FIFO) mode: every waiter's key in line.
+    EtcdFair,
 }
 
 impl Impl {
@@ -71,6 +80,13 @@ impl Impl {
         Impl::TowerLockNotified,
     ];
 
+    pub const ETCD_HOT_KEY: [Impl; 4] = [
+        Impl::EtcdNotified,
+        Impl::EtcdFair,
+        Impl::EtcdPolling,
+        Impl::TowerLockNotified,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Impl::TowerLockNotified => "tower-lock-notified",
@@ -83,11 +99,15 @@ impl Impl {
             Impl::PostgresFair => "postgres-fair",
             Impl::MysqlInLine => "mysql-in-line",
             Impl::MysqlPolling => "mysql-polling",
+            Impl::EtcdNotified => "etcd-notified",
+            Impl::EtcdPolling => "etcd-polling",
+            Impl::EtcdFair => "etcd-fair",
         }
     }
 
-    /// Whether it runs on a SQL database (its plan's URL is the database's).
-    pub fn on_sql(self) -> bool {
+    /// Whether it runs on the store under test rather than Redis (its plan's URL is that
+    /// store's).
+    pub fn off_redis(self) -> bool {
         matches!(
             self,
             Impl::PostgresNotified
@@ -95,6 +115,17 @@ impl Impl {
                 | Impl::PostgresFair
                 | Impl::MysqlInLine
                 | Impl::MysqlPolling
+                | Impl::EtcdNotified
+                | Impl::EtcdPolling
+                | Impl::EtcdFair
+        )
+    }
+
+    /// Whether it runs on etcd (whose own request counts are read off the member).
+    pub fn on_etcd(self) -> bool {
+        matches!(
+            self,
+            Impl::EtcdNotified | Impl::EtcdPolling | Impl::EtcdFair
         )
     }
 
@@ -121,16 +152,21 @@ pub enum Contender {
     Mysql {
         locker: Locker<CountingBackend<MysqlBackend>>,
     },
+    Etcd {
+        locker: Locker<CountingBackend<EtcdBackend>>,
+    },
 }
 
 /// The waiting `which` asks for, on `locker`.
 fn waiting<B: LockBackend>(which: Impl, locker: LockerBuilder<B>) -> Locker<B> {
     let locker = locker.ttl(TTL);
     let locker = match which {
-        Impl::TowerLockPolling | Impl::PostgresPolling | Impl::MysqlPolling => {
+        Impl::TowerLockPolling | Impl::PostgresPolling | Impl::MysqlPolling | Impl::EtcdPolling => {
             locker.wait_polling(WAIT)
         }
-        Impl::TowerLockFair | Impl::PostgresFair => locker.wait(WAIT).fair(Duration::from_secs(3)),
+        Impl::TowerLockFair | Impl::PostgresFair | Impl::EtcdFair => {
+            locker.wait(WAIT).fair(Duration::from_secs(3))
+        }
         _ => locker.wait(WAIT),
     };
     locker.build().expect("valid settings")
@@ -162,6 +198,17 @@ impl Contender {
                     locker: waiting(which, Locker::builder(backend)),
                 }
             }
+            Impl::EtcdNotified | Impl::EtcdPolling | Impl::EtcdFair => {
+                let backend = EtcdBackend::connect_with(
+                    [url],
+                    tower_lock::backend::etcd::EtcdSettings::default().session_ttl(ETCD_SESSION),
+                )
+                .await;
+                let backend = CountingBackend::new(backend.expect("etcd reachable"));
+                Contender::Etcd {
+                    locker: waiting(which, Locker::builder(backend)),
+                }
+            }
             Impl::SeedNaive => {
                 let client = redis::Client::open(url).expect("a valid Redis URL");
                 Contender::SeedNaive {
@@ -184,6 +231,7 @@ impl Contender {
             Contender::TowerLock { locker } => locker.backend().counts().total(),
             Contender::Postgres { locker } => locker.backend().counts().total(),
             Contender::Mysql { locker } => locker.backend().counts().total(),
+            Contender::Etcd { locker } => locker.backend().counts().total(),
             Contender::SeedNaive { .. } | Contender::Rslock(_) => 0,
         }
     }
@@ -206,6 +254,10 @@ impl Contender {
                 .await
                 .unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}")),
             Contender::Mysql { locker } => locker
+                .with_lock(key, |_| work)
+                .await
+                .unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}")),
+            Contender::Etcd { locker } => locker
                 .with_lock(key, |_| work)
                 .await
                 .unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}")),

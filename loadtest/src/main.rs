@@ -11,18 +11,21 @@
 //! port (or uses `--redis-url`) and compares tower-lock with peer implementations in the same
 //! run. With `--backend postgres` or `--backend mysql` it measures tower-lock on the
 //! machine's PostgreSQL or MariaDB instead (a fresh schema or database of its own), beside the
-//! database's own lock and Redis. See `docs/BENCHMARKS.md` for results and what limits them.
+//! database's own lock and Redis; with `--backend etcd`, on a one-member etcd of its own,
+//! beside etcd's own lock service and Redis. See `docs/BENCHMARKS.md` for results and what
+//! limits them.
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::process::Stdio;
 use std::time::Duration;
 
 use clap::Parser;
-use integration_tests::RedisServer;
+use integration_tests::{EtcdCluster, RedisServer};
 
 mod chart;
 mod cpu;
 mod distinct_keys;
+mod etcd_pairs;
 mod hot_key;
 mod lockers;
 mod redis_stats;
@@ -30,6 +33,7 @@ mod report;
 mod sql_pairs;
 
 use distinct_keys::PairImpl;
+use etcd_pairs::EtcdPair;
 use hot_key::{Measured, Plan, now_us};
 use lockers::Impl;
 use report::{HotKeySummary, hot_key_figures, percentile, print_hot_key_table};
@@ -42,10 +46,11 @@ struct Args {
     /// What to measure.
     #[arg(long, value_enum, default_value = "hot-key")]
     scenario: Scenario,
-    /// Measure tower-lock on this SQL database (the machine's; `TEST_POSTGRES_URL` or
-    /// `TEST_MYSQL_URL` for another) instead of on Redis against peer libraries.
+    /// Measure tower-lock on this store instead of on Redis against peer libraries: the
+    /// machine's PostgreSQL or MariaDB (`TEST_POSTGRES_URL` or `TEST_MYSQL_URL` for another), or
+    /// an etcd of lockbench's own.
     #[arg(long, value_enum)]
-    backend: Option<Database>,
+    backend: Option<Backend>,
     /// Hot key: a contender that released waits until another has acquired before it wants
     /// the lock again, so every acquisition is a handoff.
     #[arg(long)]
@@ -70,11 +75,13 @@ struct Args {
     /// Implementations to compare (repeatable); default: all of the scenario's. Hot key:
     /// tower-lock-notified, tower-lock-polling, tower-lock-fair, seed-naive, rslock (on
     /// PostgreSQL: postgres-notified, postgres-polling, postgres-fair, tower-lock-notified; on
-    /// MySQL: mysql-in-line, mysql-polling, tower-lock-notified). Distinct keys: raw-scripts,
+    /// MySQL: mysql-in-line, mysql-polling, tower-lock-notified; on etcd: etcd-notified,
+    /// etcd-fair, etcd-polling, tower-lock-notified). Distinct keys: raw-scripts,
     /// seed-minimal, tower-lock, tower-lock-nofence, tower-lock-engine, tower-lock-service,
     /// rslock (on PostgreSQL: postgres-raw, postgres-backend, postgres-engine,
     /// pg-advisory-lock, pg-advisory-engine, redis-engine; on MySQL: mysql-raw, mysql-backend,
-    /// mysql-engine, mysql-get-lock, mysql-nowait-engine, redis-engine).
+    /// mysql-engine, mysql-get-lock, mysql-nowait-engine, redis-engine; on etcd: etcd-raw,
+    /// etcd-backend, etcd-engine, etcd-lock-rpc, redis-engine).
     #[arg(long = "impl")]
     impls: Vec<String>,
     /// Distinct keys: draw throughput against concurrency per implementation into this SVG.
@@ -89,6 +96,28 @@ struct Args {
     /// Internal: run one process's share of a run (a JSON plan) and print what it measured.
     #[arg(long, hide = true)]
     worker: Option<String>,
+}
+
+/// The store measured instead of Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Backend {
+    /// The machine's PostgreSQL.
+    Postgres,
+    /// The machine's MariaDB or MySQL.
+    Mysql,
+    /// A one-member etcd started by lockbench.
+    Etcd,
+}
+
+impl Backend {
+    /// The SQL database it is, if it is one.
+    fn database(self) -> Option<Database> {
+        match self {
+            Backend::Postgres => Some(Database::Postgres),
+            Backend::Mysql => Some(Database::Mysql),
+            Backend::Etcd => None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -137,26 +166,25 @@ async fn main() {
     // stopping it.
     let hot_key_all: &[Impl] = match args.backend {
         None => &Impl::HOT_KEY,
-        Some(Database::Postgres) => &Impl::POSTGRES_HOT_KEY,
-        Some(Database::Mysql) => &Impl::MYSQL_HOT_KEY,
+        Some(Backend::Postgres) => &Impl::POSTGRES_HOT_KEY,
+        Some(Backend::Mysql) => &Impl::MYSQL_HOT_KEY,
+        Some(Backend::Etcd) => &Impl::ETCD_HOT_KEY,
     };
-    let (hot_key_impls, pair_impls, sql_pairs) = match (args.scenario, args.backend) {
-        (Scenario::HotKey, _) => (
-            chosen(&args.impls, hot_key_all, Impl::name),
-            Vec::new(),
-            Vec::new(),
-        ),
-        (Scenario::DistinctKeys, None) => (
-            Vec::new(),
-            chosen(&args.impls, &PairImpl::ALL, PairImpl::name),
-            Vec::new(),
-        ),
-        (Scenario::DistinctKeys, Some(database)) => (
-            Vec::new(),
-            Vec::new(),
-            chosen(&args.impls, &SqlPair::ALL, |pair| pair.name(database)),
-        ),
-    };
+    let (mut hot_key_impls, mut pair_impls, mut sql_pairs, mut etcd_pairs) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    match (args.scenario, args.backend) {
+        (Scenario::HotKey, _) => hot_key_impls = chosen(&args.impls, hot_key_all, Impl::name),
+        (Scenario::DistinctKeys, None) => {
+            pair_impls = chosen(&args.impls, &PairImpl::ALL, PairImpl::name);
+        }
+        (Scenario::DistinctKeys, Some(Backend::Etcd)) => {
+            etcd_pairs = chosen(&args.impls, &EtcdPair::ALL, EtcdPair::name);
+        }
+        (Scenario::DistinctKeys, Some(backend)) => {
+            let database = backend.database().expect("a SQL backend");
+            sql_pairs = chosen(&args.impls, &SqlPair::ALL, |pair| pair.name(database));
+        }
+    }
     let own_redis = args.redis_url.is_none().then(RedisServer::start);
     let url = args
         .redis_url
@@ -165,41 +193,65 @@ async fn main() {
 
     match (args.scenario, args.backend) {
         (Scenario::HotKey, None) => hot_key_grid(&args, &Urls::redis(&url), &hot_key_impls).await,
-        (Scenario::HotKey, Some(database)) => {
+        (Scenario::HotKey, Some(Backend::Etcd)) => {
+            let etcd = EtcdCluster::start(1);
+            let urls = Urls {
+                redis: url.clone(),
+                other: Some(etcd.endpoint(0)),
+                etcd: Some(&etcd),
+            };
+            hot_key_grid(&args, &urls, &hot_key_impls).await;
+        }
+        (Scenario::HotKey, Some(backend)) => {
+            let database = backend.database().expect("a SQL backend");
             let scratch = sql_pairs::Scratch::create(database).await;
             let urls = Urls {
                 redis: url.clone(),
-                sql: Some(scratch.url()),
+                other: Some(scratch.url()),
+                etcd: None,
             };
             hot_key_grid(&args, &urls, &hot_key_impls).await;
         }
         (Scenario::DistinctKeys, None) => distinct_keys_grid(&args, &url, &pair_impls).await,
-        (Scenario::DistinctKeys, Some(database)) => {
+        (Scenario::DistinctKeys, Some(Backend::Etcd)) => {
+            etcd_distinct_keys_grid(&args, &url, &etcd_pairs).await;
+        }
+        (Scenario::DistinctKeys, Some(backend)) => {
+            let database = backend.database().expect("a SQL backend");
             sql_distinct_keys_grid(&args, database, &url, &sql_pairs).await;
         }
     }
 }
 
-/// The stores of a hot-key grid: Redis, and the SQL database when one is measured.
-struct Urls {
+/// The stores of a hot-key grid: Redis, and the store under test when one is measured.
+struct Urls<'a> {
     redis: String,
-    sql: Option<String>,
+    other: Option<String>,
+    /// The etcd under test, whose request counts are read off it.
+    etcd: Option<&'a EtcdCluster>,
 }
 
-impl Urls {
+impl Urls<'_> {
     fn redis(url: &str) -> Self {
         Self {
             redis: url.to_owned(),
-            sql: None,
+            other: None,
+            etcd: None,
         }
     }
 
     /// The store of `which`.
     fn of(&self, which: Impl) -> &str {
-        match (&self.sql, which.on_sql()) {
-            (Some(sql), true) => sql,
+        match (&self.other, which.off_redis()) {
+            (Some(other), true) => other,
             _ => &self.redis,
         }
+    }
+
+    /// Key-value requests the etcd under test has handled so far, when `which` runs on it.
+    fn etcd_requests(&self, which: Impl) -> Option<u64> {
+        let etcd = self.etcd.filter(|_| which.on_etcd())?;
+        Some(etcd.requests_started(0, "etcdserverpb.KV"))
     }
 }
 
@@ -260,6 +312,70 @@ async fn sql_distinct_keys_grid(
         println!(
             "  {:<20} {:>4} {:>8} {:>11}",
             "impl", "C", "median", "range"
+        );
+        for line in &ratio_lines {
+            println!("{line}");
+        }
+    }
+}
+
+/// Distinct keys on etcd: each implementation in turn, every round, on one etcd started for
+/// the grid, and the engine's and backend's throughput over the raw transactions' in the same
+/// round.
+async fn etcd_distinct_keys_grid(args: &Args, redis_url: &str, impls: &[EtcdPair]) {
+    let etcd = EtcdCluster::start(1);
+    let endpoint = etcd.endpoint(0);
+    let concurrencies = if args.concurrency.is_empty() {
+        vec![1, 16, 64]
+    } else {
+        args.concurrency.clone()
+    };
+    let duration = Duration::from_secs(args.duration_s);
+    let mut rows = Vec::new();
+    let mut ratio_lines = Vec::new();
+    for &concurrency in &concurrencies {
+        let mut rounds: Vec<Vec<distinct_keys::PairSummary>> =
+            impls.iter().map(|_| Vec::new()).collect();
+        for round in 0..args.rounds.max(1) {
+            for (index, &which) in impls.iter().enumerate() {
+                let row = etcd_pairs::run(which, &endpoint, redis_url, concurrency, duration).await;
+                eprintln!(
+                    "  round {} {} C={concurrency}: {:.0} pairs/s",
+                    round + 1,
+                    row.which,
+                    row.pairs_per_s
+                );
+                rounds[index].push(row);
+            }
+        }
+        for reference in [EtcdPair::Raw, EtcdPair::LockRpc] {
+            for (which, median, lowest, highest) in
+                distinct_keys::ratios_to(&rounds, reference.name())
+            {
+                ratio_lines.push(format!(
+                    "  {which:<20} {:<14} {concurrency:>4} {median:>8.2} {lowest:>6.2}–{highest:.2}",
+                    reference.name()
+                ));
+            }
+        }
+        for runs in rounds {
+            let row = distinct_keys::median(runs);
+            if args.json {
+                println!("{}", serde_json::to_string(&row).expect("serializable"));
+            }
+            rows.push(row);
+        }
+    }
+    if !args.json {
+        println!(
+            "\nscenario distinct-keys on etcd, {} s per run, median of {} interleaved rounds",
+            args.duration_s, args.rounds
+        );
+        distinct_keys::print_table(&rows, EtcdPair::Raw.name());
+        println!("\nthroughput over a reference's in the same round (median, lowest–highest):");
+        println!(
+            "  {:<20} {:<14} {:>4} {:>8} {:>11}",
+            "impl", "over", "C", "median", "range"
         );
         for line in &ratio_lines {
             println!("{line}");
@@ -338,7 +454,7 @@ async fn distinct_keys_grid(args: &Args, url: &str, impls: &[PairImpl]) {
     }
 }
 
-async fn hot_key_grid(args: &Args, urls: &Urls, impls: &[Impl]) {
+async fn hot_key_grid(args: &Args, urls: &Urls<'_>, impls: &[Impl]) {
     let concurrencies = if args.concurrency.is_empty() {
         vec![8, 64]
     } else {
@@ -354,8 +470,7 @@ async fn hot_key_grid(args: &Args, urls: &Urls, impls: &[Impl]) {
     for &concurrency in &concurrencies {
         for &hold_ms in &holds {
             for &which in impls {
-                let url = urls.of(which);
-                let row = hot_key_once(args, url, which, concurrency, hold_ms, duration).await;
+                let row = hot_key_once(args, urls, which, concurrency, hold_ms, duration).await;
                 if args.json {
                     println!("{}", serde_json::to_string(&row).expect("serializable"));
                 } else {
@@ -381,15 +496,18 @@ async fn hot_key_grid(args: &Args, urls: &Urls, impls: &[Impl]) {
 
 async fn hot_key_once(
     args: &Args,
-    url: &str,
+    urls: &Urls<'_>,
     which: Impl,
     concurrency: usize,
     hold_ms: u64,
     duration: Duration,
 ) -> HotKeySummary {
     let processes = usize::from(args.processes);
-    // The server's own command counts are Redis's; on SQL only the client counts.
-    let on_redis = !which.on_sql();
+    let url = urls.of(which);
+    // The server's own command counts: Redis's, and etcd's key-value requests (its sessions'
+    // keep-alives are not among them); on SQL only the client counts.
+    let on_redis = !which.off_redis();
+    let etcd_before = urls.etcd_requests(which);
     let before = if on_redis {
         redis_stats::command_calls(url).await
     } else {
@@ -434,10 +552,10 @@ async fn hot_key_once(
         Default::default()
     };
     let acquired = measured.acquisitions.len().max(1) as f64;
-    let round_trips = if which.counts_round_trips() {
-        measured.round_trips
-    } else {
-        redis_stats::client_issued_by_rslock(&before, &after)
+    let round_trips = match (etcd_before, urls.etcd_requests(which)) {
+        (Some(before), Some(after)) => after - before,
+        _ if which.counts_round_trips() => measured.round_trips,
+        _ => redis_stats::client_issued_by_rslock(&before, &after),
     };
     let figures = hot_key_figures(measured.acquisitions, concurrency, duration);
     let (wait_p50_ms, wait_p99_ms, wait_max_ms) = HotKeySummary::wait_ms(&figures);

@@ -9,14 +9,13 @@ use std::time::Duration;
 use integration_tests::{MysqlDatabase, PostgresSchema};
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use tokio::time::Instant;
+use tower_lock::backend::OwnerToken;
 use tower_lock::backend::mysql::{MysqlBackend, NowaitBackend};
 use tower_lock::backend::postgres::{AdvisoryBackend, PostgresBackend};
-use tower_lock::backend::{Attempt, LockBackend, LockRequest, OwnerToken};
 use tower_lock::{Locker, RedisBackend};
 
 use crate::cpu;
-use crate::distinct_keys::PairSummary;
+use crate::distinct_keys::{PairSummary, Pairing, backend_pair, engine, engine_pair, timed_pairs};
 use crate::lockers::TTL;
 use crate::report::percentile;
 
@@ -140,12 +139,10 @@ async fn mysql_pool(url: &str) -> MySqlPool {
         .expect("MySQL reachable")
 }
 
-fn engine<B: LockBackend>(backend: B) -> Locker<B> {
-    Locker::builder(backend)
-        .ttl(TTL)
-        .reject()
-        .build()
-        .expect("valid settings")
+impl Pairing for Pairs {
+    async fn pair(&self, key: &str) {
+        self.pair_once(key).await;
+    }
 }
 
 impl Pairs {
@@ -220,7 +217,7 @@ impl Pairs {
     }
 
     /// Locks and unlocks `key` once.
-    async fn pair(&self, key: &str) {
+    async fn pair_once(&self, key: &str) {
         let millis = TTL.as_millis() as i64;
         match self {
             Pairs::PostgresEngine(locker) => engine_pair(locker, key).await,
@@ -306,22 +303,6 @@ impl Pairs {
     }
 }
 
-async fn engine_pair<B: LockBackend>(locker: &Locker<B>, key: &str) {
-    let locked = locker.with_lock(key, |_| async {}).await;
-    locked.expect("a distinct key is free");
-}
-
-async fn backend_pair<B: LockBackend>(backend: &B, key: &str) {
-    let request = LockRequest::new(OwnerToken::new(), TTL);
-    let Ok(Attempt::Acquired(grant)) = backend.acquire(key, request).await else {
-        panic!("a distinct key is free");
-    };
-    backend
-        .release(key, &grant.lease)
-        .await
-        .expect("the database answers");
-}
-
 /// Runs `concurrency` tasks pairing on fresh keys for `duration`, in a fresh schema or
 /// database.
 pub async fn run(
@@ -334,31 +315,7 @@ pub async fn run(
     let (pairs, scratch) = Pairs::connect(which, database, redis_url).await;
     let pairs = Arc::new(pairs);
     let client_before = cpu::own();
-    let run_id = fastrand::u64(..);
-    let start = Instant::now() + Duration::from_millis(100);
-    let end = start + duration;
-    let tasks: Vec<_> = (0..concurrency)
-        .map(|task| {
-            let pairs = Arc::clone(&pairs);
-            tokio::spawn(async move {
-                tokio::time::sleep_until(start).await;
-                let mut latencies = Vec::new();
-                let mut n = 0_u64;
-                while Instant::now() < end {
-                    let key = format!("dk:{run_id:x}:{task}:{n}");
-                    let began = Instant::now();
-                    pairs.pair(&key).await;
-                    latencies.push(u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX));
-                    n += 1;
-                }
-                latencies
-            })
-        })
-        .collect();
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await.expect("a pairing task finished"));
-    }
+    let mut latencies = timed_pairs(Arc::clone(&pairs), concurrency, duration).await;
     let client_cpu = cpu::own() - client_before;
     drop(pairs);
     drop(scratch);
