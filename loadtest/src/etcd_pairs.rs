@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, KvClient, LockClient, LockOptions, PutOptions, Txn, TxnOp,
+    Client, Compare, CompareOp, DeleteOptions, KvClient, LockClient, LockOptions, PutOptions, Txn,
+    TxnOp,
 };
 use tower_lock::backend::OwnerToken;
 use tower_lock::backend::etcd::{EtcdBackend, EtcdSettings};
@@ -139,18 +140,17 @@ impl Pairing for Pairs {
     }
 }
 
-/// The backend's two transactions for a mutex on `key`: put the holder's key when no
-/// exclusive and no shared key is under the lock and the token has not given up; delete it if
-/// its create revision is still the one put.
+/// The backend's two requests for a mutex on `key`: a transaction putting the holder's key
+/// when nothing is under the lock and the token has not given up, and a delete of that key
+/// returning what it deleted.
 async fn raw_pair(mut kv: KvClient, lease: i64, namespace: &str, key: &str) {
     let token = OwnerToken::new();
-    let prefix = |kind: &str| format!("{namespace}{key}/{kind}/");
-    let holder = format!("{}{token}", prefix("x"));
+    let prefix = format!("{namespace}{key}/");
+    let holder = format!("{prefix}x/{token}");
     let given_up = format!("{namespace}%given-up/{token}");
     let acquire = Txn::new()
         .when([
-            Compare::version(prefix("x"), CompareOp::Equal, 0).with_prefix(),
-            Compare::version(prefix("s"), CompareOp::Equal, 0).with_prefix(),
+            Compare::version(prefix, CompareOp::Equal, 0).with_prefix(),
             Compare::create_revision(given_up, CompareOp::Equal, 0),
         ])
         .and_then([TxnOp::put(
@@ -160,16 +160,11 @@ async fn raw_pair(mut kv: KvClient, lease: i64, namespace: &str, key: &str) {
         )]);
     let taken = kv.txn(acquire).await.expect("etcd answers");
     assert!(taken.succeeded(), "a distinct key is free");
-    let revision = taken.header().expect("a header").revision();
-    let release = Txn::new()
-        .when([Compare::create_revision(
-            holder.clone(),
-            CompareOp::Equal,
-            revision,
-        )])
-        .and_then([TxnOp::delete(holder, None)]);
-    let released = kv.txn(release).await.expect("etcd answers");
-    assert!(released.succeeded(), "the holder releases its key");
+    let released = kv
+        .delete(holder, Some(DeleteOptions::new().with_prev_key()))
+        .await
+        .expect("etcd answers");
+    assert_eq!(released.prev_kvs().len(), 1, "the holder releases its key");
 }
 
 /// Runs `concurrency` tasks pairing on fresh keys for `duration`, under a namespace of the

@@ -1,8 +1,9 @@
 //! Where a lock's keys live: one key per holder or waiter, bound to the process's session
 //! lease and ordered by their create revision — `<namespace><name>/x/<token>` for an
 //! exclusive hold (mutex, writer) or a place in line for one, `<namespace><name>/s/<token>`
-//! for a shared hold (reader, permit), `<namespace><name>/w/<token>` for a waiting writer's
-//! intent (it bars new readers, and holds no place in line).
+//! for a shared hold (reader, permit). A waiting writer's intent, which bars new readers and
+//! holds no place in line, lies outside the lock's prefix, `<namespace>%intent/<name>/<token>`,
+//! so that "nothing under the lock's prefix" means free for a mutex in one comparison.
 //!
 //! The name is escaped (`%` as `%25`, `/` as `%2F`), so one lock's keys never fall under
 //! another lock's prefix (`a/` would otherwise hold the keys of lock `a/b`).
@@ -21,21 +22,25 @@ pub(super) fn given_up(namespace: &str, token: OwnerToken) -> Vec<u8> {
 pub(super) struct LockKeys {
     /// `<namespace><escaped name>/`: every key of the lock starts with it.
     prefix: Vec<u8>,
+    /// `<namespace>%intent/<escaped name>/`: every waiting writer's intent starts with it.
+    intents: Vec<u8>,
 }
 
 impl LockKeys {
     /// The keys of lock `name` under `namespace`.
     pub(super) fn new(namespace: &str, name: &str) -> Self {
-        let mut prefix = namespace.as_bytes().to_vec();
+        let mut escaped = Vec::with_capacity(name.len() + 1);
         for byte in name.bytes() {
             match byte {
-                b'%' => prefix.extend_from_slice(b"%25"),
-                b'/' => prefix.extend_from_slice(b"%2F"),
-                byte => prefix.push(byte),
+                b'%' => escaped.extend_from_slice(b"%25"),
+                b'/' => escaped.extend_from_slice(b"%2F"),
+                byte => escaped.push(byte),
             }
         }
-        prefix.push(b'/');
-        Self { prefix }
+        escaped.push(b'/');
+        let prefix = [namespace.as_bytes(), &escaped].concat();
+        let intents = [namespace.as_bytes(), b"%intent/", &escaped].concat();
+        Self { prefix, intents }
     }
 
     /// The prefix every key of the lock starts with.
@@ -54,13 +59,13 @@ impl LockKeys {
     }
 
     /// The prefix of the waiting writers' intents.
-    pub(super) fn intent_prefix(&self) -> Vec<u8> {
-        self.under(b"w/")
+    pub(super) fn intent_prefix(&self) -> &[u8] {
+        &self.intents
     }
 
     /// The key of `token`'s intent to write.
     pub(super) fn intent(&self, token: OwnerToken) -> Vec<u8> {
-        self.token_under(b"w/", token)
+        [self.intents.as_slice(), token.to_string().as_bytes()].concat()
     }
 
     /// The key of `token`'s exclusive hold or place in line.
@@ -124,8 +129,11 @@ mod tests {
         assert!(keys.exclusive_prefix().starts_with(keys.prefix()));
         assert!(keys.shared_prefix().starts_with(keys.prefix()));
         assert_ne!(keys.exclusive_prefix(), keys.shared_prefix());
-        assert!(keys.intent(token).starts_with(&keys.intent_prefix()));
-        assert_ne!(keys.intent_prefix(), keys.exclusive_prefix());
+        assert!(keys.intent(token).starts_with(keys.intent_prefix()));
+        assert!(
+            !keys.intent(token).starts_with(keys.prefix()),
+            "intents lie outside"
+        );
         assert!(exclusive.ends_with(token.to_string().as_bytes()));
     }
 }

@@ -29,8 +29,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget,
-    Txn, TxnOp, TxnOpResponse, TxnResponse,
+    Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, KeyValue, PutOptions, SortOrder,
+    SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use tokio::time::Instant;
 
@@ -265,14 +265,10 @@ impl EtcdBackend {
         Compare::create_revision(mark, CompareOp::Equal, 0)
     }
 
-    /// Whether nothing keeps `token` from holding `keys`' lock alone: no exclusive key (a
-    /// holder or a place in line), no shared one, and `token` has not given up.
-    fn free_for_exclusive(&self, keys: &LockKeys, token: OwnerToken) -> [Compare; 3] {
-        [
-            vacant(&keys.exclusive_prefix()),
-            vacant(&keys.shared_prefix()),
-            self.not_given_up(token),
-        ]
+    /// Whether nothing keeps `token` from holding `keys`' lock alone: no key under the lock
+    /// (a holder, a place in line, a shared hold), and `token` has not given up.
+    fn free_for_exclusive(&self, keys: &LockKeys, token: OwnerToken) -> [Compare; 2] {
+        [vacant(keys.prefix()), self.not_given_up(token)]
     }
 
     /// `token` gave up on `name`: in one transaction, its keys there are deleted and its
@@ -395,12 +391,17 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn release(&self, _name: &str, lease: &EtcdLease) -> Result<bool, BackendError> {
-        let ours = Compare::create_revision(lease.key.clone(), CompareOp::Equal, lease.revision);
-        let txn = Txn::new()
-            .when([ours])
-            .and_then([TxnOp::delete(lease.key.clone(), None)]);
+        // The key is the holder's alone (its token is in it, and a released hold's token is
+        // never used again): a plain delete, which says whether it was still there.
         self.inner.session.disown(&lease.key);
-        Ok(self.txn(txn).await?.succeeded())
+        let call = |client: etcd_client::Client| {
+            let key = lease.key.clone();
+            let options = DeleteOptions::new().with_prev_key();
+            async move { client.kv_client().delete(key, Some(options)).await }
+        };
+        let deleted = self.inner.members.call(call).await?;
+        let held = deleted.prev_kvs().first();
+        Ok(held.is_some_and(|kv| kv.create_revision() == lease.revision))
     }
 
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {

@@ -1,6 +1,6 @@
 //! Read-write locks and semaphores. A shared hold (a reader, a permit) is a key under the
 //! lock's `s/` prefix. A reader's is put only while no exclusive key (a holder, a place in
-//! line) and no writer's intent (`w/`) is there; a writer takes the lock as a mutex does, when
+//! line) and no writer's intent is there; a writer takes the lock as a mutex does, when
 //! no exclusive and no shared key is there, and a writer that will wait leaves its intent when
 //! busy, in the same transaction: it bars new readers while the writer waits, and goes when
 //! the writer takes the lock (in that transaction too) or gives up. Intents hold no place in
@@ -35,7 +35,7 @@ impl SharedLocks for EtcdBackend {
         let txn = Txn::new()
             .when([
                 vacant(&keys.exclusive_prefix()),
-                vacant(&keys.intent_prefix()),
+                vacant(keys.intent_prefix()),
                 self.not_given_up(request.token),
             ])
             .and_then([Self::put(key.clone(), session)]);

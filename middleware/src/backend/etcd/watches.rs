@@ -10,8 +10,11 @@
 //! (the exclusive ones, or the other permits) and asks again when one of them goes.
 //!
 //! A waiter whose watch is set asks the store nothing when it asks again: the answer could
-//! only have changed by the deletion its watch reports. Watches start at the revision their
-//! predecessor was read at, so a deletion between the read and the watch is reported too.
+//! only have changed by the deletion its watch reports. A predecessor's watch starts when it
+//! is created, so that its deletion is reported at once (a watch that starts in the past is
+//! caught up by etcd's sync loop, up to 100 ms late); if the store changed between the read
+//! and the watch, the predecessor is read again once the watch stands, and a deletion in
+//! between is reported then. Prefix watches start at the revision they were read at.
 //! When the stream fails, every waiter is woken to ask the store (which sets its watch again on
 //! a new stream), and the names it waits for are confirmed live once the new stream is up.
 
@@ -76,6 +79,8 @@ struct Waiting {
     name: String,
     place: Option<EtcdLease>,
     hands_over: bool,
+    /// A predecessor watched from its creation on: the key, and the revision it was read at.
+    predecessor: Option<(Vec<u8>, i64)>,
     /// Which watch request this is, of all the stream's.
     serial: u64,
     /// The watch's id, once the cluster created it.
@@ -89,7 +94,8 @@ enum Command {
         serial: u64,
         target: Vec<u8>,
         whole_prefix: bool,
-        from_revision: i64,
+        /// `None`: from the watch's creation on.
+        from_revision: Option<i64>,
     },
     Cancel(i64),
 }
@@ -110,6 +116,7 @@ impl Watches {
             pending: VecDeque::new(),
             by_id: HashMap::new(),
             cancels: Vec::new(),
+            gone: mpsc::unbounded_channel(),
         };
         tokio::spawn(stream.run(queue));
         let serials = AtomicU64::new(0);
@@ -134,10 +141,12 @@ impl Watches {
     /// Sets `watch` (replacing the ticket's earlier one).
     pub(super) fn watch(&self, watch: Watch) {
         let serial = self.serials.fetch_add(1, Ordering::Relaxed);
+        let from_creation = !watch.whole_prefix;
         let waiting = Waiting {
             name: watch.name,
             place: watch.place,
             hands_over: watch.hands_over,
+            predecessor: from_creation.then(|| (watch.target.clone(), watch.read_at)),
             serial,
             id: None,
         };
@@ -149,7 +158,7 @@ impl Watches {
             serial,
             target: watch.target,
             whole_prefix: watch.whole_prefix,
-            from_revision: watch.read_at + 1,
+            from_revision: (!from_creation).then_some(watch.read_at + 1),
         };
         self.commands.send(command).ok();
     }
@@ -198,16 +207,26 @@ struct Stream {
     by_id: HashMap<i64, OwnerToken>,
     /// Watches to cancel before the stream is read again.
     cancels: Vec<i64>,
+    /// Predecessors found gone once their watch stood.
+    gone: (mpsc::UnboundedSender<Gone>, mpsc::UnboundedReceiver<Gone>),
 }
+
+/// A predecessor found gone once its watch stood: whose ticket, which watch.
+type Gone = (OwnerToken, u64);
 
 impl Stream {
     async fn run(mut self, mut queue: mpsc::UnboundedReceiver<Command>) {
         loop {
             self.send_cancels().await;
+            let gone = &mut self.gone.1;
             let answer = match &mut self.open {
                 Some((_, answers, _)) => tokio::select! {
                     command = queue.recv() => Err(command),
                     answer = answers.message() => Ok(answer),
+                    Some((ticket, serial)) = gone.recv() => {
+                        self.predecessor_gone(ticket, serial);
+                        continue;
+                    }
                 },
                 None => Err(queue.recv().await),
             };
@@ -229,9 +248,10 @@ impl Stream {
                 whole_prefix,
                 from_revision,
             } => {
-                let mut options = WatchOptions::new()
-                    .with_start_revision(from_revision)
-                    .with_filters([WatchFilterType::NoPut]);
+                let mut options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+                if let Some(from_revision) = from_revision {
+                    options = options.with_start_revision(from_revision);
+                }
                 if whole_prefix {
                     options = options.with_prefix();
                 }
@@ -263,6 +283,12 @@ impl Stream {
                 Some(entry) if entry.serial == serial => {
                     entry.id = Some(id);
                     self.by_id.insert(id, ticket);
+                    let created_at = answer.header().map_or(i64::MAX, |header| header.revision());
+                    if let Some((key, read_at)) = &entry.predecessor
+                        && created_at > *read_at
+                    {
+                        self.check_predecessor(ticket, serial, key.clone());
+                    }
                 }
                 // Forgotten (or watched anew) before the cluster created it.
                 _ => self.cancels.push(id),
@@ -307,6 +333,37 @@ impl Stream {
             None => Announcement::Next(ticket),
         };
         room.announce(&waiting.name, announcement);
+    }
+
+    /// The store changed between the read of `ticket`'s predecessor `key` and its watch:
+    /// reads it again, and reports it gone if it is.
+    fn check_predecessor(&self, ticket: OwnerToken, serial: u64, key: Vec<u8>) {
+        let (members, gone) = (Arc::clone(&self.members), self.gone.0.clone());
+        tokio::spawn(async move {
+            let read = |client: etcd_client::Client| {
+                let key = key.clone();
+                async move { client.kv_client().get(key, None).await }
+            };
+            // A failed read leaves the watch to report it.
+            if let Ok(read) = members.call(read).await
+                && read.kvs().is_empty()
+            {
+                gone.send((ticket, serial)).ok();
+            }
+        });
+    }
+
+    /// `ticket`'s predecessor was found gone once watch `serial` stood.
+    fn predecessor_gone(&mut self, ticket: OwnerToken, serial: u64) {
+        let id = match self.shared.waiting().get(&ticket) {
+            Some(entry) if entry.serial == serial => entry.id,
+            _ => return,
+        };
+        if let Some(id) = id {
+            self.by_id.remove(&id);
+            self.cancels.push(id);
+        }
+        self.wake(ticket, true);
     }
 
     /// Cancels the watches no waiter needs any more.
