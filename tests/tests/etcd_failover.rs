@@ -3,8 +3,8 @@
 //! the store timeout, holders are told their leases are lost by their deadline) and restored
 //! (locks are granted again by the same backends, nothing restarted).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use integration_tests::{EtcdCluster, Occupancy};
@@ -44,7 +44,7 @@ async fn killing_the_leader_under_contention_lets_nobody_in_twice() {
         locker(backend(&cluster).await, Duration::from_secs(20)),
     ];
     let inside = Arc::new(Occupancy::default());
-    let granted = Arc::new(AtomicUsize::new(0));
+    let granted = Arc::new(Mutex::new(Vec::new()));
     let refused = Arc::new(AtomicUsize::new(0));
     let stop_at = Instant::now() + Duration::from_secs(6);
     let contenders: Vec<_> = (0..16)
@@ -55,8 +55,8 @@ async fn killing_the_leader_under_contention_lets_nobody_in_twice() {
                 while Instant::now() < stop_at {
                     match locker.lock("k").await {
                         Ok(held) => {
+                            granted.lock().expect("not poisoned").push(Instant::now());
                             inside.visit(Duration::from_millis(2)).await;
-                            granted.fetch_add(1, Ordering::SeqCst);
                             held.release().await.ok();
                         }
                         // During the election: the store answers no (or late); ask again.
@@ -73,19 +73,28 @@ async fn killing_the_leader_under_contention_lets_nobody_in_twice() {
 
     sleep(Duration::from_secs(2)).await;
     let leader = cluster.leader().expect("the cluster has a leader");
-    let before_kill = granted.load(Ordering::SeqCst);
     cluster.kill(leader);
+    let killed = Instant::now();
     for contender in contenders {
         contender.await.expect("a contender panicked");
     }
-    let after_kill = granted.load(Ordering::SeqCst) - before_kill;
+    let grants = granted.lock().expect("not poisoned").clone();
+    let before_kill = grants.iter().filter(|at| **at < killed).count();
+    let next_grant = grants.iter().filter(|at| **at >= killed).min();
+    let refusals = refused.load(Ordering::SeqCst);
+    // The failover's figures, for docs/BENCHMARKS.md.
+    eprintln!(
+        "leader killed: next grant after {:?}; {refusals} acquires refused meanwhile; {} grants before, {} after",
+        next_grant.map(|at| *at - killed),
+        before_kill,
+        grants.len() - before_kill
+    );
 
     assert_eq!(inside.most(), 1, "two contenders held the lock at once");
     assert!(before_kill > 0, "locks were granted before the kill");
     assert!(
-        after_kill > 0,
-        "locks were granted after the leader's kill ({} refusals)",
-        refused.load(Ordering::SeqCst)
+        next_grant.is_some(),
+        "locks were granted after the leader's kill ({refusals} refusals)"
     );
     let unlocked = Arc::new(Occupancy::default());
     let visits: Vec<_> = (0..16)
