@@ -336,23 +336,45 @@ pub async fn run(
 ) -> PairSummary {
     let pairs = Arc::new(Pairs::connect(which, url).await);
     let (client_before, redis_before) = (cpu::own(), cpu::redis(url).await);
-    let mut latencies = timed_pairs(Arc::clone(&pairs), concurrency, duration).await;
+    let latencies = timed_pairs(Arc::clone(&pairs), concurrency, duration).await;
     let (client_cpu, redis_cpu) = (
         cpu::own() - client_before,
         cpu::redis(url).await - redis_before,
     );
-    let pairs_done = latencies.len().max(1) as f64;
-    let per_pair = |cpu: Duration| cpu.as_secs_f64() * 1e6 / pairs_done;
-    latencies.sort_unstable();
-    PairSummary {
-        which: which.name(),
-        scenario: "distinct-keys",
+    PairSummary::of(
+        which.name(),
         concurrency,
-        pairs_per_s: latencies.len() as f64 / duration.as_secs_f64(),
-        p50_us: percentile(&latencies, 0.50),
-        p99_us: percentile(&latencies, 0.99),
-        client_cpu_us: per_pair(client_cpu),
-        redis_cpu_us: per_pair(redis_cpu),
+        duration,
+        latencies,
+        client_cpu,
+        Some(redis_cpu),
+    )
+}
+
+impl PairSummary {
+    /// A run of `which` at `concurrency` for `duration`: its pairs' latencies (µs), and the
+    /// CPU time they cost lockbench and, when it ran on one, Redis.
+    pub fn of(
+        which: &'static str,
+        concurrency: usize,
+        duration: Duration,
+        mut latencies: Vec<u64>,
+        client_cpu: Duration,
+        redis_cpu: Option<Duration>,
+    ) -> Self {
+        let pairs_done = latencies.len().max(1) as f64;
+        let per_pair = |cpu: Duration| cpu.as_secs_f64() * 1e6 / pairs_done;
+        latencies.sort_unstable();
+        PairSummary {
+            which,
+            scenario: "distinct-keys",
+            concurrency,
+            pairs_per_s: latencies.len() as f64 / duration.as_secs_f64(),
+            p50_us: percentile(&latencies, 0.50),
+            p99_us: percentile(&latencies, 0.99),
+            client_cpu_us: per_pair(client_cpu),
+            redis_cpu_us: redis_cpu.map_or(f64::NAN, per_pair),
+        }
     }
 }
 

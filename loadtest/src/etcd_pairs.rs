@@ -17,7 +17,6 @@ use tower_lock::{Locker, RedisBackend};
 use crate::cpu;
 use crate::distinct_keys::{PairSummary, Pairing, backend_pair, engine, engine_pair, timed_pairs};
 use crate::lockers::ETCD_SESSION;
-use crate::report::percentile;
 
 /// What is compared, by its name in the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,19 +178,15 @@ pub async fn run(
     let namespace = format!("bench-{:x}/", fastrand::u64(..));
     let pairs = Arc::new(Pairs::connect(which, endpoint, redis_url, &namespace).await);
     let client_before = cpu::own();
-    let mut latencies = timed_pairs(Arc::clone(&pairs), concurrency, duration).await;
+    let latencies = timed_pairs(Arc::clone(&pairs), concurrency, duration).await;
     let client_cpu = cpu::own() - client_before;
     drop(pairs);
-    let pairs_done = latencies.len().max(1) as f64;
-    latencies.sort_unstable();
-    PairSummary {
-        which: which.name(),
-        scenario: "distinct-keys",
+    PairSummary::of(
+        which.name(),
         concurrency,
-        pairs_per_s: latencies.len() as f64 / duration.as_secs_f64(),
-        p50_us: percentile(&latencies, 0.50),
-        p99_us: percentile(&latencies, 0.99),
-        client_cpu_us: client_cpu.as_secs_f64() * 1e6 / pairs_done,
-        redis_cpu_us: f64::NAN,
-    }
+        duration,
+        latencies,
+        client_cpu,
+        None,
+    )
 }

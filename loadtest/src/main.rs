@@ -128,6 +128,22 @@ enum Scenario {
     DistinctKeys,
 }
 
+impl Args {
+    /// The concurrencies asked for, or the scenario's `grid`.
+    fn concurrencies(&self, grid: &[usize]) -> Vec<usize> {
+        if self.concurrency.is_empty() {
+            grid.to_vec()
+        } else {
+            self.concurrency.clone()
+        }
+    }
+
+    /// How long each run lasts.
+    fn duration(&self) -> Duration {
+        Duration::from_secs(self.duration_s)
+    }
+}
+
 /// The implementations named on the command line, among the scenario's `all`.
 fn chosen<T: Copy>(names: &[String], all: &[T], name: impl Fn(T) -> &'static str) -> Vec<T> {
     if names.is_empty() {
@@ -263,42 +279,21 @@ async fn sql_distinct_keys_grid(
     redis_url: &str,
     impls: &[SqlPair],
 ) {
-    let concurrencies = if args.concurrency.is_empty() {
-        vec![1, 16, 64]
-    } else {
-        args.concurrency.clone()
-    };
-    let duration = Duration::from_secs(args.duration_s);
+    let (concurrencies, duration) = (args.concurrencies(&[1, 16, 64]), args.duration());
     let mut rows = Vec::new();
     let mut ratio_lines = Vec::new();
     for &concurrency in &concurrencies {
-        let mut rounds: Vec<Vec<distinct_keys::PairSummary>> =
-            impls.iter().map(|_| Vec::new()).collect();
-        for round in 0..args.rounds.max(1) {
-            for (index, &which) in impls.iter().enumerate() {
-                let row = sql_pairs::run(which, database, redis_url, concurrency, duration).await;
-                eprintln!(
-                    "  round {} {} C={concurrency}: {:.0} pairs/s",
-                    round + 1,
-                    row.which,
-                    row.pairs_per_s
-                );
-                rounds[index].push(row);
-            }
-        }
+        let rounds = interleaved(args.rounds, impls, concurrency, |which| {
+            sql_pairs::run(which, database, redis_url, concurrency, duration)
+        })
+        .await;
         let raw = SqlPair::Raw.name(database);
         for (which, median, lowest, highest) in distinct_keys::ratios_to(&rounds, raw) {
             ratio_lines.push(format!(
                 "  {which:<20} {concurrency:>4} {median:>8.2} {lowest:>6.2}–{highest:.2}"
             ));
         }
-        for runs in rounds {
-            let row = distinct_keys::median(runs);
-            if args.json {
-                println!("{}", serde_json::to_string(&row).expect("serializable"));
-            }
-            rows.push(row);
-        }
+        push_medians(rounds, args.json, &mut rows);
     }
     if !args.json {
         println!(
@@ -325,29 +320,14 @@ async fn sql_distinct_keys_grid(
 async fn etcd_distinct_keys_grid(args: &Args, redis_url: &str, impls: &[EtcdPair]) {
     let etcd = EtcdCluster::start(1);
     let endpoint = etcd.endpoint(0);
-    let concurrencies = if args.concurrency.is_empty() {
-        vec![1, 16, 64]
-    } else {
-        args.concurrency.clone()
-    };
-    let duration = Duration::from_secs(args.duration_s);
+    let (concurrencies, duration) = (args.concurrencies(&[1, 16, 64]), args.duration());
     let mut rows = Vec::new();
     let mut ratio_lines = Vec::new();
     for &concurrency in &concurrencies {
-        let mut rounds: Vec<Vec<distinct_keys::PairSummary>> =
-            impls.iter().map(|_| Vec::new()).collect();
-        for round in 0..args.rounds.max(1) {
-            for (index, &which) in impls.iter().enumerate() {
-                let row = etcd_pairs::run(which, &endpoint, redis_url, concurrency, duration).await;
-                eprintln!(
-                    "  round {} {} C={concurrency}: {:.0} pairs/s",
-                    round + 1,
-                    row.which,
-                    row.pairs_per_s
-                );
-                rounds[index].push(row);
-            }
-        }
+        let rounds = interleaved(args.rounds, impls, concurrency, |which| {
+            etcd_pairs::run(which, &endpoint, redis_url, concurrency, duration)
+        })
+        .await;
         for reference in [EtcdPair::Raw, EtcdPair::LockRpc] {
             for (which, median, lowest, highest) in
                 distinct_keys::ratios_to(&rounds, reference.name())
@@ -358,13 +338,7 @@ async fn etcd_distinct_keys_grid(args: &Args, redis_url: &str, impls: &[EtcdPair
                 ));
             }
         }
-        for runs in rounds {
-            let row = distinct_keys::median(runs);
-            if args.json {
-                println!("{}", serde_json::to_string(&row).expect("serializable"));
-            }
-            rows.push(row);
-        }
+        push_medians(rounds, args.json, &mut rows);
     }
     if !args.json {
         println!(
@@ -383,44 +357,63 @@ async fn etcd_distinct_keys_grid(args: &Args, redis_url: &str, impls: &[EtcdPair
     }
 }
 
+/// Runs each of `impls` at `concurrency` with `run`, `rounds` times over, interleaved (so
+/// that the host's drift spreads over all of them): each implementation's runs, in `impls`'
+/// order.
+async fn interleaved<W: Copy, F: std::future::Future<Output = distinct_keys::PairSummary>>(
+    rounds: usize,
+    impls: &[W],
+    concurrency: usize,
+    run: impl Fn(W) -> F,
+) -> Vec<Vec<distinct_keys::PairSummary>> {
+    let mut runs: Vec<Vec<distinct_keys::PairSummary>> = impls.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds.max(1) {
+        for (index, &which) in impls.iter().enumerate() {
+            let row = run(which).await;
+            eprintln!(
+                "  round {} {} C={concurrency}: {:.0} pairs/s",
+                round + 1,
+                row.which,
+                row.pairs_per_s
+            );
+            runs[index].push(row);
+        }
+    }
+    runs
+}
+
+/// Each implementation's median run, added to `rows` (and printed as JSON with `json`).
+fn push_medians(
+    rounds: Vec<Vec<distinct_keys::PairSummary>>,
+    json: bool,
+    rows: &mut Vec<distinct_keys::PairSummary>,
+) {
+    for runs in rounds {
+        let row = distinct_keys::median(runs);
+        if json {
+            println!("{}", serde_json::to_string(&row).expect("serializable"));
+        }
+        rows.push(row);
+    }
+}
+
 async fn distinct_keys_grid(args: &Args, url: &str, impls: &[PairImpl]) {
-    let concurrencies = if args.concurrency.is_empty() {
-        vec![1, 16, 64]
-    } else {
-        args.concurrency.clone()
-    };
-    let duration = Duration::from_secs(args.duration_s);
+    let (concurrencies, duration) = (args.concurrencies(&[1, 16, 64]), args.duration());
     let mut rows = Vec::new();
     let mut ratio_lines = Vec::new();
     for &concurrency in &concurrencies {
-        let mut rounds: Vec<Vec<distinct_keys::PairSummary>> =
-            impls.iter().map(|_| Vec::new()).collect();
-        for round in 0..args.rounds.max(1) {
-            for (index, &which) in impls.iter().enumerate() {
-                // Every run starts from an empty Redis, so no run pays for another's keys.
-                redis_stats::flush(url).await;
-                let row = distinct_keys::run(which, url, concurrency, duration).await;
-                eprintln!(
-                    "  round {} {} C={concurrency}: {:.0} pairs/s",
-                    round + 1,
-                    row.which,
-                    row.pairs_per_s
-                );
-                rounds[index].push(row);
-            }
-        }
+        let rounds = interleaved(args.rounds, impls, concurrency, |which| async move {
+            // Every run starts from an empty Redis, so no run pays for another's keys.
+            redis_stats::flush(url).await;
+            distinct_keys::run(which, url, concurrency, duration).await
+        })
+        .await;
         for (which, median, lowest, highest) in distinct_keys::ratios_to(&rounds, "rslock") {
             ratio_lines.push(format!(
                 "  {which:<20} {concurrency:>4} {median:>8.2} {lowest:>6.2}–{highest:.2}"
             ));
         }
-        for runs in rounds {
-            let row = distinct_keys::median(runs);
-            if args.json {
-                println!("{}", serde_json::to_string(&row).expect("serializable"));
-            }
-            rows.push(row);
-        }
+        push_medians(rounds, args.json, &mut rows);
     }
     if !args.json {
         println!(
@@ -455,11 +448,7 @@ async fn distinct_keys_grid(args: &Args, url: &str, impls: &[PairImpl]) {
 }
 
 async fn hot_key_grid(args: &Args, urls: &Urls<'_>, impls: &[Impl]) {
-    let concurrencies = if args.concurrency.is_empty() {
-        vec![8, 64]
-    } else {
-        args.concurrency.clone()
-    };
+    let concurrencies = args.concurrencies(&[8, 64]);
     let holds = if args.hold_ms.is_empty() {
         vec![0, 1]
     } else {

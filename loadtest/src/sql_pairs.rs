@@ -17,7 +17,6 @@ use tower_lock::{Locker, RedisBackend};
 use crate::cpu;
 use crate::distinct_keys::{PairSummary, Pairing, backend_pair, engine, engine_pair, timed_pairs};
 use crate::lockers::TTL;
-use crate::report::percentile;
 
 /// Connections of every SQL pool here: the backends' default.
 const POOL: u32 = 10;
@@ -315,20 +314,16 @@ pub async fn run(
     let (pairs, scratch) = Pairs::connect(which, database, redis_url).await;
     let pairs = Arc::new(pairs);
     let client_before = cpu::own();
-    let mut latencies = timed_pairs(Arc::clone(&pairs), concurrency, duration).await;
+    let latencies = timed_pairs(Arc::clone(&pairs), concurrency, duration).await;
     let client_cpu = cpu::own() - client_before;
     drop(pairs);
     drop(scratch);
-    let pairs_done = latencies.len().max(1) as f64;
-    latencies.sort_unstable();
-    PairSummary {
-        which: which.name(database),
-        scenario: "distinct-keys",
+    PairSummary::of(
+        which.name(database),
         concurrency,
-        pairs_per_s: latencies.len() as f64 / duration.as_secs_f64(),
-        p50_us: percentile(&latencies, 0.50),
-        p99_us: percentile(&latencies, 0.99),
-        client_cpu_us: client_cpu.as_secs_f64() * 1e6 / pairs_done,
-        redis_cpu_us: f64::NAN,
-    }
+        duration,
+        latencies,
+        client_cpu,
+        None,
+    )
 }

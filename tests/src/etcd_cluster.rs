@@ -75,6 +75,16 @@ impl EtcdCluster {
             .collect()
     }
 
+    /// The cluster as a `--lock-store` URL: `etcd://127.0.0.1:PORT,127.0.0.1:PORT,…`.
+    pub fn url(&self) -> String {
+        let members: Vec<String> = self
+            .members
+            .iter()
+            .map(|member| format!("127.0.0.1:{}", member.client_port))
+            .collect();
+        format!("etcd://{}", members.join(","))
+    }
+
     /// Member `index`'s client URL.
     pub fn endpoint(&self, index: usize) -> String {
         format!("http://127.0.0.1:{}", self.members[index].client_port)

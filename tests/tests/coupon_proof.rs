@@ -109,14 +109,22 @@ async fn without_the_lock_three_replicas_oversell() {
     assert_oversold(&statuses, &coupon);
 }
 
-/// The `--lock-store` URL of `cluster`'s members.
-fn etcd_url(cluster: &EtcdCluster) -> String {
-    let members: Vec<String> = cluster
-        .endpoints()
-        .iter()
-        .map(|endpoint| endpoint.trim_start_matches("http://").to_owned())
-        .collect();
-    format!("etcd://{}", members.join(","))
+/// Three replicas keeping coupons at `store` and locks in `etcd`, through a claim storm.
+async fn claim_storm_with_locks_in(store: &str, etcd: &EtcdCluster) {
+    let lock_store = etcd.url();
+    let args = [
+        "--store",
+        store,
+        "--lock-store",
+        &lock_store,
+        "--lock-wait-ms",
+        "30000",
+    ];
+    let replicas = replicas(3, &args);
+
+    let (statuses, coupon) = claim_storm(&replicas).await;
+
+    assert_sold_exactly_once(&statuses, &coupon);
 }
 
 /// Coupons in Redis, locks in a three-member etcd cluster (the control without the lock is
@@ -124,40 +132,14 @@ fn etcd_url(cluster: &EtcdCluster) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_with_locks_in_etcd_never_oversell() {
     let (redis, etcd) = (RedisServer::start(), EtcdCluster::start(3));
-    let (url, lock_store) = (redis.url(), etcd_url(&etcd));
-    let args = [
-        "--store",
-        &url,
-        "--lock-store",
-        &lock_store,
-        "--lock-wait-ms",
-        "30000",
-    ];
-    let replicas = replicas(3, &args);
-
-    let (statuses, coupon) = claim_storm(&replicas).await;
-
-    assert_sold_exactly_once(&statuses, &coupon);
+    claim_storm_with_locks_in(&redis.url(), &etcd).await;
 }
 
 /// Coupons in PostgreSQL, locks in etcd: the database fences the claim with etcd's tokens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_on_postgres_with_locks_in_etcd_never_oversell() {
     let (schema, etcd) = (PostgresSchema::create().await, EtcdCluster::start(1));
-    let (url, lock_store) = (schema.url(), etcd_url(&etcd));
-    let args = [
-        "--store",
-        &url,
-        "--lock-store",
-        &lock_store,
-        "--lock-wait-ms",
-        "30000",
-    ];
-    let replicas = replicas(3, &args);
-
-    let (statuses, coupon) = claim_storm(&replicas).await;
-
-    assert_sold_exactly_once(&statuses, &coupon);
+    claim_storm_with_locks_in(&schema.url(), &etcd).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

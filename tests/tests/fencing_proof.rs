@@ -40,14 +40,7 @@ impl Store {
     /// The replica's options beyond `--store`.
     fn lock_store(&self) -> Option<String> {
         match self {
-            Self::RedisWithEtcdLocks(_, etcd) => Some(format!(
-                "etcd://{}",
-                etcd.endpoints()
-                    .iter()
-                    .map(|endpoint| endpoint.trim_start_matches("http://"))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            )),
+            Self::RedisWithEtcdLocks(_, etcd) => Some(etcd.url()),
             _ => None,
         }
     }
