@@ -1,8 +1,8 @@
 //! The etcd backend (feature `etcd`): etcd's concurrency mutex, on the `etcd-client` crate.
 //!
 //! Every contender for a lock puts a key of its own under the lock's prefix
-//! (`<namespace><name>/<owner token>`), bound to the process's session lease; the key with the
-//! lowest create revision holds the lock, and that revision is its fencing token. etcd answers
+//! (`<namespace><name>/x/<owner token>`, `keys.rs`), bound to the process's session lease; the
+//! key with the lowest create revision holds the lock, and that revision is its fencing token. etcd answers
 //! only once a majority of its members has the write, so a lock survives the loss of any
 //! minority of them.
 //!
@@ -20,7 +20,7 @@
 //! * **Shapes** (`shapes.rs`): readers and permit holders put keys of their own beside the
 //!   exclusive ones; see [`SharedLocks`](crate::backend::SharedLocks) and
 //!   [`Semaphores`](crate::backend::Semaphores).
-//! * **Release** deletes the key if it is still the one that was granted (same create
+//! * **Release** deletes the key and says whether it was still the one granted (same create
 //!   revision). Dropping the last clone of the backend revokes its session, freeing its locks.
 //!   An abandoned attempt marks its token as given up in the transaction that deletes its keys,
 //!   so a put of its still on the way lands nowhere.
