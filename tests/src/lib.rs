@@ -24,6 +24,7 @@ mod private_server;
 mod probes;
 mod process;
 mod redis_server;
+mod zookeeper_ensemble;
 
 pub use demo::DemoReplica;
 pub use etcd_cluster::EtcdCluster;
@@ -39,4 +40,5 @@ pub use postgres_server::PostgresServer;
 pub use probes::{Gate, GateControl};
 pub use process::free_port;
 pub use redis_server::RedisServer;
+pub use zookeeper_ensemble::ZookeeperEnsemble;
 pub use tower_lock::conformance::Occupancy;

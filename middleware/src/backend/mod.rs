@@ -15,7 +15,8 @@
 //! feature, `RedisBackend`; with the `postgres` feature, `postgres::PostgresBackend` (lease
 //! rows) and `postgres::AdvisoryBackend` (advisory locks); with the `mysql` feature,
 //! `mysql::MysqlBackend` (lease rows) and `mysql::NowaitBackend` (row locks in an open
-//! transaction); with the `etcd` feature, `etcd::EtcdBackend` (etcd's concurrency mutex).
+//! transaction); with the `etcd` feature, `etcd::EtcdBackend` (etcd's concurrency mutex); with the
+//! `zookeeper` feature, `zookeeper::ZookeeperBackend` (Curator's recipes).
 
 use std::future::Future;
 use std::time::Duration;
@@ -39,6 +40,8 @@ mod sql;
 #[cfg(test)]
 mod tests;
 pub mod waiting;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 pub use crate::token::OwnerToken;
 pub use attempt::{Attempt, FencingToken, Granted, TokenLease};

@@ -1,0 +1,388 @@
+//! The ZooKeeper backend (feature `zookeeper`): Curator's lock recipes on ephemeral sequential
+//! nodes, on the `zookeeper-client` crate.
+//!
+//! Every contender for a lock creates an ephemeral sequential node of its own in the lock's
+//! directory (`<root>/<name>/x-<owner token>-<sequence>`, `nodes.rs`), bound to the process's
+//! session; the node with the lowest sequence holds the lock, and its creation zxid is its
+//! fencing token. ZooKeeper answers a write only once a majority of the ensemble has it, so a
+//! lock survives the loss of any minority of the servers.
+//!
+//! * **Acquire** creates the node and lists the directory: the lock is taken if nothing is
+//!   ahead of the node, else the node is deleted again and the answer is busy.
+//! * **Waiting** ([`WaitQueue`]): a queued waiter's node stays, in line by its sequence, and
+//!   watches only its predecessor (`watches.rs`): first come, first served across processes,
+//!   and each release wakes one waiter — Curator's `InterProcessMutex`.
+//! * **Leases**: one session per backend (`session.rs`) keeps every node alive; extending a
+//!   lock asks the store nothing while the session is confirmed alive far enough ahead. If the
+//!   ensemble expires the session (the process was paused or cut off past its timeout), its
+//!   nodes are deleted, its locks pass on, and their extends report them lost.
+//!   [`LockBackend::max_ttl`] is two thirds of the session timeout.
+//! * **Shapes** (`shapes.rs`): readers and permit holders create shared nodes beside the
+//!   exclusive ones, as Curator's `InterProcessReadWriteLock` and semaphore do.
+//! * **Release** deletes the node; its path (with its sequence) is the holder's alone. Lock
+//!   directories are container nodes, which the server deletes once they are empty. Dropping the
+//!   last clone of the backend closes its session, freeing its locks at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError};
+
+use crate::OwnerToken;
+use crate::backend::waiting::WaitingRoom;
+use crate::backend::{
+    Attempt, BackendError, FencingToken, Granted, LockBackend, LockRequest, WaitQueue,
+    lease_deadline,
+};
+use nodes::{Children, Kind, LockDir, Standing};
+use session::{Ensemble, Session};
+use watches::Watches;
+
+mod nodes;
+mod queue;
+mod session;
+mod shapes;
+mod watches;
+
+/// The path every node of the backend lies under, unless [`ZookeeperSettings::root`] says
+/// otherwise.
+pub const DEFAULT_ROOT: &str = "/tower-lock";
+
+/// The session timeout asked for unless [`ZookeeperSettings::session_timeout`] says otherwise:
+/// a crashed holder's locks pass on this long after the ensemble last heard from it; lockers
+/// may lease up to two thirds of it (10 s, the locker's default).
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How the backend connects: its root path and session timeout.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_lock::backend::zookeeper::ZookeeperSettings;
+///
+/// let settings = ZookeeperSettings::default()
+///     .root("/coupons/locks")
+///     .session_timeout(Duration::from_secs(30));
+/// # let _ = settings;
+/// ```
+#[derive(Clone, Debug)]
+pub struct ZookeeperSettings {
+    root: String,
+    session_timeout: Duration,
+}
+
+impl Default for ZookeeperSettings {
+    fn default() -> Self {
+        Self {
+            root: DEFAULT_ROOT.to_owned(),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+        }
+    }
+}
+
+impl ZookeeperSettings {
+    /// Every node of the backend lies under `root` (default `/tower-lock`, created when
+    /// missing): backends with different roots never see each other's locks.
+    pub fn root(mut self, root: impl Into<String>) -> Self {
+        self.root = root.into();
+        self
+    }
+
+    /// The session timeout to ask for (default 15 s; the server keeps it between its
+    /// `minSessionTimeout` and `maxSessionTimeout`, 4 s and 40 s by default): how long a
+    /// crashed or cut-off holder keeps its locks, and three halves of the longest TTL a locker
+    /// may use.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+}
+
+/// Locks in ZooKeeper: an ephemeral sequential node per holder or waiter in the lock's
+/// directory, the lowest holding it; fenced by its creation zxid; bound to one session per
+/// backend. See the [module](self) docs.
+///
+/// Clones share the session and the waiting room.
+///
+/// # Example
+///
+/// ```no_run
+/// use tower_lock::Locker;
+/// use tower_lock::backend::zookeeper::ZookeeperBackend;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let backend = ZookeeperBackend::connect("127.0.0.1:2181,127.0.0.1:2182").await?;
+/// let locker = Locker::builder(backend).build()?;
+/// let held = locker.lock("coupon:42").await?;
+/// let fence = held.guard().fence().expect("ZooKeeper fences every hold");
+/// // ... write to the data store with `fence` ...
+/// held.release().await?;
+/// # let _ = fence;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct ZookeeperBackend {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    root: String,
+    session: Arc<Session>,
+    watches: Watches,
+    room: Arc<WaitingRoom>,
+}
+
+/// What the backend keeps of one hold: its node, the session it is bound to, and its creation
+/// zxid (the fencing token).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZookeeperLease {
+    path: String,
+    session: i64,
+    czxid: i64,
+}
+
+impl ZookeeperLease {
+    /// The node that holds the lock.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The fencing token: the node's creation zxid.
+    pub fn fence(&self) -> u64 {
+        self.czxid.unsigned_abs()
+    }
+
+    fn sequence(&self) -> i64 {
+        let digits = self.path.rsplit('-').next().unwrap_or_default();
+        digits.parse().unwrap_or(i64::MAX)
+    }
+}
+
+impl ZookeeperBackend {
+    /// Connects to the ensemble at `cluster` (`host:port,host:port`, ZooKeeper's connect
+    /// string) with the default [`ZookeeperSettings`], and starts the session.
+    pub async fn connect(cluster: &str) -> Result<Self, BackendError> {
+        Self::connect_with(cluster, ZookeeperSettings::default()).await
+    }
+
+    /// Connects to the ensemble at `cluster` with `settings`, and starts the session. Give
+    /// every server: the client moves to another when its server fails.
+    pub async fn connect_with(
+        cluster: &str,
+        settings: ZookeeperSettings,
+    ) -> Result<Self, BackendError> {
+        let ensemble = Ensemble {
+            cluster: cluster.to_owned(),
+            timeout: settings.session_timeout,
+            root: settings.root.clone(),
+        };
+        let session = Arc::new(Session::start(ensemble).await?);
+        let directory = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        session
+            .client()
+            .mkdir(&settings.root, &directory)
+            .await
+            .map_err(BackendError::new)?;
+        let (watches, room) = Watches::start(&session);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                root: settings.root,
+                session,
+                watches,
+                room,
+            }),
+        })
+    }
+
+    /// The session timeout as the ensemble granted it.
+    pub fn session_timeout(&self) -> Duration {
+        self.inner.session.timeout()
+    }
+
+    fn dir(&self, name: &str) -> LockDir {
+        LockDir::new(&self.inner.root, name)
+    }
+
+    fn client(&self) -> Client {
+        self.inner.session.client()
+    }
+
+    /// Creates `token`'s `kind` node in `dir` (and the directory, when missing), owned by the
+    /// session from before it is sent.
+    async fn create(
+        &self,
+        dir: &LockDir,
+        kind: Kind,
+        token: OwnerToken,
+    ) -> Result<ZookeeperLease, BackendError> {
+        let prefix = dir.node_prefix(kind, token);
+        self.inner.session.own(&prefix);
+        let node = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let container = CreateMode::Container.with_acls(Acls::anyone_all());
+        let client = self.client();
+        let session = client.session_id().0;
+        // The server deletes an empty directory on its own: it may go between two attempts.
+        for _ in 0..3 {
+            match client.create(&prefix, &[], &node).await {
+                Ok((stat, sequence)) => {
+                    return Ok(ZookeeperLease {
+                        path: format!("{prefix}{sequence}"),
+                        session,
+                        czxid: stat.czxid,
+                    });
+                }
+                Err(ZkError::NoNode) => match client.create(dir.path(), &[], &container).await {
+                    Ok(_) | Err(ZkError::NodeExists) => {}
+                    Err(error) => return Err(BackendError::new(error)),
+                },
+                Err(error) => return Err(BackendError::new(error)),
+            }
+        }
+        Err(BackendError::new(format!(
+            "the lock directory {} kept disappearing",
+            dir.path()
+        )))
+    }
+
+    /// The children of `dir` (none when it does not exist).
+    async fn children(&self, dir: &LockDir) -> Result<Children, BackendError> {
+        match self.client().list_children(dir.path()).await {
+            Ok(names) => Ok(Children::new(&names)),
+            Err(ZkError::NoNode) => Ok(Children::default()),
+            Err(error) => Err(BackendError::new(error)),
+        }
+    }
+
+    /// Deletes the node at `path`, given up; whether it was there.
+    async fn delete(&self, path: &str) -> Result<bool, BackendError> {
+        self.inner.session.disown(nodes::owner_prefix(path));
+        match self.client().delete(path, None).await {
+            Ok(()) => Ok(true),
+            Err(ZkError::NoNode) => Ok(false),
+            Err(error) => Err(BackendError::new(error)),
+        }
+    }
+
+    /// `lease` once the session vouches for it for `ttl` from `sent`.
+    async fn vouch_for(
+        &self,
+        lease: ZookeeperLease,
+        sent: Instant,
+        ttl: Duration,
+    ) -> Result<ZookeeperLease, BackendError> {
+        let term = self.inner.session.vouch(lease_deadline(sent, ttl)).await;
+        if term.session != lease.session {
+            return Err(BackendError::new(
+                "the ZooKeeper session expired while the lock was being taken",
+            ));
+        }
+        Ok(lease)
+    }
+
+    /// The exclusive hold `lease`, granted by an attempt sent at `sent`, once the session
+    /// vouches for it for `ttl`: the grant the engine gets, fenced by its creation zxid.
+    async fn vouched(
+        &self,
+        lease: ZookeeperLease,
+        sent: Instant,
+        ttl: Duration,
+    ) -> Result<Granted<ZookeeperLease>, BackendError> {
+        let lease = self.vouch_for(lease, sent, ttl).await?;
+        let fence = Some(FencingToken::new(lease.fence()));
+        Ok(Granted { lease, fence })
+    }
+
+    /// `token` gave up on `name`: its nodes there (a hold, a place in line, an intent) are
+    /// deleted. The session sends requests in order and the ensemble applies them in order, so
+    /// a creation of `token`'s sent earlier is listed here.
+    async fn give_up(&self, name: &str, token: OwnerToken) -> Result<(), BackendError> {
+        self.inner.watches.forget(token);
+        let dir = self.dir(name);
+        for kind in [Kind::Exclusive, Kind::Shared, Kind::Intent] {
+            self.inner.session.disown(&dir.node_prefix(kind, token));
+        }
+        let children = self.children(&dir).await?;
+        for node in children.of(token) {
+            self.delete(&dir.child(node)).await?;
+        }
+        Ok(())
+    }
+}
+
+impl LockBackend for ZookeeperBackend {
+    type Lease = ZookeeperLease;
+
+    async fn acquire(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<ZookeeperLease>>, BackendError> {
+        let dir = self.dir(name);
+        let sent = Instant::now();
+        let mine = self.create(&dir, Kind::Exclusive, request.token).await?;
+        let children = self.children(&dir).await?;
+        if children.exclusive_standing(mine.sequence()) == Standing::Holds {
+            return Ok(Attempt::Acquired(
+                self.vouched(mine, sent, request.ttl).await?,
+            ));
+        }
+        self.delete(&mine.path).await?;
+        Ok(Attempt::Busy { holder_ttl: None })
+    }
+
+    async fn extend(
+        &self,
+        _name: &str,
+        lease: &ZookeeperLease,
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        let term = self
+            .inner
+            .session
+            .vouch(lease_deadline(Instant::now(), ttl))
+            .await;
+        Ok(term.session == lease.session)
+    }
+
+    async fn release(&self, _name: &str, lease: &ZookeeperLease) -> Result<bool, BackendError> {
+        self.delete(&lease.path).await
+    }
+
+    async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
+        self.give_up(name, request.token).await
+    }
+
+    fn wait_queue(&self) -> Option<&dyn WaitQueue<ZookeeperLease>> {
+        Some(self)
+    }
+
+    fn max_ttl(&self) -> Option<Duration> {
+        Some(self.inner.session.max_ttl())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_fences_with_its_creation_zxid_and_knows_its_place() {
+        let lease = ZookeeperLease {
+            path: "/tower-lock/k/x-token-0000000012".to_owned(),
+            session: 7,
+            czxid: 42,
+        };
+        assert_eq!(lease.fence(), 42);
+        assert_eq!(lease.sequence(), 12);
+        assert_eq!(lease.path(), "/tower-lock/k/x-token-0000000012");
+    }
+
+    #[test]
+    fn the_default_session_lets_a_locker_keep_its_default_ttl() {
+        assert_eq!(DEFAULT_SESSION_TIMEOUT * 2 / 3, Duration::from_secs(10));
+    }
+}

@@ -1,0 +1,318 @@
+//! Where a lock's nodes live and who holds it, read off their names.
+//!
+//! Each lock is a directory, `<root>/<escaped name>`, created as a container node (the server
+//! deletes it once its last child is gone, so no empty directory piles up per key). Every
+//! contender creates an ephemeral sequential child named `<kind>-<owner token>-<sequence>`:
+//! `x` for an exclusive hold (mutex, writer) or a place in line for one, `s` for a shared hold
+//! (reader, permit), `i` for a waiting writer's intent. The server numbers the children of a
+//! directory in creation order, so the sequence orders them, as in Curator's recipes.
+
+use std::fmt::Write;
+
+use crate::OwnerToken;
+
+/// What a child node stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// An exclusive hold, or a place in line for one.
+    Exclusive,
+    /// A shared hold: a reader or a permit.
+    Shared,
+    /// A waiting writer's intent: it bars new readers and holds no place in line.
+    Intent,
+}
+
+impl Kind {
+    fn letter(self) -> char {
+        match self {
+            Kind::Exclusive => 'x',
+            Kind::Shared => 's',
+            Kind::Intent => 'i',
+        }
+    }
+
+    fn from_letter(letter: &str) -> Option<Self> {
+        match letter {
+            "x" => Some(Kind::Exclusive),
+            "s" => Some(Kind::Shared),
+            "i" => Some(Kind::Intent),
+            _ => None,
+        }
+    }
+
+    /// Whether a node of this kind stands in line: holds or waits for the lock.
+    fn in_line(self) -> bool {
+        matches!(self, Kind::Exclusive | Kind::Shared)
+    }
+}
+
+/// The directory of one lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct LockDir {
+    path: String,
+}
+
+impl LockDir {
+    /// The directory of lock `name` under `root`. Every byte but letters, digits and
+    /// `:_-@+=,~` is escaped as `%XX`, so any name makes one valid node name (no `/`, no `.`
+    /// or `..`, no control characters) and two names never share a directory.
+    pub(super) fn new(root: &str, name: &str) -> Self {
+        let mut path = String::with_capacity(root.len() + name.len() + 1);
+        path.push_str(root);
+        path.push('/');
+        for byte in name.bytes() {
+            match byte {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b':' | b'_' | b'-' | b'@' | b'+'
+                | b'=' | b',' | b'~' => path.push(char::from(byte)),
+                byte => {
+                    write!(path, "%{byte:02X}").expect("writing to a String cannot fail");
+                }
+            }
+        }
+        Self { path }
+    }
+
+    /// The directory's path.
+    pub(super) fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The path `token` creates its `kind` node at: the server appends the sequence.
+    pub(super) fn node_prefix(&self, kind: Kind, token: OwnerToken) -> String {
+        format!("{}/{}-{token}-", self.path, kind.letter())
+    }
+
+    /// The path of the child `node`.
+    pub(super) fn child(&self, node: &Node) -> String {
+        format!("{}/{}", self.path, node.name)
+    }
+}
+
+/// The owner prefix of an ephemeral node's path: the path without its sequence (what
+/// [`LockDir::node_prefix`] gave to create it).
+pub(super) fn owner_prefix(path: &str) -> &str {
+    path.trim_end_matches(|c: char| c.is_ascii_digit())
+}
+
+/// One child of a lock's directory, as its name says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Node {
+    pub(super) kind: Kind,
+    pub(super) token: String,
+    pub(super) sequence: i64,
+    pub(super) name: String,
+}
+
+impl Node {
+    /// Reads a child's name; `None` for a name no backend creates.
+    pub(super) fn parse(name: &str) -> Option<Self> {
+        let (kind, rest) = name.split_once('-')?;
+        let (token, sequence) = rest.rsplit_once('-')?;
+        Some(Self {
+            kind: Kind::from_letter(kind)?,
+            token: token.to_owned(),
+            sequence: sequence.parse().ok()?,
+            name: name.to_owned(),
+        })
+    }
+
+    fn is(&self, kind: Kind, token: OwnerToken) -> bool {
+        self.kind == kind && self.token == token.to_string()
+    }
+}
+
+/// Where an exclusive node stands in its lock's line.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Standing<'a> {
+    /// Nothing is ahead of it: the lock is its holder's.
+    Holds,
+    /// Behind `predecessor` (the node just ahead); `only_one_ahead` when nothing else is.
+    Behind {
+        predecessor: &'a Node,
+        only_one_ahead: bool,
+    },
+    /// The node is not there (its session expired, or it was deleted).
+    Gone,
+}
+
+/// The children of a lock's directory, in creation order.
+#[derive(Debug, Default)]
+pub(super) struct Children(Vec<Node>);
+
+impl Children {
+    /// The children named `names` (names no backend creates are left out).
+    pub(super) fn new(names: &[String]) -> Self {
+        let mut nodes: Vec<Node> = names.iter().filter_map(|name| Node::parse(name)).collect();
+        nodes.sort_by_key(|node| node.sequence);
+        Self(nodes)
+    }
+
+    /// `token`'s nodes, of any kind.
+    pub(super) fn of(&self, token: OwnerToken) -> impl Iterator<Item = &Node> {
+        let token = token.to_string();
+        self.0.iter().filter(move |node| node.token == token)
+    }
+
+    /// `token`'s earliest `kind` node.
+    pub(super) fn mine(&self, kind: Kind, token: OwnerToken) -> Option<&Node> {
+        self.0.iter().find(|node| node.is(kind, token))
+    }
+
+    fn ahead_of(&self, sequence: i64) -> std::slice::Iter<'_, Node> {
+        let ahead = self.0.partition_point(|node| node.sequence < sequence);
+        self.0[..ahead].iter()
+    }
+
+    /// Where the exclusive node numbered `sequence` stands: it holds the lock once no node in
+    /// line (exclusive or shared) is ahead of it; intents do not count.
+    pub(super) fn exclusive_standing(&self, sequence: i64) -> Standing<'_> {
+        if !self.0.iter().any(|node| node.sequence == sequence) {
+            return Standing::Gone;
+        }
+        let mut ahead = self.ahead_of(sequence).filter(|node| node.kind.in_line());
+        match ahead.next_back() {
+            None => Standing::Holds,
+            Some(predecessor) => Standing::Behind {
+                predecessor,
+                only_one_ahead: ahead.next().is_none(),
+            },
+        }
+    }
+
+    /// What keeps the reader numbered `sequence` out, if anything: the latest exclusive node
+    /// or writer's intent ahead of it.
+    pub(super) fn reader_blocker(&self, sequence: i64) -> Option<&Node> {
+        self.ahead_of(sequence)
+            .filter(|node| node.kind != Kind::Shared)
+            .next_back()
+    }
+
+    /// What keeps the permit numbered `sequence` out of a semaphore of `permits`, if anything:
+    /// the latest exclusive node ahead of it, else (with `permits` shared holds ahead of it)
+    /// the earliest of them.
+    pub(super) fn permit_blocker(&self, sequence: i64, permits: u32) -> Option<&Node> {
+        let exclusive = self
+            .ahead_of(sequence)
+            .filter(|node| node.kind == Kind::Exclusive)
+            .next_back();
+        if exclusive.is_some() {
+            return exclusive;
+        }
+        let mut shared = self
+            .ahead_of(sequence)
+            .filter(|node| node.kind == Kind::Shared);
+        let first = shared.next();
+        let count = usize::from(first.is_some()) + shared.count();
+        (count >= usize::try_from(permits).unwrap_or(usize::MAX))
+            .then_some(first)
+            .flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn children(names: &[&str]) -> Children {
+        Children::new(&names.iter().map(|name| (*name).to_owned()).collect::<Vec<_>>())
+    }
+
+    fn seq(sequence: i64) -> String {
+        format!("{sequence:010}")
+    }
+
+    #[test]
+    fn a_name_makes_one_valid_node_name_and_no_two_names_share_it() {
+        let dir = |name| LockDir::new("/tower-lock", name).path().to_owned();
+        assert_eq!(dir("lock:coupon:42"), "/tower-lock/lock:coupon:42");
+        assert_eq!(dir("a/b"), "/tower-lock/a%2Fb");
+        assert_eq!(dir(".."), "/tower-lock/%2E%2E");
+        assert_eq!(dir("%2F"), "/tower-lock/%252F");
+        assert_ne!(dir("a/b"), dir("a%2Fb"));
+        assert_eq!(dir("é"), "/tower-lock/%C3%A9");
+    }
+
+    #[test]
+    fn a_nodes_name_says_its_kind_owner_and_place() {
+        let token = OwnerToken::new();
+        let dir = LockDir::new("/r", "k");
+        let path = format!("{}{}", dir.node_prefix(Kind::Shared, token), seq(7));
+        let name = path.rsplit('/').next().unwrap();
+        let node = Node::parse(name).unwrap();
+        assert_eq!(node.kind, Kind::Shared);
+        assert_eq!(node.sequence, 7);
+        assert!(node.is(Kind::Shared, token));
+        assert_eq!(dir.child(&node), path);
+        assert_eq!(owner_prefix(&path), dir.node_prefix(Kind::Shared, token));
+        assert_eq!(Node::parse("lock-0000000001"), None, "a foreign recipe's node");
+    }
+
+    #[test]
+    fn the_first_node_in_line_holds_and_each_waiter_is_behind_the_one_before_it() {
+        let line = children(&[
+            &format!("i-w-{}", seq(1)),
+            &format!("x-b-{}", seq(3)),
+            &format!("x-a-{}", seq(2)),
+            &format!("s-c-{}", seq(4)),
+        ]);
+        assert_eq!(line.exclusive_standing(2), Standing::Holds, "intents do not count");
+        let Standing::Behind {
+            predecessor,
+            only_one_ahead,
+        } = line.exclusive_standing(3)
+        else {
+            panic!("the second is behind the first");
+        };
+        assert_eq!((predecessor.token.as_str(), only_one_ahead), ("a", true));
+        let Standing::Behind {
+            predecessor,
+            only_one_ahead,
+        } = line.exclusive_standing(5)
+        else {
+            panic!("a later one is behind");
+        };
+        assert_eq!((predecessor.token.as_str(), only_one_ahead), ("c", false));
+        assert_eq!(line.exclusive_standing(9), Standing::Gone, "a node not listed");
+    }
+
+    #[test]
+    fn a_reader_is_kept_out_by_an_earlier_writer_or_intent_only() {
+        let line = children(&[
+            &format!("s-r-{}", seq(1)),
+            &format!("i-w-{}", seq(2)),
+            &format!("s-q-{}", seq(3)),
+        ]);
+        assert_eq!(line.reader_blocker(1), None);
+        assert_eq!(line.reader_blocker(3).unwrap().token, "w");
+        let line = children(&[&format!("s-r-{}", seq(1)), &format!("x-w-{}", seq(2))]);
+        assert_eq!(line.reader_blocker(1), None, "a later writer waits for it");
+    }
+
+    #[test]
+    fn a_permit_is_kept_out_by_as_many_holders_as_permits_or_an_exclusive_node() {
+        let line = children(&[
+            &format!("s-a-{}", seq(1)),
+            &format!("s-b-{}", seq(2)),
+            &format!("s-c-{}", seq(3)),
+        ]);
+        assert_eq!(line.permit_blocker(2, 2), None);
+        assert_eq!(line.permit_blocker(3, 2).unwrap().token, "a");
+        assert_eq!(line.permit_blocker(3, 3), None);
+        let line = children(&[&format!("x-m-{}", seq(1)), &format!("s-a-{}", seq(2))]);
+        assert_eq!(line.permit_blocker(2, 5).unwrap().token, "m");
+    }
+
+    #[test]
+    fn a_tokens_nodes_are_found_by_kind() {
+        let token = OwnerToken::new();
+        let line = children(&[
+            &format!("x-{token}-{}", seq(4)),
+            &format!("i-{token}-{}", seq(2)),
+            &format!("x-other-{}", seq(1)),
+        ]);
+        assert_eq!(line.mine(Kind::Exclusive, token).unwrap().sequence, 4);
+        assert_eq!(line.mine(Kind::Intent, token).unwrap().sequence, 2);
+        assert_eq!(line.mine(Kind::Shared, token), None);
+        assert_eq!(line.of(token).count(), 2);
+    }
+}
