@@ -1,0 +1,116 @@
+//! The session behind every ZooKeeper lock: a holder cut off from the ensemble past its
+//! session's timeout loses its locks (it is told so by its deadline, another process takes
+//! them with a larger fence, and its session cannot vouch for them again); a backend that is
+//! dropped frees its locks at once.
+
+use std::time::Duration;
+
+use integration_tests::{ZookeeperEnsemble, granted, request};
+use tokio::time::{Instant, sleep, timeout};
+use tower_lock::Locker;
+use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
+use tower_lock::backend::{Attempt, LockBackend};
+
+const SESSION_TTL: Duration = Duration::from_secs(3);
+
+async fn backend(servers: &str) -> ZookeeperBackend {
+    let settings = ZookeeperSettings::default().session_timeout(SESSION_TTL);
+    ZookeeperBackend::connect_with(servers, settings)
+        .await
+        .expect("the ensemble answers")
+}
+
+/// A holder whose only server is frozen (as a paused or partitioned holder is cut off): the
+/// leader lets its session expire, another process takes the lock with a larger fence, and
+/// the holder is told its lease is lost by its deadline; once the server thaws, its old
+/// session is gone and its lock stays lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_cut_off_past_its_session_loses_the_lock() {
+    let cluster = ZookeeperEnsemble::start(3);
+    let leader = cluster.leader().expect("the ensemble has a leader");
+    let (cut, others): (Vec<usize>, Vec<usize>) = (0..3).partition(|server| *server != leader);
+    let (cut, others) = (cut[0], [others[0], cut[1]]);
+    let holder = Locker::builder(backend(&cluster.endpoint(cut)).await)
+        .ttl(Duration::from_secs(2))
+        .build()
+        .expect("valid settings");
+    let taker = backend(&others.map(|server| cluster.endpoint(server)).join(",")).await;
+    let held = holder.lock("k").await.expect("free");
+    let stale_fence = held.guard().fence().expect("ZooKeeper fences");
+    let lost = held.guard().lost();
+
+    cluster.pause(cut);
+    let cut_off = Instant::now();
+    let taken = async {
+        loop {
+            if let Ok(Attempt::Acquired(grant)) = taker
+                .acquire("lock:k", request(Duration::from_secs(2)))
+                .await
+            {
+                return grant;
+            }
+            sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let taken = timeout(SESSION_TTL * 3, taken)
+        .await
+        .expect("the lock is taken once the cut-off holder's session expires");
+    let taken_after = cut_off.elapsed();
+    let reported = timeout(Duration::from_secs(1), lost).await;
+    cluster.resume(cut);
+
+    assert!(
+        taken_after >= SESSION_TTL - Duration::from_millis(500),
+        "taken {taken_after:?} after the cut, before the session could expire"
+    );
+    assert!(
+        reported.is_ok(),
+        "the holder was told by the time the lock passed on"
+    );
+    let fence = taken.fence.expect("ZooKeeper fences");
+    assert!(
+        fence > stale_fence,
+        "the new holder's fence {fence} > the stale {stale_fence}"
+    );
+    assert!(!held.guard().is_held());
+}
+
+/// Dropping a backend closes its session: a lock it held is free at once, not after the
+/// session's timeout. The twin: a backend still alive keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_backend_frees_its_locks_at_once() {
+    let cluster = ZookeeperEnsemble::start(1);
+    let endpoints = cluster.connect_string();
+    let (kept, dropped, other) = (
+        backend(&endpoints).await,
+        backend(&endpoints).await,
+        backend(&endpoints).await,
+    );
+    granted(
+        kept.acquire("lock:kept", request(Duration::from_secs(2)))
+            .await,
+    );
+    granted(
+        dropped
+            .acquire("lock:dropped", request(Duration::from_secs(2)))
+            .await,
+    );
+
+    drop(dropped);
+    sleep(Duration::from_millis(500)).await;
+
+    let freed = other
+        .acquire("lock:dropped", request(Duration::from_secs(2)))
+        .await;
+    assert!(
+        matches!(freed, Ok(Attempt::Acquired(_))),
+        "the dropped backend's lock is free well within its session's timeout"
+    );
+    let kept_lock = other
+        .acquire("lock:kept", request(Duration::from_secs(2)))
+        .await;
+    assert!(
+        matches!(kept_lock, Ok(Attempt::Busy { .. })),
+        "the live backend's lock is still held"
+    );
+}
