@@ -4,7 +4,7 @@
 //! the user, work, write). Without a lock, concurrent claims read the same stock and the
 //! coupon is claimed more often than it has units; with the lock layer on that route (key
 //! `coupon:{id}`), it never is — on one process, or across replicas sharing Redis, PostgreSQL
-//! or MySQL/MariaDB, with the locks there or in another store (etcd).
+//! or MySQL/MariaDB, with the locks there or in another store (etcd, ZooKeeper).
 
 use std::net::SocketAddr;
 use std::sync::LazyLock;
@@ -16,6 +16,7 @@ use axum::routing::{MethodRouter, get, post, put};
 use tower_lock::backend::etcd::{EtcdBackend, EtcdSettings};
 use tower_lock::backend::mysql::MysqlBackend;
 use tower_lock::backend::postgres::PostgresBackend;
+use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
 use tower_lock::backend::{BackendError, Semaphores, SharedLocks};
 use tower_lock::key::{KeyError, KeyExtractor, KeyTemplate, many};
 use tower_lock::{LockBackend, LockLayer, MemoryBackend, OnLost, RedisBackend};
@@ -44,7 +45,8 @@ pub struct Options {
     #[arg(long, env = "REDIS_URL", conflicts_with = "store")]
     pub redis_url: Option<String>,
     /// Keep the locks in another store than the coupons: `etcd://host:port[,host:port…]` (a
-    /// cluster's members), or any `--store` URL. The claim's write is then fenced by the
+    /// cluster's members), `zk://host:port[,host:port…]` (an ensemble's servers), or any
+    /// `--store` URL. The claim's write is then fenced by the
     /// coupon store with the lock store's tokens. Without it, locks live beside the coupons.
     #[arg(long, env = "LOCK_STORE", conflicts_with_all = ["no_lock", "optimistic"])]
     pub lock_store: Option<String>,
@@ -212,6 +214,8 @@ pub enum Locking {
     Mysql(MysqlBackend),
     /// In etcd, across replicas.
     Etcd(EtcdBackend),
+    /// In ZooKeeper, across replicas.
+    Zookeeper(ZookeeperBackend),
 }
 
 /// What the handlers share.
@@ -347,15 +351,22 @@ async fn lock_backend(url: &str, ttl: Duration) -> Result<Locking, String> {
             .split(',')
             .map(|member| format!("http://{member}"))
             .collect();
-        let settings = EtcdSettings::default().session_ttl(etcd_session_ttl(ttl));
+        let settings = EtcdSettings::default().session_ttl(session_outliving(ttl));
         let backend = EtcdBackend::connect_with(endpoints, settings)
             .await
             .map_err(|error| cannot("etcd", &error))?;
         return Ok(Locking::Etcd(backend));
     }
+    if let Some(servers) = url.strip_prefix("zk://") {
+        let settings = ZookeeperSettings::default().session_timeout(session_outliving(ttl));
+        let backend = ZookeeperBackend::connect_with(servers, settings)
+            .await
+            .map_err(|error| cannot("ZooKeeper", &error))?;
+        return Ok(Locking::Zookeeper(backend));
+    }
     let kind = StoreKind::of(url).map_err(|_| {
         format!(
-            "--lock-store {}: the URL must start with etcd://, redis://, postgres:// or mysql://",
+            "--lock-store {}: the URL must start with etcd://, zk://, redis://, postgres:// or mysql://",
             redacted(url)
         )
     })?;
@@ -370,9 +381,10 @@ async fn lock_backend(url: &str, ttl: Duration) -> Result<Locking, String> {
     }
 }
 
-/// The etcd session's TTL for lock leases of `ttl`: three halves of it (a locker may lease two
-/// thirds of its session), in whole seconds, at least etcd's shortest (2 s).
-fn etcd_session_ttl(ttl: Duration) -> Duration {
+/// The session (etcd's lease TTL, ZooKeeper's session timeout) for lock leases of `ttl`: three
+/// halves of it (a locker may lease two thirds of its session), in whole seconds, at least
+/// etcd's shortest (2 s; ZooKeeper raises it to its own minimum).
+fn session_outliving(ttl: Duration) -> Duration {
     let seconds = (ttl.as_millis() * 3).div_ceil(2 * 1000);
     Duration::from_secs(u64::try_from(seconds).unwrap_or(u64::MAX).max(2))
 }
@@ -482,6 +494,7 @@ pub fn app(state: AppState) -> Router {
         Locking::Postgres(backend) => with_locks(backend.clone(), state.lock, routes),
         Locking::Mysql(backend) => with_locks(backend.clone(), state.lock, routes),
         Locking::Etcd(backend) => with_locks(backend.clone(), state.lock, routes),
+        Locking::Zookeeper(backend) => with_locks(backend.clone(), state.lock, routes),
     };
     Router::new()
         .route("/coupons/{id}", routes.coupon)
@@ -598,17 +611,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_etcd_session_outlives_its_locks_leases_by_half() {
+    fn a_session_outlives_its_locks_leases_by_half() {
         assert_eq!(
-            etcd_session_ttl(Duration::from_secs(10)),
+            session_outliving(Duration::from_secs(10)),
             Duration::from_secs(15)
         );
         assert_eq!(
-            etcd_session_ttl(Duration::from_millis(2100)),
+            session_outliving(Duration::from_millis(2100)),
             Duration::from_secs(4)
         );
         assert_eq!(
-            etcd_session_ttl(Duration::from_millis(500)),
+            session_outliving(Duration::from_millis(500)),
             Duration::from_secs(2)
         );
     }

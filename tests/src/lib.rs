@@ -40,5 +40,5 @@ pub use postgres_server::PostgresServer;
 pub use probes::{Gate, GateControl};
 pub use process::free_port;
 pub use redis_server::RedisServer;
-pub use zookeeper_ensemble::ZookeeperEnsemble;
 pub use tower_lock::conformance::Occupancy;
+pub use zookeeper_ensemble::ZookeeperEnsemble;

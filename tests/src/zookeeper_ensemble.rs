@@ -101,7 +101,9 @@ impl ZookeeperEnsemble {
     /// How many requests server `index` has received from clients since it started (`srvr`'s
     /// `Received`, pings included).
     pub fn requests_received(&self, index: usize) -> u64 {
-        let status = self.four_letters(index, "srvr").expect("the server answers");
+        let status = self
+            .four_letters(index, "srvr")
+            .expect("the server answers");
         status
             .lines()
             .find_map(|line| line.strip_prefix("Received: "))
@@ -112,7 +114,9 @@ impl ZookeeperEnsemble {
     /// How many ephemeral nodes lie under `path`, as the leader `index` lists them by session
     /// (its `dump`; only a leader or a standalone server answers it).
     pub fn ephemerals_under(&self, index: usize, path: &str) -> usize {
-        let dump = self.four_letters(index, "dump").expect("the server answers");
+        let dump = self
+            .four_letters(index, "dump")
+            .expect("the server answers");
         dump.lines()
             .filter(|line| line.trim_start().starts_with(path))
             .count()
@@ -155,7 +159,9 @@ impl ZookeeperEnsemble {
     /// Server `index`'s mode (`leader`, `follower`, `standalone`) while it serves.
     fn mode(&self, index: usize) -> Option<String> {
         let status = self.four_letters(index, "srvr")?;
-        let mode = status.lines().find_map(|line| line.strip_prefix("Mode: "))?;
+        let mode = status
+            .lines()
+            .find_map(|line| line.strip_prefix("Mode: "))?;
         Some(mode.trim().to_owned())
     }
 
@@ -199,7 +205,11 @@ impl ZookeeperEnsemble {
         let server = &mut self.servers[index];
         let mut command = Command::new("java");
         command
-            .args(["-Xmx256m", "-XX:+UseSerialGC", "-Dzookeeper.root.logger=ERROR,CONSOLE"])
+            .args([
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-Dzookeeper.root.logger=ERROR,CONSOLE",
+            ])
             .args(["-cp", CLASSPATH])
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
             .arg(server.dir.path().join("zoo.cfg"));

@@ -1,12 +1,12 @@
 //! The demo coupon service never oversells with the lock — across three replicas sharing
-//! Redis, PostgreSQL or MariaDB (with the locks there, or in etcd), and in embedded mode — nor
+//! Redis, PostgreSQL or MariaDB (with the locks there, or in etcd or ZooKeeper), and in embedded mode — nor
 //! with `--optimistic` version checks on SQL, and does oversell without either.
 
 use std::collections::HashMap;
 
 use http::StatusCode;
 use integration_tests::{
-    DemoReplica, EtcdCluster, Http, MysqlDatabase, PostgresSchema, RedisServer,
+    DemoReplica, EtcdCluster, Http, MysqlDatabase, PostgresSchema, RedisServer, ZookeeperEnsemble,
 };
 use serde_json::{Value, json};
 
@@ -109,14 +109,13 @@ async fn without_the_lock_three_replicas_oversell() {
     assert_oversold(&statuses, &coupon);
 }
 
-/// Three replicas keeping coupons at `store` and locks in `etcd`, through a claim storm.
-async fn claim_storm_with_locks_in(store: &str, etcd: &EtcdCluster) {
-    let lock_store = etcd.url();
+/// Three replicas keeping coupons at `store` and locks at `lock_store`, through a claim storm.
+async fn claim_storm_with_locks_in(store: &str, lock_store: &str) {
     let args = [
         "--store",
         store,
         "--lock-store",
-        &lock_store,
+        lock_store,
         "--lock-wait-ms",
         "30000",
     ];
@@ -132,14 +131,21 @@ async fn claim_storm_with_locks_in(store: &str, etcd: &EtcdCluster) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_with_locks_in_etcd_never_oversell() {
     let (redis, etcd) = (RedisServer::start(), EtcdCluster::start(3));
-    claim_storm_with_locks_in(&redis.url(), &etcd).await;
+    claim_storm_with_locks_in(&redis.url(), &etcd.url()).await;
+}
+
+/// Coupons in Redis, locks in a three-server ZooKeeper ensemble (the same control as etcd's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_with_locks_in_zookeeper_never_oversell() {
+    let (redis, zookeeper) = (RedisServer::start(), ZookeeperEnsemble::start(3));
+    claim_storm_with_locks_in(&redis.url(), &zookeeper.url()).await;
 }
 
 /// Coupons in PostgreSQL, locks in etcd: the database fences the claim with etcd's tokens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_on_postgres_with_locks_in_etcd_never_oversell() {
     let (schema, etcd) = (PostgresSchema::create().await, EtcdCluster::start(1));
-    claim_storm_with_locks_in(&schema.url(), &etcd).await;
+    claim_storm_with_locks_in(&schema.url(), &etcd.url()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,14 +1,15 @@
 //! A claim that lost its lock — too slow without renewal, or frozen like a long GC pause —
 //! cannot write over the next holder's claim: the fencing token refuses it, in Redis, and in
-//! PostgreSQL and MariaDB by the database itself — also with the locks in etcd, whose tokens
-//! the coupon store checks (a frozen replica's etcd session expires, and another takes the
-//! lock). Each proof has a twin with `--no-fence` that oversells.
+//! PostgreSQL and MariaDB by the database itself — also with the locks in etcd or ZooKeeper,
+//! whose tokens the coupon store checks (a frozen replica's session expires, and another takes
+//! the lock). Each proof has a twin with `--no-fence` that oversells.
 
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use integration_tests::{
     DemoReplica, EtcdCluster, Http, MysqlDatabase, PostgresSchema, RedisServer, Reply,
+    ZookeeperEnsemble,
 };
 use redis::AsyncCommands;
 use serde_json::{Value, json};
@@ -25,6 +26,8 @@ enum Store {
     Mysql(MysqlDatabase),
     /// Coupons in Redis, locks in etcd (`--lock-store`).
     RedisWithEtcdLocks(RedisServer, EtcdCluster),
+    /// Coupons in Redis, locks in ZooKeeper (`--lock-store`).
+    RedisWithZookeeperLocks(RedisServer, ZookeeperEnsemble),
 }
 
 impl Store {
@@ -33,7 +36,9 @@ impl Store {
             Self::Redis(redis) => redis.url(),
             Self::Postgres(schema) => schema.url(),
             Self::Mysql(database) => database.url(),
-            Self::RedisWithEtcdLocks(redis, _) => redis.url(),
+            Self::RedisWithEtcdLocks(redis, _) | Self::RedisWithZookeeperLocks(redis, _) => {
+                redis.url()
+            }
         }
     }
 
@@ -41,6 +46,7 @@ impl Store {
     fn lock_store(&self) -> Option<String> {
         match self {
             Self::RedisWithEtcdLocks(_, etcd) => Some(etcd.url()),
+            Self::RedisWithZookeeperLocks(_, zookeeper) => Some(zookeeper.url()),
             _ => None,
         }
     }
@@ -50,6 +56,9 @@ impl Store {
         match self {
             Self::RedisWithEtcdLocks(_, etcd) => {
                 etcd.keys_under(0, &format!("tower-lock/{LOCK}/x/")) > 0
+            }
+            Self::RedisWithZookeeperLocks(_, zookeeper) => {
+                zookeeper.ephemerals_under(0, &format!("/tower-lock/{LOCK}/x-")) > 0
             }
             Self::Redis(redis) => {
                 let mut connection = redis.client().get_multiplexed_async_connection().await;
@@ -320,6 +329,20 @@ async fn with_locks_in_etcd_a_paused_holders_write_is_refused_by_the_coupon_stor
 #[tokio::test]
 async fn with_locks_in_etcd_without_the_fence_a_paused_holder_oversells() {
     let store = Store::RedisWithEtcdLocks(RedisServer::start(), EtcdCluster::start(1));
+    let (first, second, coupon) = paused_holder(store, false).await;
+    assert_oversold(&first, &second, &coupon);
+}
+
+#[tokio::test]
+async fn with_locks_in_zookeeper_a_paused_holders_write_is_refused_by_the_coupon_store() {
+    let store = Store::RedisWithZookeeperLocks(RedisServer::start(), ZookeeperEnsemble::start(1));
+    let (first, second, coupon) = paused_holder(store, true).await;
+    assert_refused_by_the_fence(&first, &second, &coupon);
+}
+
+#[tokio::test]
+async fn with_locks_in_zookeeper_without_the_fence_a_paused_holder_oversells() {
+    let store = Store::RedisWithZookeeperLocks(RedisServer::start(), ZookeeperEnsemble::start(1));
     let (first, second, coupon) = paused_holder(store, false).await;
     assert_oversold(&first, &second, &coupon);
 }

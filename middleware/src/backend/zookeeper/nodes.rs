@@ -62,8 +62,17 @@ impl LockDir {
         path.push('/');
         for byte in name.bytes() {
             match byte {
-                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b':' | b'_' | b'-' | b'@' | b'+'
-                | b'=' | b',' | b'~' => path.push(char::from(byte)),
+                b'a'..=b'z'
+                | b'A'..=b'Z'
+                | b'0'..=b'9'
+                | b':'
+                | b'_'
+                | b'-'
+                | b'@'
+                | b'+'
+                | b'='
+                | b','
+                | b'~' => path.push(char::from(byte)),
                 byte => {
                     write!(path, "%{byte:02X}").expect("writing to a String cannot fail");
                 }
@@ -214,7 +223,12 @@ mod tests {
     use super::*;
 
     fn children(names: &[&str]) -> Children {
-        Children::new(&names.iter().map(|name| (*name).to_owned()).collect::<Vec<_>>())
+        Children::new(
+            &names
+                .iter()
+                .map(|name| (*name).to_owned())
+                .collect::<Vec<_>>(),
+        )
     }
 
     fn seq(sequence: i64) -> String {
@@ -244,7 +258,11 @@ mod tests {
         assert!(node.is(Kind::Shared, token));
         assert_eq!(dir.child(&node), path);
         assert_eq!(owner_prefix(&path), dir.node_prefix(Kind::Shared, token));
-        assert_eq!(Node::parse("lock-0000000001"), None, "a foreign recipe's node");
+        assert_eq!(
+            Node::parse("lock-0000000001"),
+            None,
+            "a foreign recipe's node"
+        );
     }
 
     #[test]
@@ -255,7 +273,11 @@ mod tests {
             &format!("x-a-{}", seq(2)),
             &format!("s-c-{}", seq(4)),
         ]);
-        assert_eq!(line.exclusive_standing(2), Standing::Holds, "intents do not count");
+        assert_eq!(
+            line.exclusive_standing(2),
+            Standing::Holds,
+            "intents do not count"
+        );
         let Standing::Behind {
             predecessor,
             only_one_ahead,
@@ -272,7 +294,11 @@ mod tests {
             panic!("a later one is behind");
         };
         assert_eq!((predecessor.token.as_str(), only_one_ahead), ("c", false));
-        assert_eq!(line.exclusive_standing(9), Standing::Gone, "a node not listed");
+        assert_eq!(
+            line.exclusive_standing(9),
+            Standing::Gone,
+            "a node not listed"
+        );
     }
 
     #[test]

@@ -91,7 +91,9 @@ impl ZookeeperBackend {
                 } => (dir.child(predecessor), only_one_ahead),
                 Standing::Gone => {
                     // The session that kept the place expired: take a new one.
-                    self.inner.session.disown(super::nodes::owner_prefix(&place.path));
+                    self.inner
+                        .session
+                        .disown(super::nodes::owner_prefix(&place.path));
                     place = self.create(&dir, Kind::Exclusive, request.token).await?;
                     watches.took_place(request.token, place.clone());
                     continue;
