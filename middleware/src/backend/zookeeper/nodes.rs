@@ -192,8 +192,7 @@ impl Children {
     /// or writer's intent ahead of it.
     pub(super) fn reader_blocker(&self, sequence: i64) -> Option<&Node> {
         self.ahead_of(sequence)
-            .filter(|node| node.kind != Kind::Shared)
-            .next_back()
+            .rfind(|node| node.kind != Kind::Shared)
     }
 
     /// What keeps the permit numbered `sequence` out of a semaphore of `permits`, if anything:
@@ -202,8 +201,7 @@ impl Children {
     pub(super) fn permit_blocker(&self, sequence: i64, permits: u32) -> Option<&Node> {
         let exclusive = self
             .ahead_of(sequence)
-            .filter(|node| node.kind == Kind::Exclusive)
-            .next_back();
+            .rfind(|node| node.kind == Kind::Exclusive);
         if exclusive.is_some() {
             return exclusive;
         }
