@@ -270,6 +270,7 @@ mod tests {
             &format!("x-b-{}", seq(3)),
             &format!("x-a-{}", seq(2)),
             &format!("s-c-{}", seq(4)),
+            &format!("x-d-{}", seq(5)),
         ]);
         assert_eq!(
             line.exclusive_standing(2),
