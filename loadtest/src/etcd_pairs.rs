@@ -16,7 +16,7 @@ use tower_lock::{Locker, RedisBackend};
 
 use crate::cpu;
 use crate::distinct_keys::{PairSummary, Pairing, backend_pair, engine, engine_pair, timed_pairs};
-use crate::lockers::ETCD_SESSION;
+use crate::lockers::SESSION;
 
 /// What is compared, by its name in the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,7 +78,7 @@ impl Pairs {
         let backend = || async {
             let settings = EtcdSettings::default()
                 .namespace(namespace)
-                .session_ttl(ETCD_SESSION);
+                .session_ttl(SESSION);
             EtcdBackend::connect_with([endpoint], settings)
                 .await
                 .expect("etcd reachable")

@@ -12,13 +12,15 @@ use tower_lock::backend::OwnerToken;
 use tower_lock::backend::etcd::EtcdBackend;
 use tower_lock::backend::mysql::MysqlBackend;
 use tower_lock::backend::postgres::PostgresBackend;
+use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
 use tower_lock::testing::CountingBackend;
 use tower_lock::{LockBackend, Locker, LockerBuilder, RedisBackend};
 
 /// Lease TTL every implementation uses.
 pub const TTL: Duration = Duration::from_secs(10);
-/// The etcd session's TTL: long enough for [`TTL`] (a locker leases two thirds of it).
-pub const ETCD_SESSION: Duration = Duration::from_secs(15);
+/// The etcd session's TTL and ZooKeeper's session timeout: long enough for [`TTL`] (a locker
+/// leases two thirds of it).
+pub const SESSION: Duration = Duration::from_secs(15);
 /// How long a contender may wait before an implementation gives up (then it asks again).
 const WAIT: Duration = Duration::from_secs(30);
 /// The naive loop's fixed sleep between attempts, as in the seed articles.
@@ -56,6 +58,12 @@ pub enum Impl {
     EtcdPolling,
     /// tower-lock on etcd in fair (FIFO) mode: every waiter's key in line.
     EtcdFair,
+    /// tower-lock on ZooKeeper, each process's head of line watching its predecessor's node.
+    ZookeeperNotified,
+    /// tower-lock on ZooKeeper, every waiter polling with backoff.
+    ZookeeperPolling,
+    /// tower-lock on ZooKeeper in fair (FIFO) mode: every waiter's node in line.
+    ZookeeperFair,
 }
 
 impl Impl {
@@ -87,6 +95,13 @@ impl Impl {
         Impl::TowerLockNotified,
     ];
 
+    pub const ZOOKEEPER_HOT_KEY: [Impl; 4] = [
+        Impl::ZookeeperNotified,
+        Impl::ZookeeperFair,
+        Impl::ZookeeperPolling,
+        Impl::TowerLockNotified,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Impl::TowerLockNotified => "tower-lock-notified",
@@ -102,6 +117,9 @@ impl Impl {
             Impl::EtcdNotified => "etcd-notified",
             Impl::EtcdPolling => "etcd-polling",
             Impl::EtcdFair => "etcd-fair",
+            Impl::ZookeeperNotified => "zookeeper-notified",
+            Impl::ZookeeperPolling => "zookeeper-polling",
+            Impl::ZookeeperFair => "zookeeper-fair",
         }
     }
 
@@ -118,14 +136,23 @@ impl Impl {
                 | Impl::EtcdNotified
                 | Impl::EtcdPolling
                 | Impl::EtcdFair
+                | Impl::ZookeeperNotified
+                | Impl::ZookeeperPolling
+                | Impl::ZookeeperFair
         )
     }
 
-    /// Whether it runs on etcd (whose own request counts are read off the member).
-    pub fn on_etcd(self) -> bool {
+    /// Whether it runs on etcd or ZooKeeper (whose own request counts are read off the
+    /// server).
+    pub fn on_consensus_store(self) -> bool {
         matches!(
             self,
-            Impl::EtcdNotified | Impl::EtcdPolling | Impl::EtcdFair
+            Impl::EtcdNotified
+                | Impl::EtcdPolling
+                | Impl::EtcdFair
+                | Impl::ZookeeperNotified
+                | Impl::ZookeeperPolling
+                | Impl::ZookeeperFair
         )
     }
 
@@ -155,16 +182,21 @@ pub enum Contender {
     Etcd {
         locker: Locker<CountingBackend<EtcdBackend>>,
     },
+    Zookeeper {
+        locker: Locker<CountingBackend<ZookeeperBackend>>,
+    },
 }
 
 /// The waiting `which` asks for, on `locker`.
 fn waiting<B: LockBackend>(which: Impl, locker: LockerBuilder<B>) -> Locker<B> {
     let locker = locker.ttl(TTL);
     let locker = match which {
-        Impl::TowerLockPolling | Impl::PostgresPolling | Impl::MysqlPolling | Impl::EtcdPolling => {
-            locker.wait_polling(WAIT)
-        }
-        Impl::TowerLockFair | Impl::PostgresFair | Impl::EtcdFair => {
+        Impl::TowerLockPolling
+        | Impl::PostgresPolling
+        | Impl::MysqlPolling
+        | Impl::EtcdPolling
+        | Impl::ZookeeperPolling => locker.wait_polling(WAIT),
+        Impl::TowerLockFair | Impl::PostgresFair | Impl::EtcdFair | Impl::ZookeeperFair => {
             locker.wait(WAIT).fair(Duration::from_secs(3))
         }
         _ => locker.wait(WAIT),
@@ -201,11 +233,19 @@ impl Contender {
             Impl::EtcdNotified | Impl::EtcdPolling | Impl::EtcdFair => {
                 let backend = EtcdBackend::connect_with(
                     [url],
-                    tower_lock::backend::etcd::EtcdSettings::default().session_ttl(ETCD_SESSION),
+                    tower_lock::backend::etcd::EtcdSettings::default().session_ttl(SESSION),
                 )
                 .await;
                 let backend = CountingBackend::new(backend.expect("etcd reachable"));
                 Contender::Etcd {
+                    locker: waiting(which, Locker::builder(backend)),
+                }
+            }
+            Impl::ZookeeperNotified | Impl::ZookeeperPolling | Impl::ZookeeperFair => {
+                let settings = ZookeeperSettings::default().session_timeout(SESSION);
+                let backend = ZookeeperBackend::connect_with(url, settings).await;
+                let backend = CountingBackend::new(backend.expect("ZooKeeper reachable"));
+                Contender::Zookeeper {
                     locker: waiting(which, Locker::builder(backend)),
                 }
             }
@@ -232,6 +272,7 @@ impl Contender {
             Contender::Postgres { locker } => locker.backend().counts().total(),
             Contender::Mysql { locker } => locker.backend().counts().total(),
             Contender::Etcd { locker } => locker.backend().counts().total(),
+            Contender::Zookeeper { locker } => locker.backend().counts().total(),
             Contender::SeedNaive { .. } | Contender::Rslock(_) => 0,
         }
     }
@@ -258,6 +299,10 @@ impl Contender {
                 .await
                 .unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}")),
             Contender::Etcd { locker } => locker
+                .with_lock(key, |_| work)
+                .await
+                .unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}")),
+            Contender::Zookeeper { locker } => locker
                 .with_lock(key, |_| work)
                 .await
                 .unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}")),

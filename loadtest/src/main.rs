@@ -12,7 +12,8 @@
 //! run. With `--backend postgres` or `--backend mysql` it measures tower-lock on the
 //! machine's PostgreSQL or MariaDB instead (a fresh schema or database of its own), beside the
 //! database's own lock and Redis; with `--backend etcd`, on a one-member etcd of its own,
-//! beside etcd's own lock service and Redis. See `docs/BENCHMARKS.md` for results and what
+//! beside etcd's own lock service and Redis; with `--backend zookeeper`, on a standalone
+//! ZooKeeper of its own, beside Redis. See `docs/BENCHMARKS.md` for results and what
 //! limits them.
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
@@ -20,7 +21,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use clap::Parser;
-use integration_tests::{EtcdCluster, RedisServer};
+use integration_tests::{EtcdCluster, RedisServer, ZookeeperEnsemble};
 
 mod chart;
 mod cpu;
@@ -31,6 +32,7 @@ mod lockers;
 mod redis_stats;
 mod report;
 mod sql_pairs;
+mod zookeeper_pairs;
 
 use distinct_keys::PairImpl;
 use etcd_pairs::EtcdPair;
@@ -38,6 +40,7 @@ use hot_key::{Measured, Plan, now_us};
 use lockers::Impl;
 use report::{HotKeySummary, hot_key_figures, percentile, print_hot_key_table};
 use sql_pairs::{Database, SqlPair};
+use zookeeper_pairs::ZookeeperPair;
 
 /// Lock benchmarks against a real Redis.
 #[derive(Debug, Parser)]
@@ -48,7 +51,7 @@ struct Args {
     scenario: Scenario,
     /// Measure tower-lock on this store instead of on Redis against peer libraries: the
     /// machine's PostgreSQL or MariaDB (`TEST_POSTGRES_URL` or `TEST_MYSQL_URL` for another), or
-    /// an etcd of lockbench's own.
+    /// an etcd or ZooKeeper of lockbench's own.
     #[arg(long, value_enum)]
     backend: Option<Backend>,
     /// Hot key: a contender that released waits until another has acquired before it wants
@@ -76,12 +79,14 @@ struct Args {
     /// tower-lock-notified, tower-lock-polling, tower-lock-fair, seed-naive, rslock (on
     /// PostgreSQL: postgres-notified, postgres-polling, postgres-fair, tower-lock-notified; on
     /// MySQL: mysql-in-line, mysql-polling, tower-lock-notified; on etcd: etcd-notified,
-    /// etcd-fair, etcd-polling, tower-lock-notified). Distinct keys: raw-scripts,
+    /// etcd-fair, etcd-polling, tower-lock-notified; on ZooKeeper: zookeeper-notified,
+    /// zookeeper-fair, zookeeper-polling, tower-lock-notified). Distinct keys: raw-scripts,
     /// seed-minimal, tower-lock, tower-lock-nofence, tower-lock-engine, tower-lock-service,
     /// rslock (on PostgreSQL: postgres-raw, postgres-backend, postgres-engine,
     /// pg-advisory-lock, pg-advisory-engine, redis-engine; on MySQL: mysql-raw, mysql-backend,
     /// mysql-engine, mysql-get-lock, mysql-nowait-engine, redis-engine; on etcd: etcd-raw,
-    /// etcd-backend, etcd-engine, etcd-lock-rpc, redis-engine).
+    /// etcd-backend, etcd-engine, etcd-lock-rpc, redis-engine; on ZooKeeper: zookeeper-raw,
+    /// zookeeper-backend, zookeeper-engine, redis-engine).
     #[arg(long = "impl")]
     impls: Vec<String>,
     /// Distinct keys: draw throughput against concurrency per implementation into this SVG.
@@ -107,6 +112,8 @@ enum Backend {
     Mysql,
     /// A one-member etcd started by lockbench.
     Etcd,
+    /// A standalone ZooKeeper server started by lockbench.
+    Zookeeper,
 }
 
 impl Backend {
@@ -115,7 +122,7 @@ impl Backend {
         match self {
             Backend::Postgres => Some(Database::Postgres),
             Backend::Mysql => Some(Database::Mysql),
-            Backend::Etcd => None,
+            Backend::Etcd | Backend::Zookeeper => None,
         }
     }
 }
@@ -185,9 +192,10 @@ async fn main() {
         Some(Backend::Postgres) => &Impl::POSTGRES_HOT_KEY,
         Some(Backend::Mysql) => &Impl::MYSQL_HOT_KEY,
         Some(Backend::Etcd) => &Impl::ETCD_HOT_KEY,
+        Some(Backend::Zookeeper) => &Impl::ZOOKEEPER_HOT_KEY,
     };
-    let (mut hot_key_impls, mut pair_impls, mut sql_pairs, mut etcd_pairs) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut hot_key_impls, mut pair_impls, mut sql_pairs, mut etcd_pairs, mut zookeeper_pairs) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     match (args.scenario, args.backend) {
         (Scenario::HotKey, _) => hot_key_impls = chosen(&args.impls, hot_key_all, Impl::name),
         (Scenario::DistinctKeys, None) => {
@@ -195,6 +203,9 @@ async fn main() {
         }
         (Scenario::DistinctKeys, Some(Backend::Etcd)) => {
             etcd_pairs = chosen(&args.impls, &EtcdPair::ALL, EtcdPair::name);
+        }
+        (Scenario::DistinctKeys, Some(Backend::Zookeeper)) => {
+            zookeeper_pairs = chosen(&args.impls, &ZookeeperPair::ALL, ZookeeperPair::name);
         }
         (Scenario::DistinctKeys, Some(backend)) => {
             let database = backend.database().expect("a SQL backend");
@@ -214,7 +225,16 @@ async fn main() {
             let urls = Urls {
                 redis: url.clone(),
                 other: Some(etcd.endpoint(0)),
-                etcd: Some(&etcd),
+                counted: Some(Counted::Etcd(&etcd)),
+            };
+            hot_key_grid(&args, &urls, &hot_key_impls).await;
+        }
+        (Scenario::HotKey, Some(Backend::Zookeeper)) => {
+            let zookeeper = ZookeeperEnsemble::start(1);
+            let urls = Urls {
+                redis: url.clone(),
+                other: Some(zookeeper.connect_string()),
+                counted: Some(Counted::Zookeeper(&zookeeper)),
             };
             hot_key_grid(&args, &urls, &hot_key_impls).await;
         }
@@ -224,13 +244,16 @@ async fn main() {
             let urls = Urls {
                 redis: url.clone(),
                 other: Some(scratch.url()),
-                etcd: None,
+                counted: None,
             };
             hot_key_grid(&args, &urls, &hot_key_impls).await;
         }
         (Scenario::DistinctKeys, None) => distinct_keys_grid(&args, &url, &pair_impls).await,
         (Scenario::DistinctKeys, Some(Backend::Etcd)) => {
             etcd_distinct_keys_grid(&args, &url, &etcd_pairs).await;
+        }
+        (Scenario::DistinctKeys, Some(Backend::Zookeeper)) => {
+            zookeeper_distinct_keys_grid(&args, &url, &zookeeper_pairs).await;
         }
         (Scenario::DistinctKeys, Some(backend)) => {
             let database = backend.database().expect("a SQL backend");
@@ -243,8 +266,18 @@ async fn main() {
 struct Urls<'a> {
     redis: String,
     other: Option<String>,
-    /// The etcd under test, whose request counts are read off it.
-    etcd: Option<&'a EtcdCluster>,
+    /// The etcd or ZooKeeper under test, whose request counts are read off it.
+    counted: Option<Counted<'a>>,
+}
+
+/// A store under test that counts the requests it handles.
+#[derive(Clone, Copy)]
+enum Counted<'a> {
+    /// etcd's key-value requests (its sessions' keep-alives are not among them).
+    Etcd(&'a EtcdCluster),
+    /// Every request ZooKeeper received (the sessions' heartbeats among them: one per backend
+    /// every few seconds).
+    Zookeeper(&'a ZookeeperEnsemble),
 }
 
 impl Urls<'_> {
@@ -252,7 +285,7 @@ impl Urls<'_> {
         Self {
             redis: url.to_owned(),
             other: None,
-            etcd: None,
+            counted: None,
         }
     }
 
@@ -264,10 +297,12 @@ impl Urls<'_> {
         }
     }
 
-    /// Key-value requests the etcd under test has handled so far, when `which` runs on it.
-    fn etcd_requests(&self, which: Impl) -> Option<u64> {
-        let etcd = self.etcd.filter(|_| which.on_etcd())?;
-        Some(etcd.requests_started(0, "etcdserverpb.KV"))
+    /// Requests the etcd or ZooKeeper under test has handled so far, when `which` runs on it.
+    fn store_requests(&self, which: Impl) -> Option<u64> {
+        match self.counted.filter(|_| which.on_consensus_store())? {
+            Counted::Etcd(etcd) => Some(etcd.requests_started(0, "etcdserverpb.KV")),
+            Counted::Zookeeper(zookeeper) => Some(zookeeper.requests_received(0)),
+        }
     }
 }
 
@@ -279,15 +314,44 @@ async fn sql_distinct_keys_grid(
     redis_url: &str,
     impls: &[SqlPair],
 ) {
-    let (concurrencies, duration) = (args.concurrencies(&[1, 16, 64]), args.duration());
+    let title = format!("{database:?}");
+    let raw = SqlPair::Raw.name(database);
+    grid_over_raw(args, &title, raw, impls, |which, concurrency| {
+        sql_pairs::run(which, database, redis_url, concurrency, args.duration())
+    })
+    .await;
+}
+
+/// Distinct keys on ZooKeeper: each implementation in turn, every round, on one standalone
+/// server started for the grid, and the engine's and backend's throughput over the raw
+/// requests' in the same round.
+async fn zookeeper_distinct_keys_grid(args: &Args, redis_url: &str, impls: &[ZookeeperPair]) {
+    let zookeeper = ZookeeperEnsemble::start(1);
+    let servers = zookeeper.connect_string();
+    let raw = ZookeeperPair::Raw.name();
+    grid_over_raw(args, "ZooKeeper", raw, impls, |which, concurrency| {
+        zookeeper_pairs::run(which, &servers, redis_url, concurrency, args.duration())
+    })
+    .await;
+}
+
+/// Runs the distinct-keys grid of `impls` on the store called `title` with `run`, and prints
+/// each figure's median and its ratio to `raw`'s (the store's own requests) in the same round.
+async fn grid_over_raw<W: Copy, F: std::future::Future<Output = distinct_keys::PairSummary>>(
+    args: &Args,
+    title: &str,
+    raw: &str,
+    impls: &[W],
+    run: impl Fn(W, usize) -> F,
+) {
+    let concurrencies = args.concurrencies(&[1, 16, 64]);
     let mut rows = Vec::new();
     let mut ratio_lines = Vec::new();
     for &concurrency in &concurrencies {
         let rounds = interleaved(args.rounds, impls, concurrency, |which| {
-            sql_pairs::run(which, database, redis_url, concurrency, duration)
+            run(which, concurrency)
         })
         .await;
-        let raw = SqlPair::Raw.name(database);
         for (which, median, lowest, highest) in distinct_keys::ratios_to(&rounds, raw) {
             ratio_lines.push(format!(
                 "  {which:<20} {concurrency:>4} {median:>8.2} {lowest:>6.2}–{highest:.2}"
@@ -297,13 +361,11 @@ async fn sql_distinct_keys_grid(
     }
     if !args.json {
         println!(
-            "\nscenario distinct-keys on {database:?}, {} s per run, median of {} interleaved rounds",
+            "\nscenario distinct-keys on {title}, {} s per run, median of {} interleaved rounds",
             args.duration_s, args.rounds
         );
-        distinct_keys::print_table(&rows, SqlPair::Raw.name(database));
-        println!(
-            "\nthroughput over the raw statements' in the same round (median, lowest–highest):"
-        );
+        distinct_keys::print_table(&rows, raw);
+        println!("\nthroughput over the raw requests' in the same round (median, lowest–highest):");
         println!(
             "  {:<20} {:>4} {:>8} {:>11}",
             "impl", "C", "median", "range"
@@ -493,10 +555,10 @@ async fn hot_key_once(
 ) -> HotKeySummary {
     let processes = usize::from(args.processes);
     let url = urls.of(which);
-    // The server's own command counts: Redis's, and etcd's key-value requests (its sessions'
-    // keep-alives are not among them); on SQL only the client counts.
+    // The server's own command counts: Redis's, etcd's key-value requests and ZooKeeper's
+    // requests; on SQL only the client counts.
     let on_redis = !which.off_redis();
-    let etcd_before = urls.etcd_requests(which);
+    let store_before = urls.store_requests(which);
     let before = if on_redis {
         redis_stats::command_calls(url).await
     } else {
@@ -541,7 +603,7 @@ async fn hot_key_once(
         Default::default()
     };
     let acquired = measured.acquisitions.len().max(1) as f64;
-    let round_trips = match (etcd_before, urls.etcd_requests(which)) {
+    let round_trips = match (store_before, urls.store_requests(which)) {
         (Some(before), Some(after)) => after - before,
         _ if which.counts_round_trips() => measured.round_trips,
         _ => redis_stats::client_issued_by_rslock(&before, &after),
