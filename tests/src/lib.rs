@@ -9,6 +9,7 @@
 //! run as real processes too ([`DemoReplica`]), driven over HTTP ([`Http`]).
 
 mod blocking;
+pub mod consensus;
 mod demo;
 mod etcd_cluster;
 mod http_client;

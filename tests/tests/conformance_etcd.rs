@@ -2,7 +2,7 @@
 //! backends (own sessions, own watch streams) standing in for two processes.
 //!
 //! No `leases` cases: a lock lives as long as its session, not a TTL of its own (the session's
-//! expiry is tested on real clusters in `etcd_sessions.rs`).
+//! expiry is tested on real clusters in `consensus_sessions.rs`).
 
 use std::time::Duration;
 

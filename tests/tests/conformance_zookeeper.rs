@@ -2,7 +2,7 @@
 //! two backends (own sessions) standing in for two processes.
 //!
 //! No `leases` cases: a lock lives as long as its session, not a TTL of its own (the session's
-//! expiry is tested on real ensembles in `zookeeper_sessions.rs`).
+//! expiry is tested on real ensembles in `consensus_sessions.rs`).
 
 use std::time::Duration;
 

@@ -1,42 +1,39 @@
-//! The session behind every ZooKeeper lock: a holder cut off from the ensemble past its
-//! session's timeout loses its locks (it is told so by its deadline, another process takes
+//! The session behind every lock of a consensus store: a holder cut off from the cluster past
+//! its session's TTL loses its locks (it is told so by its deadline, another process takes
 //! them with a larger fence, and its session cannot vouch for them again); a backend that is
 //! dropped frees its locks at once.
 
 use std::time::Duration;
 
-use integration_tests::{ZookeeperEnsemble, granted, request};
 use tokio::time::{Instant, sleep, timeout};
 use tower_lock::Locker;
-use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
 use tower_lock::backend::{Attempt, LockBackend};
+
+use super::ConsensusStore;
+use crate::{granted, request};
 
 const SESSION_TTL: Duration = Duration::from_secs(3);
 
-async fn backend(servers: &str) -> ZookeeperBackend {
-    let settings = ZookeeperSettings::default().session_timeout(SESSION_TTL);
-    ZookeeperBackend::connect_with(servers, settings)
-        .await
-        .expect("the ensemble answers")
-}
-
-/// A holder whose only server is frozen (as a paused or partitioned holder is cut off): the
+/// A holder whose only member is frozen (as a paused or partitioned holder is cut off): the
 /// leader lets its session expire, another process takes the lock with a larger fence, and
-/// the holder is told its lease is lost by its deadline; once the server thaws, its old
+/// the holder is told its lease is lost by its deadline; once the member thaws, its old
 /// session is gone and its lock stays lost.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_holder_cut_off_past_its_session_loses_the_lock() {
-    let cluster = ZookeeperEnsemble::start(3);
-    let leader = cluster.leader().expect("the ensemble has a leader");
-    let (cut, others): (Vec<usize>, Vec<usize>) = (0..3).partition(|server| *server != leader);
+///
+/// # Panics
+///
+/// When any of that fails.
+pub async fn a_holder_cut_off_past_its_session_loses_the_lock<S: ConsensusStore>() {
+    let cluster = S::start(3);
+    let leader = cluster.leader().expect("the cluster has a leader");
+    let (cut, others): (Vec<usize>, Vec<usize>) = (0..3).partition(|member| *member != leader);
     let (cut, others) = (cut[0], [others[0], cut[1]]);
-    let holder = Locker::builder(backend(&cluster.endpoint(cut)).await)
+    let holder = Locker::builder(cluster.backend(&[cut], SESSION_TTL).await)
         .ttl(Duration::from_secs(2))
         .build()
         .expect("valid settings");
-    let taker = backend(&others.map(|server| cluster.endpoint(server)).join(",")).await;
+    let taker = cluster.backend(&others, SESSION_TTL).await;
     let held = holder.lock("k").await.expect("free");
-    let stale_fence = held.guard().fence().expect("ZooKeeper fences");
+    let stale_fence = held.guard().fence().expect("the store fences");
     let lost = held.guard().lost();
 
     cluster.pause(cut);
@@ -67,7 +64,7 @@ async fn a_holder_cut_off_past_its_session_loses_the_lock() {
         reported.is_ok(),
         "the holder was told by the time the lock passed on"
     );
-    let fence = taken.fence.expect("ZooKeeper fences");
+    let fence = taken.fence.expect("the store fences");
     assert!(
         fence > stale_fence,
         "the new holder's fence {fence} > the stale {stale_fence}"
@@ -75,16 +72,18 @@ async fn a_holder_cut_off_past_its_session_loses_the_lock() {
     assert!(!held.guard().is_held());
 }
 
-/// Dropping a backend closes its session: a lock it held is free at once, not after the
-/// session's timeout. The twin: a backend still alive keeps it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_backend_frees_its_locks_at_once() {
-    let cluster = ZookeeperEnsemble::start(1);
-    let endpoints = cluster.connect_string();
+/// Dropping a backend ends its session: a lock it held is free at once, not after the
+/// session's TTL. The twin: a backend still alive keeps it.
+///
+/// # Panics
+///
+/// When any of that fails.
+pub async fn a_dropped_backend_frees_its_locks_at_once<S: ConsensusStore>() {
+    let cluster = S::start(1);
     let (kept, dropped, other) = (
-        backend(&endpoints).await,
-        backend(&endpoints).await,
-        backend(&endpoints).await,
+        cluster.backend(&[0], SESSION_TTL).await,
+        cluster.backend(&[0], SESSION_TTL).await,
+        cluster.backend(&[0], SESSION_TTL).await,
     );
     granted(
         kept.acquire("lock:kept", request(Duration::from_secs(2)))
@@ -104,7 +103,7 @@ async fn a_dropped_backend_frees_its_locks_at_once() {
         .await;
     assert!(
         matches!(freed, Ok(Attempt::Acquired(_))),
-        "the dropped backend's lock is free well within its session's timeout"
+        "the dropped backend's lock is free well within its session's TTL"
     );
     let kept_lock = other
         .acquire("lock:kept", request(Duration::from_secs(2)))

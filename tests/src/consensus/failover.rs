@@ -1,4 +1,4 @@
-//! Locks on a three-server ZooKeeper ensemble while servers fail: the leader killed under contention
+//! Locks on a three-member cluster while members fail: the leader killed under contention
 //! (nobody is let in twice, and grants go on), and the quorum lost (new acquires fail within
 //! the store timeout, holders are told their leases are lost by their deadline) and restored
 //! (locks are granted again by the same backends, nothing restarted).
@@ -7,24 +7,22 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use integration_tests::{Occupancy, ZookeeperEnsemble};
 use tokio::time::{Instant, sleep, timeout};
-use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
-use tower_lock::{LockError, Locker};
+use tower_lock::{LockBackend, LockError, Locker};
+
+use super::{ConsensusStore, all};
+use crate::Occupancy;
 
 /// Sessions of 6 s: lockers lease up to 4 s.
 const SESSION_TTL: Duration = Duration::from_secs(6);
 const TTL: Duration = Duration::from_secs(3);
 const STORE_TIMEOUT: Duration = Duration::from_secs(1);
 
-async fn backend(cluster: &ZookeeperEnsemble) -> ZookeeperBackend {
-    let settings = ZookeeperSettings::default().session_timeout(SESSION_TTL);
-    ZookeeperBackend::connect_with(&cluster.connect_string(), settings)
-        .await
-        .expect("the ensemble answers")
+async fn backend<S: ConsensusStore>(cluster: &S) -> S::Backend {
+    cluster.backend(&all(3), SESSION_TTL).await
 }
 
-fn locker(backend: ZookeeperBackend, wait: Duration) -> Locker<ZookeeperBackend> {
+fn locker<B: LockBackend>(backend: B, wait: Duration) -> Locker<B> {
     Locker::builder(backend)
         .ttl(TTL)
         .wait(wait)
@@ -33,12 +31,15 @@ fn locker(backend: ZookeeperBackend, wait: Duration) -> Locker<ZookeeperBackend>
         .expect("valid settings")
 }
 
-/// Sixteen contenders in two processes take one lock over and over while the ensemble's leader
+/// Sixteen contenders in two processes take one lock over and over while the cluster's leader
 /// is killed: never two inside at once, and locks are granted after the kill as before it. The
 /// same contenders without the lock are seen inside together (the probe works).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_the_leader_under_contention_lets_nobody_in_twice() {
-    let mut cluster = ZookeeperEnsemble::start(3);
+///
+/// # Panics
+///
+/// When any of that fails.
+pub async fn killing_the_leader_under_contention_lets_nobody_in_twice<S: ConsensusStore>() {
+    let mut cluster = S::start(3);
     let lockers = [
         locker(backend(&cluster).await, Duration::from_secs(20)),
         locker(backend(&cluster).await, Duration::from_secs(20)),
@@ -72,7 +73,7 @@ async fn killing_the_leader_under_contention_lets_nobody_in_twice() {
         .collect();
 
     sleep(Duration::from_secs(2)).await;
-    let leader = cluster.leader().expect("the ensemble has a leader");
+    let leader = cluster.leader().expect("the cluster has a leader");
     cluster.kill(leader);
     let killed = Instant::now();
     for contender in contenders {
@@ -109,22 +110,25 @@ async fn killing_the_leader_under_contention_lets_nobody_in_twice() {
     assert!(unlocked.most() > 1, "without the lock they overlap");
 }
 
-/// Two of three servers killed: a new acquire fails within the store timeout, and a holder is
-/// told its lease is lost by its deadline (the session's last confirmed renewal plus its
-/// timeout). Both servers restarted: the same backends take locks again (each on a new
-/// session: the ensemble expired the old ones), the dropped one too.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn losing_the_quorum_fails_fast_and_restoring_it_resumes_service() {
-    let mut cluster = ZookeeperEnsemble::start(3);
+/// Two of three members killed: a new acquire fails within the store timeout, and a holder is
+/// told its lease is lost by its deadline (the session's last confirmed renewal plus its TTL).
+/// Both members restarted: the same backends take locks again (on a new session where the
+/// cluster expired the old one), the dropped one too.
+///
+/// # Panics
+///
+/// When any of that fails.
+pub async fn losing_the_quorum_fails_fast_and_restoring_it_resumes_service<S: ConsensusStore>() {
+    let mut cluster = S::start(3);
     let holder = locker(backend(&cluster).await, Duration::ZERO);
     let other = locker(backend(&cluster).await, Duration::ZERO);
     let held = holder.lock("held").await.expect("free");
     let lost = held.guard().lost();
 
-    let leader = cluster.leader().expect("the ensemble has a leader");
-    let killed: Vec<usize> = (0..3).filter(|server| *server != leader).collect();
-    for server in &killed {
-        cluster.kill(*server);
+    let leader = cluster.leader().expect("the cluster has a leader");
+    let killed: Vec<usize> = (0..3).filter(|member| *member != leader).collect();
+    for member in &killed {
+        cluster.kill(*member);
     }
     let cut_off = Instant::now();
 
@@ -139,18 +143,18 @@ async fn losing_the_quorum_fails_fast_and_restoring_it_resumes_service() {
         answered_in < STORE_TIMEOUT + Duration::from_millis(500),
         "answered after {answered_in:?}, store timeout {STORE_TIMEOUT:?}"
     );
-    // The session vouches for the lock until the ensemble could expire it at the earliest: the
-    // last confirmed renewal plus the session's timeout.
+    // The session vouches for the lock until the cluster could expire it at the earliest: the
+    // last confirmed renewal plus the session's TTL.
     let reported = timeout(SESSION_TTL + Duration::from_secs(1), lost).await;
     assert!(
         reported.is_ok(),
-        "the holder was told its lease was lost within the session's timeout"
+        "the holder was told its lease was lost within the session's TTL"
     );
     assert!(cut_off.elapsed() <= SESSION_TTL + Duration::from_secs(1));
     drop(held);
 
-    for server in &killed {
-        cluster.restart(*server);
+    for member in &killed {
+        cluster.restart(*member);
     }
     let resumed = async {
         loop {
