@@ -1,4 +1,5 @@
-//! The session behind every etcd and ZooKeeper lock: a holder cut off from the cluster past its
+//! The session behind every etcd and ZooKeeper lock: a holder whose server dies keeps its
+//! locks on another within its session; a holder cut off from the cluster past its
 //! session loses its locks (it is told so by its deadline, another process takes them with a
 //! larger fence); a backend that is dropped frees its locks at once. The scenarios are in
 //! `tests/src/consensus/sessions.rs`.
@@ -8,6 +9,11 @@ use integration_tests::{EtcdCluster, ZookeeperEnsemble};
 
 mod etcd {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_holder_whose_server_dies_keeps_its_lock() {
+        sessions::a_holder_whose_server_dies_keeps_its_lock::<EtcdCluster>().await;
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_holder_cut_off_past_its_session_loses_the_lock() {
@@ -22,6 +28,11 @@ mod etcd {
 
 mod zookeeper {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_holder_whose_server_dies_keeps_its_lock() {
+        sessions::a_holder_whose_server_dies_keeps_its_lock::<ZookeeperEnsemble>().await;
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_holder_cut_off_past_its_session_loses_the_lock() {

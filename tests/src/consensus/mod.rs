@@ -39,6 +39,9 @@ pub trait ConsensusStore: Send + Sync + Sized + 'static {
     /// Starts server `index` again, on its ports with its data.
     fn restart(&mut self, index: usize);
 
+    /// Waits until server `index` serves again (after a restart), up to 30 s.
+    fn wait_serving(&self, index: usize) -> bool;
+
     /// Freezes server `index` with SIGSTOP.
     fn pause(&self, index: usize);
 
@@ -78,6 +81,10 @@ impl ConsensusStore for EtcdCluster {
 
     fn restart(&mut self, index: usize) {
         EtcdCluster::restart(self, index);
+    }
+
+    fn wait_serving(&self, index: usize) -> bool {
+        self.wait_healthy(index)
     }
 
     fn pause(&self, index: usize) {
@@ -121,6 +128,10 @@ impl ConsensusStore for ZookeeperEnsemble {
 
     fn restart(&mut self, index: usize) {
         ZookeeperEnsemble::restart(self, index);
+    }
+
+    fn wait_serving(&self, index: usize) -> bool {
+        ZookeeperEnsemble::wait_serving(self, index)
     }
 
     fn pause(&self, index: usize) {

@@ -1,7 +1,8 @@
-//! The session behind every lock of a consensus store: a holder cut off from the cluster past
-//! its session's TTL loses its locks (it is told so by its deadline, another process takes
-//! them with a larger fence, and its session cannot vouch for them again); a backend that is
-//! dropped frees its locks at once.
+//! The session behind every lock of a consensus store: a holder whose server dies moves to
+//! another within its session and keeps its locks; a holder cut off from the cluster past its
+//! session's TTL loses them (it is told so by its deadline, another process takes them with a
+//! larger fence, and its session cannot vouch for them again); a backend that is dropped frees
+//! its locks at once.
 
 use std::time::Duration;
 
@@ -13,6 +14,54 @@ use super::ConsensusStore;
 use crate::{granted, request};
 
 const SESSION_TTL: Duration = Duration::from_secs(3);
+
+/// A holder talking to two followers keeps its lock while each of them is killed in turn (and
+/// the first restarted before the second goes): it moves to the other within its session, its
+/// lease is never reported lost, another process never gets the lock, and its release finds
+/// the lock still its own.
+///
+/// # Panics
+///
+/// When any of that fails.
+pub async fn a_holder_whose_server_dies_keeps_its_lock<S: ConsensusStore>() {
+    let mut cluster = S::start(3);
+    let leader = cluster.leader().expect("the cluster has a leader");
+    let followers: Vec<usize> = (0..3).filter(|server| *server != leader).collect();
+    let holder = Locker::builder(cluster.backend(&followers, SESSION_TTL).await)
+        .ttl(Duration::from_secs(2))
+        .build()
+        .expect("valid settings");
+    let other = cluster.backend(&[leader], SESSION_TTL).await;
+    let held = holder.lock("k").await.expect("free");
+    let mut lost = std::pin::pin!(held.guard().lost());
+
+    for follower in followers {
+        cluster.kill(follower);
+        let back_at = Instant::now() + SESSION_TTL;
+        while Instant::now() < back_at {
+            let taken = other
+                .acquire("lock:k", request(Duration::from_secs(2)))
+                .await;
+            assert!(
+                !matches!(taken, Ok(Attempt::Acquired(_))),
+                "another process took the lock while its holder moved servers"
+            );
+            assert!(
+                timeout(Duration::from_millis(200), &mut lost)
+                    .await
+                    .is_err(),
+                "the holder was told its lease was lost while its session lived"
+            );
+        }
+        cluster.restart(follower);
+        assert!(cluster.wait_serving(follower), "the follower serves again");
+    }
+
+    assert!(held.guard().is_held());
+    held.release()
+        .await
+        .expect("the lock is still the holder's");
+}
 
 /// A holder whose only member is frozen (as a paused or partitioned holder is cut off): the
 /// leader lets its session expire, another process takes the lock with a larger fence, and
