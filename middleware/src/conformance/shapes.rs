@@ -323,3 +323,41 @@ where
     }
     assert_eq!(inside.most(), 3, "at most 3 at once, and 3 reached");
 }
+
+/// A waiter for a full semaphore is woken by the release of any permit, not only the earliest
+/// holder's: with two permits out, the later holder's release lets it in while the earlier
+/// one still holds — at once, not at its next periodic look (a shared-shape waiter asks again
+/// every 500 ms at the latest; the release falls 100 ms after one of those, so a missed wake
+/// costs 400 ms).
+pub async fn a_permit_waiter_is_woken_by_any_holders_release<S: Store>(store: &S)
+where
+    S::Backend: Semaphores,
+{
+    let (a, b) = two_processes(store).await;
+    let wait = |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG);
+    let (holders, waiter) = (locker(a, wait), locker(b, wait));
+    let earlier = holders.permit("k", permits(2)).await.expect("a permit");
+    let later = holders
+        .permit("k", permits(2))
+        .await
+        .expect("the other permit");
+    let waiting = tokio::spawn(async move {
+        let held = waiter.permit("k", permits(2)).await?;
+        let taken = tokio::time::Instant::now();
+        held.release().await.map(|()| taken)
+    });
+    sleep(Duration::from_millis(600)).await;
+
+    let released = tokio::time::Instant::now();
+    later.release().await.expect("released");
+    let taken = waiting.await.expect("the waiter finished");
+    let taken = taken.expect("the waiter got a permit and gave it back");
+
+    let after = taken.saturating_duration_since(released);
+    assert!(
+        after < Duration::from_millis(200),
+        "woken {after:?} after the later holder's release"
+    );
+    assert!(earlier.guard().is_held(), "the earlier holder still holds");
+    earlier.release().await.expect("released");
+}

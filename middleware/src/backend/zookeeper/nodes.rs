@@ -197,7 +197,7 @@ impl Children {
 
     /// What keeps the permit numbered `sequence` out of a semaphore of `permits`, if anything:
     /// the latest exclusive node ahead of it, else (with `permits` shared holds ahead of it)
-    /// the earliest of them.
+    /// the earliest of them. `i64::MAX` asks whether a permit asked for now would be kept out.
     pub(super) fn permit_blocker(&self, sequence: i64, permits: u32) -> Option<&Node> {
         let exclusive = self
             .ahead_of(sequence)

@@ -10,13 +10,15 @@
 //!   orders that can disagree.
 //! * A permit is held by the first `permits` shared nodes with no exclusive node ahead.
 //!
-//! Shared holds are not fenced. A reader, writer or permit holder that waits for announcements
-//! watches the node that kept it out (for a writer, the one just ahead of its node) and asks
-//! again when it goes.
+//! Shared holds are not fenced. A reader or writer that waits for announcements watches the
+//! node that kept it out (for a writer, the one just ahead of its node) and asks again when it
+//! goes; a permit holder watches the directory (any holder's release may free a permit) and
+//! asks again when a node comes or goes.
 
 use std::num::NonZeroU32;
 
 use tokio::time::Instant;
+use zookeeper_client::Error as ZkError;
 
 use super::nodes::{Children, Kind, LockDir, Node, Standing};
 use super::watches::Watch;
@@ -31,10 +33,7 @@ impl SharedLocks for ZookeeperBackend {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<ZookeeperLease>>, BackendError> {
-        self.shared(name, request, |children, mine| {
-            children.reader_blocker(mine).cloned()
-        })
-        .await
+        self.shared(name, request, SharedWait::Reader).await
     }
 
     async fn acquire_write(
@@ -50,7 +49,7 @@ impl SharedLocks for ZookeeperBackend {
         let mine = self.create(&dir, Kind::Exclusive, request.token).await?;
         let children = self.children(&dir).await?;
         let intent = children.mine(Kind::Intent, request.token).cloned();
-        let blocker = match children.exclusive_standing(mine.sequence()) {
+        let watched = match children.exclusive_standing(mine.sequence()) {
             Standing::Holds => {
                 if let Some(intent) = intent {
                     self.delete(&dir.child(&intent)).await?;
@@ -59,14 +58,14 @@ impl SharedLocks for ZookeeperBackend {
                     self.vouched(mine, sent, request.ttl).await?,
                 ));
             }
-            Standing::Behind { predecessor, .. } => Some(predecessor.clone()),
+            Standing::Behind { predecessor, .. } => Some(Watched::Node(predecessor.clone())),
             Standing::Gone => None,
         };
         self.delete(&mine.path).await?;
         if intent.is_none() {
             self.create(&dir, Kind::Intent, request.token).await?;
         }
-        self.busy(name, request, &dir, blocker).await
+        self.busy(name, request, &dir, watched).await
     }
 }
 
@@ -77,66 +76,98 @@ impl Semaphores for ZookeeperBackend {
         request: LockRequest,
         permits: NonZeroU32,
     ) -> Result<Attempt<Granted<ZookeeperLease>>, BackendError> {
-        self.shared(name, request, |children, mine| {
-            children.permit_blocker(mine, permits.get()).cloned()
-        })
-        .await
+        self.shared(name, request, SharedWait::Permit(permits.get()))
+            .await
     }
 }
 
+/// Which shared hold is asked for.
+#[derive(Clone, Copy)]
+enum SharedWait {
+    Reader,
+    /// A permit of a semaphore of this many.
+    Permit(u32),
+}
+
+/// What a busy waiter that listens watches.
+enum Watched {
+    /// The node that kept it out: it asks again when the node goes.
+    Node(Node),
+    /// The directory of a semaphore of this many permits: it asks again when a node comes or
+    /// goes (any holder's release may free a permit).
+    Permits(u32),
+}
+
 impl ZookeeperBackend {
-    /// A shared hold on `name`, kept if `blocker` finds nothing keeping the node out.
+    /// A shared hold on `name`, kept if nothing keeps the node out.
     async fn shared(
         &self,
         name: &str,
         request: LockRequest,
-        blocker: impl Fn(&Children, i64) -> Option<Node>,
+        wait: SharedWait,
     ) -> Result<Attempt<Granted<ZookeeperLease>>, BackendError> {
         let dir = self.dir(name);
         let sent = Instant::now();
         let mine = self.create(&dir, Kind::Shared, request.token).await?;
         let children = self.children(&dir).await?;
-        match blocker(&children, mine.sequence()) {
-            None => {
-                let lease = self.vouch_for(mine, sent, request.ttl).await?;
-                Ok(Attempt::Acquired(Granted { lease, fence: None }))
-            }
-            Some(blocker) => {
-                self.delete(&mine.path).await?;
-                self.busy(name, request, &dir, Some(blocker)).await
-            }
-        }
+        let blocker = match wait {
+            SharedWait::Reader => children.reader_blocker(mine.sequence()),
+            SharedWait::Permit(permits) => children.permit_blocker(mine.sequence(), permits),
+        };
+        let Some(blocker) = blocker.cloned() else {
+            let lease = self.vouch_for(mine, sent, request.ttl).await?;
+            return Ok(Attempt::Acquired(Granted { lease, fence: None }));
+        };
+        self.delete(&mine.path).await?;
+        let watched = match wait {
+            SharedWait::Reader => Watched::Node(blocker),
+            SharedWait::Permit(permits) => Watched::Permits(permits),
+        };
+        self.busy(name, request, &dir, Some(watched)).await
     }
 
-    /// A busy shared answer; a caller that listens for the release watches `blocker` and
-    /// hears it go (at once, if it went already).
+    /// A busy shared answer; a caller that listens for the release watches what `watched`
+    /// says, and is woken at once if what it waits for happened already.
     async fn busy<T>(
         &self,
         name: &str,
         request: LockRequest,
         dir: &LockDir,
-        blocker: Option<Node>,
+        watched: Option<Watched>,
     ) -> Result<Attempt<T>, BackendError> {
-        if request.patience == Patience::Listens
-            && let Some(blocker) = blocker
-        {
-            let (stat, watcher) = self
-                .client()
-                .check_and_watch_stat(&dir.child(&blocker))
-                .await
-                .map_err(BackendError::new)?;
-            if stat.is_none() {
+        let Some(watched) = watched.filter(|_| request.patience == Patience::Listens) else {
+            return Ok(Attempt::Busy { holder_ttl: None });
+        };
+        let client = self.client();
+        let watcher = match watched {
+            Watched::Node(blocker) => {
+                let (stat, watcher) = client
+                    .check_and_watch_stat(&dir.child(&blocker))
+                    .await
+                    .map_err(BackendError::new)?;
                 // Gone already: a watch on it would fire only when it is created again.
-                self.inner.watches.wake(name, request.token);
-            } else {
-                self.inner.watches.watch(Watch {
-                    name: name.to_owned(),
-                    ticket: request.token,
-                    place: None,
-                    hands_over: false,
-                    watcher,
-                });
+                stat.map(|_| watcher)
             }
+            Watched::Permits(permits) => match client.list_and_watch_children(dir.path()).await {
+                Ok((names, watcher)) => {
+                    let children = Children::new(&names);
+                    let full = children.permit_blocker(i64::MAX, permits).is_some();
+                    full.then_some(watcher)
+                }
+                // The directory went with its last node: every permit is free.
+                Err(ZkError::NoNode) => None,
+                Err(error) => return Err(BackendError::new(error)),
+            },
+        };
+        match watcher {
+            Some(watcher) => self.inner.watches.watch(Watch {
+                name: name.to_owned(),
+                ticket: request.token,
+                place: None,
+                hands_over: false,
+                watcher,
+            }),
+            None => self.inner.watches.wake(name, request.token),
         }
         Ok(Attempt::Busy { holder_ttl: None })
     }
