@@ -156,3 +156,30 @@ impl ConsensusStore for ZookeeperEnsemble {
 fn all(size: usize) -> Vec<usize> {
     (0..size).collect()
 }
+
+/// Turns scenarios of one module of `tests/src/consensus` into named tests on each store, in
+/// modules `etcd` and `zookeeper`: `consensus_tests!(failover: killing_the_leader_…, …);`.
+#[macro_export]
+macro_rules! consensus_tests {
+    ($module:ident: $($scenario:ident),* $(,)?) => {
+        mod etcd {
+            $crate::__consensus_tests!($crate::EtcdCluster; $module: $($scenario),*);
+        }
+        mod zookeeper {
+            $crate::__consensus_tests!($crate::ZookeeperEnsemble; $module: $($scenario),*);
+        }
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __consensus_tests {
+    ($store:ty; $module:ident: $($scenario:ident),*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                $crate::consensus::$module::$scenario::<$store>().await;
+            }
+        )*
+    };
+}

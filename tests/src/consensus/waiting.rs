@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tokio::time::sleep;
-use tower_lock::{Locker, LockerBuilder};
+use tower_lock::{LockBackend, Locker, LockerBuilder};
 
 use super::ConsensusStore;
 
@@ -16,14 +16,54 @@ const WAITED: Duration = Duration::from_secs(3);
 /// [`ConsensusStore::HEARTBEATS_IN_3_S`]).
 const SESSION: Duration = Duration::from_secs(40);
 
-/// The lock requests the server handled while a waiter of `configure`'s kind waited for
-/// `WAITED` behind a held lock, less what the sessions' heartbeats may account for; the waiter
-/// then gets the lock once it is released.
+/// A waiter in notified mode (the default) sends nothing while it waits.
 ///
 /// # Panics
 ///
-/// When the waiter is not served soon after the release.
-pub async fn requests_while_waiting<S: ConsensusStore>(
+/// When it does, or is not served soon after the release.
+pub async fn a_notified_waiter_asks_nothing_while_it_waits<S: ConsensusStore>() {
+    let requests = requests_while_waiting::<S>(|builder| builder).await;
+    assert_eq!(
+        requests, 0,
+        "requests sent while waiting, beyond heartbeats"
+    );
+}
+
+/// A waiter in fair mode sends nothing while it waits.
+///
+/// # Panics
+///
+/// When it does, or is not served soon after the release.
+pub async fn a_fair_waiter_asks_nothing_while_it_waits<S: ConsensusStore>() {
+    let requests =
+        requests_while_waiting::<S>(|builder| builder.fair(Duration::from_secs(3))).await;
+    assert_eq!(
+        requests, 0,
+        "requests sent while waiting, beyond heartbeats"
+    );
+}
+
+/// The twin: without the watch (polling with a short backoff), the waiter keeps asking.
+///
+/// # Panics
+///
+/// When it asks fewer than 10 times in 3 s, or is not served soon after the release.
+pub async fn a_polling_waiter_keeps_asking<S: ConsensusStore>() {
+    let requests = requests_while_waiting::<S>(polling).await;
+    assert!(requests >= 10, "only {requests} requests in 3 s of polling");
+}
+
+/// Polling with a short backoff instead of waiting for the watch.
+fn polling<B: LockBackend>(builder: LockerBuilder<B>) -> LockerBuilder<B> {
+    builder
+        .wait_polling(Duration::from_secs(30))
+        .backoff(Duration::from_millis(50), Duration::from_millis(200))
+}
+
+/// The lock requests the server handled while a waiter of `configure`'s kind waited for
+/// `WAITED` behind a held lock, less what the sessions' heartbeats may account for; the waiter
+/// then gets the lock once it is released.
+async fn requests_while_waiting<S: ConsensusStore>(
     configure: impl FnOnce(LockerBuilder<S::Backend>) -> LockerBuilder<S::Backend>,
 ) -> u64 {
     let cluster = S::start(1);
