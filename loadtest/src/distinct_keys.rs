@@ -327,6 +327,23 @@ pub async fn backend_pair<B: LockBackend>(backend: &B, key: &str) {
         .expect("the store answers");
 }
 
+/// Runs `concurrency` tasks pairing with `pairs` (implementation `which`) on fresh keys for
+/// `duration`, counting the CPU time lockbench spent (the store's is not measured); `pairs`
+/// are dropped before it answers, so that a run's connections and sessions end with it.
+pub async fn client_timed<P: Pairing>(
+    which: &'static str,
+    pairs: P,
+    concurrency: usize,
+    duration: Duration,
+) -> PairSummary {
+    let pairs = Arc::new(pairs);
+    let client_before = cpu::own();
+    let latencies = timed_pairs(Arc::clone(&pairs), concurrency, duration).await;
+    let client_cpu = cpu::own() - client_before;
+    drop(pairs);
+    PairSummary::of(which, concurrency, duration, latencies, client_cpu, None)
+}
+
 /// Runs `concurrency` tasks pairing on fresh keys for `duration`.
 pub async fn run(
     which: PairImpl,

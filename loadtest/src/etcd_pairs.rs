@@ -3,7 +3,6 @@
 //! directly, with etcd's own lock service (the `Lock`/`Unlock` RPCs), and with the engine on
 //! Redis for scale. Every run keeps its keys under a namespace of its own.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
@@ -14,8 +13,7 @@ use tower_lock::backend::OwnerToken;
 use tower_lock::backend::etcd::{EtcdBackend, EtcdSettings};
 use tower_lock::{Locker, RedisBackend};
 
-use crate::cpu;
-use crate::distinct_keys::{PairSummary, Pairing, backend_pair, engine, engine_pair, timed_pairs};
+use crate::distinct_keys::{PairSummary, Pairing, backend_pair, client_timed, engine, engine_pair};
 use crate::lockers::SESSION;
 
 /// What is compared, by its name in the output.
@@ -176,17 +174,6 @@ pub async fn run(
     duration: Duration,
 ) -> PairSummary {
     let namespace = format!("bench-{:x}/", fastrand::u64(..));
-    let pairs = Arc::new(Pairs::connect(which, endpoint, redis_url, &namespace).await);
-    let client_before = cpu::own();
-    let latencies = timed_pairs(Arc::clone(&pairs), concurrency, duration).await;
-    let client_cpu = cpu::own() - client_before;
-    drop(pairs);
-    PairSummary::of(
-        which.name(),
-        concurrency,
-        duration,
-        latencies,
-        client_cpu,
-        None,
-    )
+    let pairs = Pairs::connect(which, endpoint, redis_url, &namespace).await;
+    client_timed(which.name(), pairs, concurrency, duration).await
 }

@@ -3,7 +3,6 @@
 //! the backend's own SQL sent directly, with the database's own lock primitive, and with the
 //! engine on Redis for scale. Every run gets a fresh schema (PostgreSQL) or database (MySQL).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use integration_tests::{MysqlDatabase, PostgresSchema};
@@ -14,8 +13,7 @@ use tower_lock::backend::mysql::{MysqlBackend, NowaitBackend};
 use tower_lock::backend::postgres::{AdvisoryBackend, PostgresBackend};
 use tower_lock::{Locker, RedisBackend};
 
-use crate::cpu;
-use crate::distinct_keys::{PairSummary, Pairing, backend_pair, engine, engine_pair, timed_pairs};
+use crate::distinct_keys::{PairSummary, Pairing, backend_pair, client_timed, engine, engine_pair};
 use crate::lockers::TTL;
 
 /// Connections of every SQL pool here: the backends' default.
@@ -312,18 +310,7 @@ pub async fn run(
     duration: Duration,
 ) -> PairSummary {
     let (pairs, scratch) = Pairs::connect(which, database, redis_url).await;
-    let pairs = Arc::new(pairs);
-    let client_before = cpu::own();
-    let latencies = timed_pairs(Arc::clone(&pairs), concurrency, duration).await;
-    let client_cpu = cpu::own() - client_before;
-    drop(pairs);
+    let summary = client_timed(which.name(database), pairs, concurrency, duration).await;
     drop(scratch);
-    PairSummary::of(
-        which.name(database),
-        concurrency,
-        duration,
-        latencies,
-        client_cpu,
-        None,
-    )
+    summary
 }

@@ -3,7 +3,6 @@
 //! sent directly (Curator's recipe: create the node, list the directory, delete the node), and
 //! with the engine on Redis for scale. Every run keeps its nodes under a root of its own.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tower_lock::backend::OwnerToken;
@@ -11,8 +10,7 @@ use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
 use tower_lock::{Locker, RedisBackend};
 use zookeeper_client::{Acls, Client, CreateMode};
 
-use crate::cpu;
-use crate::distinct_keys::{PairSummary, Pairing, backend_pair, engine, engine_pair, timed_pairs};
+use crate::distinct_keys::{PairSummary, Pairing, backend_pair, client_timed, engine, engine_pair};
 use crate::lockers::SESSION;
 
 /// What is compared, by its name in the output.
@@ -139,17 +137,6 @@ pub async fn run(
     duration: Duration,
 ) -> PairSummary {
     let root = format!("/bench-{:x}", fastrand::u64(..));
-    let pairs = Arc::new(Pairs::connect(which, servers, redis_url, &root).await);
-    let client_before = cpu::own();
-    let latencies = timed_pairs(Arc::clone(&pairs), concurrency, duration).await;
-    let client_cpu = cpu::own() - client_before;
-    drop(pairs);
-    PairSummary::of(
-        which.name(),
-        concurrency,
-        duration,
-        latencies,
-        client_cpu,
-        None,
-    )
+    let pairs = Pairs::connect(which, servers, redis_url, &root).await;
+    client_timed(which.name(), pairs, concurrency, duration).await
 }
