@@ -8,7 +8,9 @@
 //! lock survives the loss of any minority of the servers.
 //!
 //! * **Acquire** creates the node and lists the directory: the lock is taken if nothing is
-//!   ahead of the node, else the node is deleted again and the answer is busy.
+//!   ahead of the node, else the node is deleted again and the answer is busy. One such
+//!   attempt per lock is under way from a process at a time; another meanwhile is answered
+//!   busy at once (`in_flight.rs`).
 //! * **Waiting** ([`WaitQueue`]): a queued waiter's node stays, in line by its sequence, and
 //!   watches only its predecessor (`watches.rs`): first come, first served across processes,
 //!   and each release wakes one waiter — Curator's `InterProcessMutex`.
@@ -35,10 +37,12 @@ use crate::backend::{
     Attempt, BackendError, FencingToken, Granted, LockBackend, LockRequest, WaitQueue,
     lease_deadline,
 };
+use in_flight::InFlight;
 use nodes::{Children, Kind, LockDir, Standing};
 use session::{Ensemble, Session};
 use watches::Watches;
 
+mod in_flight;
 mod nodes;
 mod queue;
 mod session;
@@ -131,6 +135,7 @@ pub struct ZookeeperBackend {
 #[derive(Debug)]
 struct Inner {
     root: String,
+    in_flight: InFlight,
     session: Arc<Session>,
     watches: Watches,
     room: Arc<WaitingRoom>,
@@ -191,6 +196,7 @@ impl ZookeeperBackend {
         Ok(Self {
             inner: Arc::new(Inner {
                 root: settings.root,
+                in_flight: InFlight::default(),
                 session,
                 watches,
                 room,
@@ -257,9 +263,11 @@ impl ZookeeperBackend {
         }
     }
 
-    /// Deletes the node at `path`, given up; whether it was there.
+    /// Deletes the node at `path`, given up once the deletion has ended (if the node outlives
+    /// it, the sweep takes it); whether it was there.
     async fn delete(&self, path: &str) -> Result<bool, BackendError> {
-        self.inner.session.disown(nodes::owner_prefix(path));
+        let prefix = nodes::owner_prefix(path).to_owned();
+        let _given_up = self.inner.session.disown_after(vec![prefix]);
         match self.client().delete(path, None).await {
             Ok(()) => Ok(true),
             Err(ZkError::NoNode) => Ok(false),
@@ -302,9 +310,9 @@ impl ZookeeperBackend {
     async fn give_up(&self, name: &str, token: OwnerToken) -> Result<(), BackendError> {
         self.inner.watches.forget(token);
         let dir = self.dir(name);
-        for kind in [Kind::Exclusive, Kind::Shared, Kind::Intent] {
-            self.inner.session.disown(&dir.node_prefix(kind, token));
-        }
+        let kinds = [Kind::Exclusive, Kind::Shared, Kind::Intent];
+        let prefixes = kinds.map(|kind| dir.node_prefix(kind, token)).to_vec();
+        let _given_up = self.inner.session.disown_after(prefixes);
         let children = self.children(&dir).await?;
         for node in children.of(token) {
             self.delete(&dir.child(node)).await?;
@@ -321,6 +329,9 @@ impl LockBackend for ZookeeperBackend {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<ZookeeperLease>>, BackendError> {
+        let Some(_flight) = self.inner.in_flight.start(name) else {
+            return Ok(Attempt::Busy { holder_ttl: None });
+        };
         let dir = self.dir(name);
         let sent = Instant::now();
         let mine = self.create(&dir, Kind::Exclusive, request.token).await?;

@@ -17,8 +17,9 @@
 //! its lock's line up for as long as the process lives: one whose deletion failed (the ensemble
 //! was unreachable), or one whose creation's answer was lost. So the session knows which
 //! nodes it owns — by the path they are created at, owned from before the creation until given
-//! up — and after every renewal asks the ensemble which ephemeral nodes it holds
-//! (`getEphemerals`) and deletes the others.
+//! up, or until its owner's deletion has ended — and after every renewal asks the ensemble
+//! which ephemeral nodes it holds (`getEphemerals`) and deletes the others, on a task of its
+//! own (a renewal, and a lock waiting to be vouched for, never waits for a sweep).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -70,6 +71,8 @@ struct Shared {
     connected: watch::Sender<bool>,
     renew_now: Notify,
     closed: Notify,
+    /// Counts renewals: the sweeper follows it (and ends when the session is gone).
+    renewals: watch::Sender<u64>,
     /// The paths (less their sequence) of the nodes a lock or waiter of this process owns.
     owned: Mutex<HashSet<String>>,
 }
@@ -85,8 +88,15 @@ impl Session {
             connected: watch::Sender::new(true),
             renew_now: Notify::new(),
             closed: Notify::new(),
+            renewals: watch::Sender::new(0),
             owned: Mutex::default(),
         });
+        let renewals = shared.renewals.subscribe();
+        tokio::spawn(sweeper(
+            renewals,
+            Arc::downgrade(&shared),
+            ensemble.root.clone(),
+        ));
         tokio::spawn(keep_alive(ensemble, Arc::downgrade(&shared), timeout));
         Ok(Self { shared, timeout })
     }
@@ -146,6 +156,29 @@ impl Session {
     pub(super) fn disown(&self, prefix: &str) {
         self.shared.owned().remove(prefix);
     }
+
+    /// Disowns the nodes at `prefixes` when the returned guard is dropped: a caller deleting
+    /// them keeps them from the sweep until its deletion has ended, however it ends.
+    pub(super) fn disown_after<'a>(&'a self, prefixes: Vec<String>) -> Disowned<'a> {
+        Disowned {
+            session: self,
+            prefixes,
+        }
+    }
+}
+
+/// Disowns its prefixes when dropped ([`Session::disown_after`]).
+pub(super) struct Disowned<'a> {
+    session: &'a Session,
+    prefixes: Vec<String>,
+}
+
+impl Drop for Disowned<'_> {
+    fn drop(&mut self) {
+        for prefix in &self.prefixes {
+            self.session.disown(prefix);
+        }
+    }
 }
 
 impl Drop for Session {
@@ -194,8 +227,10 @@ async fn keep_alive(ensemble: Ensemble, shared: Weak<Shared>, timeout: Duration)
         let mut states = client.state_watcher();
         if states.peek_state().is_terminated() {
             drop(client);
-            renew_session(&ensemble, &alive).await;
-            continue;
+            match renew_session(&ensemble, &alive).await {
+                Renewed::Yes => continue,
+                Renewed::Closed => return,
+            }
         }
         let sent = Instant::now();
         let pause = match client.check_stat("/").await {
@@ -204,7 +239,7 @@ async fn keep_alive(ensemble: Ensemble, shared: Weak<Shared>, timeout: Duration)
                 let until = lease_deadline(sent, client.session_timeout());
                 alive.term.send_replace(Term { session, until });
                 alive.connected.send_replace(true);
-                sweep(&alive, &client, &ensemble.root).await;
+                alive.renewals.send_modify(|renewals| *renewals += 1);
                 period
             }
             Err(error) => {
@@ -223,25 +258,53 @@ async fn keep_alive(ensemble: Ensemble, shared: Weak<Shared>, timeout: Duration)
     }
 }
 
-/// The ensemble expired the session (or the client ended it): its locks are lost. Starts a new one (trying until it
-/// can) and makes it current.
-async fn renew_session(ensemble: &Ensemble, alive: &Shared) {
+/// How [`renew_session`] ended.
+enum Renewed {
+    /// A new session is current.
+    Yes,
+    /// The backend was dropped meanwhile: nothing to renew.
+    Closed,
+}
+
+/// The ensemble expired the session (or the client ended it): its locks are lost. Starts a
+/// new one, trying until it can or the backend is dropped, and makes it current.
+async fn renew_session(ensemble: &Ensemble, alive: &Shared) -> Renewed {
     tracing::warn!(
         session = alive.term.borrow().session,
         "ZooKeeper session expired: its locks are lost; starting a new one"
     );
     alive.connected.send_replace(false);
     loop {
-        match connect(ensemble).await {
+        let connected = tokio::select! {
+            connected = connect(ensemble) => connected,
+            () = alive.closed.notified() => return Renewed::Closed,
+        };
+        match connected {
             Ok((client, term)) => {
                 *lock(&alive.client) = client;
                 alive.term.send_replace(term);
                 alive.connected.send_replace(true);
-                return;
+                return Renewed::Yes;
             }
             Err(error) => tracing::warn!(%error, "ZooKeeper session: no new session yet"),
         }
-        sleep(RETRY_PAUSE).await;
+        tokio::select! {
+            () = sleep(RETRY_PAUSE) => {}
+            () = alive.closed.notified() => return Renewed::Closed,
+        }
+    }
+}
+
+/// After each renewal, sweeps the session's nodes nobody owns — on a task of its own, so that
+/// no renewal (and no lock waiting to be vouched for) waits for a sweep — until the session is
+/// gone.
+async fn sweeper(mut renewals: watch::Receiver<u64>, shared: Weak<Shared>, root: String) {
+    while renewals.changed().await.is_ok() {
+        let Some(alive) = shared.upgrade() else {
+            return;
+        };
+        let client = lock(&alive.client).clone();
+        sweep(&alive, &client, &root).await;
     }
 }
 

@@ -3,9 +3,10 @@
 //!
 //! * A reader holds once no exclusive node (a holder, a place in line) and no writer's intent
 //!   is ahead of its node; else its node is deleted again.
-//! * A writer takes the lock as a mutex does. A writer that will wait leaves an intent node
-//!   when busy: it bars readers that come after it while the writer waits, and goes when the
-//!   writer takes the lock or gives up. Intents hold no place in line: each process's waiting
+//! * A writer takes the lock as a mutex does (one attempt per lock from a process at a time,
+//!   `in_flight.rs`). A writer that will wait leaves an intent node when busy: it bars readers
+//!   that come after it while the writer waits, and goes when the writer takes the lock or
+//!   gives up. Intents hold no place in line: each process's waiting
 //!   writers line up in its waiting room, and a line in the store as well would make two
 //!   orders that can disagree.
 //! * A permit is held by the first `permits` shared nodes with no exclusive node ahead.
@@ -44,6 +45,9 @@ impl SharedLocks for ZookeeperBackend {
         if request.patience == Patience::Once {
             return self.acquire(name, request).await;
         }
+        let Some(_flight) = self.inner.in_flight.start(name) else {
+            return Ok(Attempt::Busy { holder_ttl: None });
+        };
         let dir = self.dir(name);
         let sent = Instant::now();
         let mine = self.create(&dir, Kind::Exclusive, request.token).await?;

@@ -136,7 +136,9 @@ impl Watches {
         let watcher = watch.watcher;
         tokio::spawn(async move {
             tokio::select! {
-                event = watcher.changed() => fired.announce(event.event_type == EventType::NodeDeleted),
+                event = watcher.changed() => {
+                    fired.announce(event.event_type == EventType::NodeDeleted);
+                }
                 _ = cancelled => {}
             }
         });
