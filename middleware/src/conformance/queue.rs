@@ -88,8 +88,9 @@ pub async fn a_queued_waiter_that_gives_up_leaves_the_line<S: Store>(store: &S) 
 }
 
 /// Twelve notified waiters queued alternately in two processes behind a held lock, each
-/// holding it for a while, are served alternately: a release does not keep the lock among its
-/// own process's waiters while another process's waiter is in line.
+/// holding it for a while, are served alternately (starting with either process): a release
+/// does not keep the lock among its own process's waiters while another process's waiter is in
+/// line.
 pub async fn notified_processes_take_turns<S: Store>(store: &S) {
     let (a, b) = two_processes(store).await;
     let notified = |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG);
@@ -102,7 +103,12 @@ pub async fn notified_processes_take_turns<S: Store>(store: &S) {
         .iter()
         .map(|waiter| if waiter % 2 == 0 { 'A' } else { 'B' })
         .collect();
-    assert_eq!(by_process, "ABABABABABAB", "each process in turn");
+    // The first two heads reach the store's line 10 ms apart; a loaded store may answer the
+    // second first, and then B's turns come first.
+    assert!(
+        by_process == "ABABABABABAB" || by_process == "BABABABABABA",
+        "each process in turn: {by_process}"
+    );
 }
 
 /// Sixteen notified contenders in two processes take one lock over and over, handing it on
