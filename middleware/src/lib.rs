@@ -104,7 +104,7 @@ pub use backend::redis::RedisBackend;
 pub use backend::{BackendError, FencingToken, Hold, LockBackend, memory::MemoryBackend};
 pub use engine::{
     ConfigError, HeldLock, InvalidKey, LeaseLost, LockError, LockGuard, Locker, LockerBuilder,
-    OnLost,
+    OnLost, telemetry,
 };
 #[cfg(feature = "axum")]
 pub use layer::NoLockGuard;

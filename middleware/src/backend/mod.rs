@@ -140,6 +140,13 @@ pub trait LockBackend: Send + Sync + 'static {
         }
     }
 
+    /// What kind of store this is, as the `backend` label of the metrics
+    /// ([`telemetry`](crate::telemetry)): `memory`, `redis`, `postgres`, … — a fixed word per
+    /// backend type, never an address. The default is `custom`.
+    fn store_kind(&self) -> &'static str {
+        "custom"
+    }
+
     /// This backend's queue of waiters woken by release announcements. `None` (the default):
     /// waiters poll with backoff, and fair mode is refused when a locker is built.
     fn wait_queue(&self) -> Option<&dyn WaitQueue<Self::Lease>> {

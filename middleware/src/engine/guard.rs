@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::lease::{Lease, LeaseLost};
 use super::names::LockNames;
+use super::telemetry::Outcome;
 use crate::backend::{FencingToken, Hold};
 
 /// What the code running under a lock sees of it: its keys, the kind of hold, whether the
@@ -144,6 +145,27 @@ impl LockGuard {
     /// ```
     pub fn lost(&self) -> impl Future<Output = LeaseLost> + Send + 'static {
         self.inner.lease.lost()
+    }
+
+    /// Counts a write that the application's store refused because this lock's fence was
+    /// stale (metric `tower_lock_outcomes_total` with `outcome="fenced_write_refused"`, see
+    /// [`telemetry`](crate::telemetry)): the store kept out a holder whose lease had run out.
+    /// Only the application can tell; call it where the refusal is seen.
+    ///
+    /// ```
+    /// use tower_lock::LockGuard;
+    ///
+    /// fn save(lock: &LockGuard, accepted_by_store: bool) -> Result<(), &'static str> {
+    ///     if !accepted_by_store {
+    ///         lock.report_fenced_write_refused();
+    ///         return Err("a newer holder wrote first");
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn report_fenced_write_refused(&self) {
+        self.inner.lease.labels().count(Outcome::FencedWriteRefused);
+        tracing::warn!(lock = self.name(), fence = ?self.fence(), "write refused: stale fence");
     }
 
     /// Whether `other` describes the same held lock (a clone of this guard).

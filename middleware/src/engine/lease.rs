@@ -5,8 +5,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::time::{Instant, sleep_until, timeout};
+use tokio::time::{Instant, sleep_until};
 
+use super::telemetry::{Labels, Outcome, StoreOp};
 use crate::backend::{BackendError, lease_deadline};
 
 /// Why a lease was lost.
@@ -36,6 +37,8 @@ pub(crate) struct LeasePlan {
 #[derive(Debug)]
 pub(crate) struct Lease {
     state: watch::Sender<LeaseState>,
+    /// The metrics' labels of its lock.
+    labels: Labels,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,14 +58,19 @@ enum Status {
 }
 
 impl Lease {
-    /// A lease whose acquire (or renewal) command was sent at `sent` with `ttl`.
-    pub(crate) fn new(sent: Instant, ttl: Duration) -> Self {
+    /// A lease whose acquire (or renewal) command was sent at `sent` with `ttl`, of a lock
+    /// reported under `labels`.
+    pub(crate) fn new(sent: Instant, ttl: Duration, labels: Labels) -> Self {
         let (state, _) = watch::channel(LeaseState {
             renewed_at: sent,
             deadline: lease_deadline(sent, ttl),
             status: Status::Held,
         });
-        Self { state }
+        Self { state, labels }
+    }
+
+    pub(crate) fn labels(&self) -> &Labels {
+        &self.labels
     }
 
     /// Held, and its local deadline not passed.
@@ -91,9 +99,11 @@ impl Lease {
         });
     }
 
-    /// The lease is lost, `because`.
+    /// The lease is lost, `because` (counted the first time).
     pub(crate) fn lose(&self, because: LeaseLost) -> LeaseLost {
-        self.end(Status::Lost(because));
+        if self.end(Status::Lost(because)) {
+            self.labels.count(Outcome::LeaseLost);
+        }
         because
     }
 
@@ -102,14 +112,15 @@ impl Lease {
         self.end(Status::Released);
     }
 
-    fn end(&self, status: Status) {
+    /// Ends the lease as `status`: whether it was held until now.
+    fn end(&self, status: Status) -> bool {
         self.state.send_if_modified(|state| {
             let ends = state.status == Status::Held;
             if ends {
                 state.status = status;
             }
             ends
-        });
+        })
     }
 
     /// Resolves when the lease is lost: taken, or its deadline passed while held. After a
@@ -154,6 +165,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<bool, BackendError>>,
 {
+    let labels = lease.labels();
     let interval = plan.ttl / 3;
     let retry_after_failure = (interval / 3).max(Duration::from_millis(10));
     let mut next_renewal = lease.renewed_at() + interval;
@@ -174,17 +186,23 @@ where
         tokio::select! {
             biased;
             () = sleep_until(deadline) => return lease.lose(LeaseLost::Expired),
-            outcome = timeout(plan.store_timeout, extend()) => match outcome {
+            outcome = labels.store_call(StoreOp::Extend, plan.store_timeout, extend()) => match outcome {
                 Ok(Ok(true)) => {
+                    labels.renewal("ok");
                     lease.renewed(sent, plan.ttl);
                     next_renewal = sent + interval;
                 }
-                Ok(Ok(false)) => return lease.lose(LeaseLost::Taken),
+                Ok(Ok(false)) => {
+                    labels.renewal("refused");
+                    return lease.lose(LeaseLost::Taken);
+                }
                 Ok(Err(error)) => {
+                    labels.renewal("failed");
                     tracing::warn!(lock = name, %error, "renewal failed; retrying");
                     next_renewal = Instant::now() + retry_after_failure;
                 }
                 Err(_) => {
+                    labels.renewal("failed");
                     tracing::warn!(lock = name, timeout = ?plan.store_timeout, "renewal timed out; retrying");
                     next_renewal = Instant::now() + retry_after_failure;
                 }

@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures_util::future::join_all;
-use tokio::time::{Instant, timeout};
+use tokio::time::Instant;
 
 use super::error::LockError;
 use super::guard::LockGuard;
 use super::locker::LockerInner;
+use super::telemetry::StoreOp;
 use crate::backend::{BackendError, LockBackend};
 use crate::background;
 
@@ -32,6 +33,7 @@ impl<B: LockBackend> Leases<B> {
         leases: Vec<B::Lease>,
     ) -> Self {
         locker.held.fetch_add(1, Ordering::Relaxed);
+        guard.lease().labels().taken();
         Self {
             locker,
             guard,
@@ -78,11 +80,9 @@ impl<B: LockBackend> Leases<B> {
         let was_held = self.guard.is_held();
         self.guard.lease().release();
         let store_timeout = self.locker.settings.store_timeout;
-        let released = timeout(
-            store_timeout,
-            give_back(&*self.locker.backend, &self.guard, &self.leases),
-        )
-        .await;
+        let give_back = give_back(&*self.locker.backend, &self.guard, &self.leases);
+        let labels = self.guard.lease().labels();
+        let released = (labels.store_call(StoreOp::Release, store_timeout, give_back)).await;
         let key = || self.guard.lock_names().joined_keys();
         match released {
             Ok(Ok(true)) if was_held => Ok(()),
@@ -95,7 +95,9 @@ impl<B: LockBackend> Leases<B> {
     }
 
     fn record_hold_time(&self) {
-        self.locker.hold_times.record(self.taken_at.elapsed());
+        let held = self.taken_at.elapsed();
+        self.locker.hold_times.record(held);
+        self.guard.lease().labels().released(held);
     }
 
     /// [`release`](Self::release), logging instead of returning what went wrong: the work's
@@ -150,11 +152,19 @@ impl<B: LockBackend> Drop for Leases<B> {
             self.guard.clone(),
             std::mem::take(&mut self.leases),
         );
+        let store_timeout = locker.settings.store_timeout;
         background::store_call(
             "release a dropped lock",
             guard.lock_names().joined_keys(),
-            locker.settings.store_timeout,
-            async move { give_back(&*locker.backend, &guard, &leases).await },
+            store_timeout,
+            async move {
+                let give_back = give_back(&*locker.backend, &guard, &leases);
+                let labels = guard.lease().labels();
+                (labels
+                    .store_call(StoreOp::Release, store_timeout, give_back)
+                    .await)
+                    .unwrap_or_else(|_| Err(BackendError::timed_out(store_timeout)))
+            },
         );
     }
 }

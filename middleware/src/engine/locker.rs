@@ -6,6 +6,9 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use metrics::SharedString;
+use tracing::Instrument;
+
 use super::acquire::{NotObtained, acquire};
 use super::ask::Ask;
 use super::error::LockError;
@@ -17,6 +20,7 @@ use super::leases::Leases;
 use super::names::LockNames;
 use super::reentry::{self, Reentry};
 use super::settings::{ConfigError, LockerBuilder, Settings};
+use super::telemetry::{DEFAULT_GROUP, Labels, Outcome, Tally};
 use crate::OwnerToken;
 use crate::backend::{LockBackend, Semaphores, SharedLocks};
 
@@ -145,7 +149,7 @@ impl<B: LockBackend> Locker<B> {
         F: FnOnce(LockGuard) -> Fut,
         Fut: Future<Output = T>,
     {
-        let acquisition = self.acquire([key], Ask::Mutex).await?;
+        let acquisition = self.acquire([key], Ask::Mutex, None).await?;
         let work = work(acquisition.guard().clone());
         match acquisition.run(work, self.settings().on_lost).await {
             Ran::Finished(output) => Ok(output),
@@ -158,48 +162,88 @@ impl<B: LockBackend> Locker<B> {
         keys: impl IntoIterator<Item = S>,
         ask: Ask<B>,
     ) -> Result<HeldLock<B>, LockError> {
-        Ok(self.acquire(keys, ask).await?.into_held())
+        Ok(self.acquire(keys, ask, None).await?.into_held())
     }
 
     /// Takes `keys` as `ask` says (several keys: always exclusively), unless the running future
-    /// holds them already.
+    /// holds them already. Its metrics are grouped by the locker's group, else by `route`.
     pub(crate) async fn acquire<S: AsRef<str>>(
         &self,
         keys: impl IntoIterator<Item = S>,
         ask: Ask<B>,
+        route: Option<SharedString>,
     ) -> Result<Acquisition<B>, LockError> {
         let settings = self.settings();
-        let names = LockNames::new(&settings.prefix, keys, settings.max_key_len)?;
-        let ask = if names.single().is_some() {
-            ask
-        } else {
-            Ask::Mutex
+        let names = LockNames::new(&settings.prefix, keys, settings.max_key_len);
+        let many = names.as_ref().is_ok_and(|names| names.single().is_none());
+        let ask = if many { Ask::Mutex } else { ask };
+        let group = (settings.metrics_group.clone())
+            .or(route)
+            .unwrap_or(SharedString::const_str(DEFAULT_GROUP));
+        let shape = Labels::shape_of(ask.hold(), if many { 2 } else { 1 });
+        let labels = Labels::new(self.inner.backend.store_kind(), shape, group);
+        let names = match names {
+            Ok(names) => names,
+            Err(error) => {
+                labels.count(Outcome::InvalidKey);
+                return Err(error.into());
+            }
         };
         match reentry::check(&names, ask.hold()) {
             Reentry::No => {}
             Reentry::Pass(guard) => return Ok(Acquisition::Reentered(guard)),
-            Reentry::Refused(error) => return Err(error),
-        }
-        let token = OwnerToken::new();
-        let obtained = match acquire(&self.inner.backend, &names, token, ask, settings).await {
-            Ok(obtained) => obtained,
-            Err(NotObtained::Busy { holder_ttl }) => {
-                let key = names.joined_keys();
-                tracing::debug!(locks = key, ?holder_ttl, "busy");
-                return Err(LockError::Busy {
-                    key,
-                    holder_ttl,
-                    typical_hold: self.inner.hold_times.typical(),
-                });
+            Reentry::Refused(error) => {
+                labels.count(Outcome::NotReentrant);
+                return Err(error);
             }
-            Err(NotObtained::Store(error)) => return Err(LockError::StoreUnavailable(error)),
-        };
-        let (leases, fences) = obtained
+        }
+        let tally = Tally::new(labels, &names, settings.policy.label());
+        let span = tally.span().clone();
+        self.acquire_new(names, ask, tally).instrument(span).await
+    }
+
+    async fn acquire_new(
+        &self,
+        names: LockNames,
+        ask: Ask<B>,
+        tally: Tally,
+    ) -> Result<Acquisition<B>, LockError> {
+        let settings = self.settings();
+        let token = OwnerToken::new();
+        let obtained =
+            match acquire(&self.inner.backend, &names, token, ask, settings, &tally).await {
+                Ok(obtained) => obtained,
+                Err(NotObtained::Busy { holder_ttl }) => {
+                    let waited = !settings.policy.timeout().is_zero();
+                    tally.answer(
+                        if waited {
+                            Outcome::WaitTimedOut
+                        } else {
+                            Outcome::Busy
+                        },
+                        None,
+                    );
+                    let key = names.joined_keys();
+                    tracing::debug!(locks = key, ?holder_ttl, "busy");
+                    return Err(LockError::Busy {
+                        key,
+                        holder_ttl,
+                        typical_hold: self.inner.hold_times.typical(),
+                    });
+                }
+                Err(NotObtained::Store(error)) => {
+                    tally.answer(Outcome::StoreUnavailable, None);
+                    return Err(LockError::StoreUnavailable(error));
+                }
+            };
+        let (leases, fences): (_, Vec<_>) = obtained
             .grants
             .into_iter()
             .map(|grant| (grant.lease, grant.fence))
             .unzip();
-        let lease = Lease::new(obtained.sent, settings.ttl);
+        let labels = tally.labels().clone();
+        tally.answer(Outcome::Acquired, fences.first().copied().flatten());
+        let lease = Lease::new(obtained.sent, settings.ttl, labels);
         let guard = LockGuard::new(names, (ask.hold(), fences), lease);
         tracing::trace!(lock = guard.name(), fence = ?guard.fence(), "acquired");
         Ok(Acquisition::Owned(Leases::new(

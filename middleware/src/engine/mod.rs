@@ -20,6 +20,7 @@ mod names;
 mod policy;
 mod reentry;
 mod settings;
+pub mod telemetry;
 #[cfg(test)]
 mod tests;
 

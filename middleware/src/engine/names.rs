@@ -1,5 +1,7 @@
 //! Keys and lock names: what makes a key valid, and the sorted, prefixed names a lock holds.
 
+use std::fmt;
+
 /// The default longest key, in bytes (the prefix not counted).
 pub const DEFAULT_MAX_KEY_LEN: usize = 256;
 
@@ -132,11 +134,24 @@ impl LockNames {
 
     /// The keys joined with `, `, for messages.
     pub(crate) fn joined_keys(&self) -> String {
-        self.keys().collect::<Vec<_>>().join(", ")
+        self.to_string()
     }
 
     pub(crate) fn key_start(&self) -> usize {
         self.key_start
+    }
+}
+
+impl fmt::Display for LockNames {
+    /// The keys joined with `, `.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (index, key) in self.keys().enumerate() {
+            if index > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(key)?;
+        }
+        Ok(())
     }
 }
 

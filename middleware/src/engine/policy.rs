@@ -34,6 +34,26 @@ impl BusyPolicy {
             Self::Wait { timeout, .. } => timeout,
         }
     }
+
+    /// How a busy lock is met, for traces: `reject`, `notified`, `fair` or `polling`.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Wait { timeout, .. } if timeout.is_zero() => "reject",
+            Self::Reject => "reject",
+            Self::Wait {
+                mode: WaitMode::Notified,
+                ..
+            } => "notified",
+            Self::Wait {
+                mode: WaitMode::Fair { .. },
+                ..
+            } => "fair",
+            Self::Wait {
+                mode: WaitMode::Polling,
+                ..
+            } => "polling",
+        }
+    }
 }
 
 /// How a waiting caller learns that its lock may be free.

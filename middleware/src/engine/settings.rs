@@ -9,6 +9,8 @@ use super::lease::LeasePlan;
 use super::locker::{Locker, LockerInner};
 use super::names::DEFAULT_MAX_KEY_LEN;
 use super::policy::{Backoff, BusyPolicy, OnLost, WaitMode};
+use metrics::SharedString;
+
 use crate::backend::LockBackend;
 
 /// The shortest lease (and fair-mode ticket) a locker accepts.
@@ -25,6 +27,8 @@ pub(crate) struct Settings {
     pub(crate) store_timeout: Duration,
     pub(crate) renew: bool,
     pub(crate) on_lost: OnLost,
+    /// The `group` label of this locker's metrics, when chosen.
+    pub(crate) metrics_group: Option<SharedString>,
 }
 
 /// The lease TTL unless set otherwise (or shorter, for a backend that vouches for less).
@@ -45,6 +49,7 @@ impl Settings {
             store_timeout: Duration::from_secs(1),
             renew: true,
             on_lost: OnLost::default(),
+            metrics_group: None,
         }
     }
 
@@ -296,6 +301,25 @@ impl<B: LockBackend> LockerBuilder<B> {
     /// What happens to work whose lease is lost (default [`OnLost::Abort`]).
     pub fn on_lost(mut self, on_lost: OnLost) -> Self {
         self.settings.on_lost = on_lost;
+        self
+    }
+
+    /// The `group` label of this locker's metrics (see [`telemetry`](crate::telemetry)):
+    /// a bounded name for the locks it takes — `payments`, `nightly-report`. Unset, locks taken
+    /// through the HTTP layer with axum are grouped by their route's pattern, others as
+    /// `default`. Never make it per key: every value is a series of its own.
+    ///
+    /// ```
+    /// use tower_lock::{Locker, MemoryBackend};
+    ///
+    /// let locker = Locker::builder(MemoryBackend::new())
+    ///     .metrics_group("invoices")
+    ///     .build()
+    ///     .unwrap();
+    /// # drop(locker);
+    /// ```
+    pub fn metrics_group(mut self, group: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        self.settings.metrics_group = Some(SharedString::from(group.into()));
         self
     }
 

@@ -228,6 +228,12 @@ impl<B: LockBackend, K> LockLayer<B, K> {
         self.locking(|locker| locker.max_key_len(max))
     }
 
+    /// The `group` label of the layer's lock metrics, instead of the route's pattern (see
+    /// [`LockerBuilder::metrics_group`] and [`telemetry`](crate::telemetry)).
+    pub fn metrics_group(self, group: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        self.locking(|locker| locker.metrics_group(group))
+    }
+
     /// When the store is unavailable, run the handler without a lock instead of answering 503.
     ///
     /// Only for resources where availability matters more than mutual exclusion: while the

@@ -65,6 +65,18 @@ where
     }
 }
 
+/// The pattern of the route that matched the request (`/coupons/{id}`), to group its lock's
+/// metrics by; known behind an axum router.
+fn route(parts: &http::request::Parts) -> Option<metrics::SharedString> {
+    #[cfg(feature = "axum")]
+    if let Some(path) = parts.extensions.get::<axum::extract::MatchedPath>() {
+        return Some(path.as_str().to_owned().into());
+    }
+    #[cfg(not(feature = "axum"))]
+    let _ = parts;
+    None
+}
+
 /// Finds the request's key, reads its body, takes the lock with the layer's locker and runs
 /// `inner` under it; the response body keeps the lock until it ends. Answers instead of
 /// `inner` when the request has no valid key or readable body, the lock stays busy, the store
@@ -94,7 +106,7 @@ where
         Err(error) => return Ok(config.refuse(error.into())),
     };
     let ask = config.mode.ask_for(&parts);
-    let acquisition = match config.locker.acquire(&keys, ask).await {
+    let acquisition = match config.locker.acquire(&keys, ask, route(&parts)).await {
         Ok(acquisition) => acquisition,
         Err(LockError::StoreUnavailable(error)) if config.fail_open => {
             tracing::warn!(?keys, %error, "lock store unavailable; running unlocked (fail-open)");

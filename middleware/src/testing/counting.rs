@@ -139,6 +139,10 @@ impl<B: LockBackend + fmt::Debug> fmt::Debug for CountingBackend<B> {
 impl<B: LockBackend> LockBackend for CountingBackend<B> {
     type Lease = B::Lease;
 
+    fn store_kind(&self) -> &'static str {
+        self.inner.store_kind()
+    }
+
     async fn acquire(
         &self,
         name: &str,

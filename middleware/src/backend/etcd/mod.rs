@@ -347,6 +347,10 @@ fn vacant(prefix: &[u8]) -> Compare {
 impl LockBackend for EtcdBackend {
     type Lease = EtcdLease;
 
+    fn store_kind(&self) -> &'static str {
+        "etcd"
+    }
+
     async fn acquire(
         &self,
         name: &str,

@@ -168,6 +168,10 @@ fn granted(taken: Taken, token: OwnerToken, hold: Hold) -> Attempt<Granted<Token
 impl LockBackend for MemoryBackend {
     type Lease = TokenLease;
 
+    fn store_kind(&self) -> &'static str {
+        "memory"
+    }
+
     async fn acquire(
         &self,
         name: &str,

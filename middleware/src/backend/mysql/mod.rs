@@ -235,6 +235,10 @@ impl<'a> Args<'a> {
 impl LockBackend for MysqlBackend {
     type Lease = TokenLease;
 
+    fn store_kind(&self) -> &'static str {
+        "mysql"
+    }
+
     async fn acquire(
         &self,
         name: &str,

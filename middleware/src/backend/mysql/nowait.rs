@@ -179,7 +179,7 @@ fn is_locked_elsewhere(error: &sqlx::Error) -> bool {
         .is_some_and(|error| matches!(error.number(), LOCK_NOWAIT | LOCK_WAIT_TIMEOUT))
 }
 
-session_backend!(NowaitBackend, MySql);
+session_backend!(NowaitBackend, MySql, "mysql-nowait");
 
 impl fmt::Debug for NowaitBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

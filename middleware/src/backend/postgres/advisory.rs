@@ -118,7 +118,7 @@ impl SessionLock for Advisory {
     }
 }
 
-session_backend!(AdvisoryBackend, Postgres);
+session_backend!(AdvisoryBackend, Postgres, "postgres-advisory");
 
 impl fmt::Debug for AdvisoryBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

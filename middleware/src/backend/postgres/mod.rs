@@ -270,6 +270,10 @@ impl PostgresBackend {
 impl LockBackend for PostgresBackend {
     type Lease = TokenLease;
 
+    fn store_kind(&self) -> &'static str {
+        "postgres"
+    }
+
     async fn acquire(
         &self,
         name: &str,

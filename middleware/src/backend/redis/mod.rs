@@ -331,6 +331,10 @@ const RELEASE_WAITED_FOR: i64 = 2;
 impl LockBackend for RedisBackend {
     type Lease = TokenLease;
 
+    fn store_kind(&self) -> &'static str {
+        "redis"
+    }
+
     async fn acquire(
         &self,
         name: &str,

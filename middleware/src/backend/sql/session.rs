@@ -188,11 +188,16 @@ impl<K: SessionLock> LockBackend for SessionLocks<K> {
 }
 
 /// Implements [`LockBackend`] for `$backend`, a public wrapper of a [`SessionLocks`] whose
-/// connections are `$db`'s, by handing every call to it.
+/// connections are `$db`'s, by handing every call to it; its metrics' `backend` label is
+/// `$kind`.
 macro_rules! session_backend {
-    ($backend:ty, $db:ty) => {
+    ($backend:ty, $db:ty, $kind:literal) => {
         impl $crate::backend::LockBackend for $backend {
             type Lease = $crate::backend::ConnectionLease<$db>;
+
+            fn store_kind(&self) -> &'static str {
+                $kind
+            }
 
             async fn acquire(
                 &self,

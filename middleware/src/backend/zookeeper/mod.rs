@@ -324,6 +324,10 @@ impl ZookeeperBackend {
 impl LockBackend for ZookeeperBackend {
     type Lease = ZookeeperLease;
 
+    fn store_kind(&self) -> &'static str {
+        "zookeeper"
+    }
+
     async fn acquire(
         &self,
         name: &str,

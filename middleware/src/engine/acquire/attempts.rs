@@ -15,6 +15,7 @@ use crate::backend::{
 use crate::engine::ask::Ask;
 use crate::engine::names::LockNames;
 use crate::engine::settings::Settings;
+use crate::engine::telemetry::{StoreOp, Tally};
 
 /// How an attempt asks the store.
 #[derive(Clone, Copy, Debug)]
@@ -45,6 +46,7 @@ pub(super) struct Attempts<'a, B: LockBackend> {
     pub(super) request: LockRequest,
     pub(super) ask: Ask<B>,
     pub(super) settings: &'a Settings,
+    pub(super) tally: &'a Tally,
 }
 
 impl<B: LockBackend> Attempts<'_, B> {
@@ -70,23 +72,30 @@ impl<B: LockBackend> Attempts<'_, B> {
         let sent = Instant::now();
         // Armed until the answer is in: a lost answer may have taken the lock.
         let abandon = Abandon::new(self.backend, self.names, request, store_timeout);
+        let labels = self.tally.labels();
+        self.tally.attempted();
         let answer = match (how, self.backend.wait_queue()) {
             (How::Queued(ticket_ttl), Some(queue)) => {
                 let queued = queue.acquire_queued(name, request, ticket_ttl);
-                timeout(store_timeout, queued)
-                    .await
+                (labels
+                    .store_call(StoreOp::Acquire, store_timeout, queued)
+                    .await)
                     .map(|answer| answer.map(|answer| Answer::queued(answer, sent)))
             }
             _ => {
                 let attempt = self.ask.attempt(self.backend, name, request);
-                timeout(store_timeout, attempt)
-                    .await
+                (labels
+                    .store_call(StoreOp::Acquire, store_timeout, attempt)
+                    .await)
                     .map(|answer| answer.map(|answer| Answer::plain(answer, sent)))
             }
         };
         match answer {
             Ok(Ok(answer)) => {
                 abandon.disarm();
+                if let Answer::Busy { .. } = answer {
+                    self.tally.busy();
+                }
                 Ok(answer)
             }
             Ok(Err(error)) => {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::{Instant, sleep};
 
 use super::guards::Abandon;
 use super::{NotObtained, Obtained};
@@ -12,6 +12,7 @@ use crate::backend::{Attempt, BackendError, LockBackend, LockRequest, Patience};
 use crate::engine::names::LockNames;
 use crate::engine::policy::BusyPolicy;
 use crate::engine::settings::Settings;
+use crate::engine::telemetry::{StoreOp, Tally};
 
 /// Takes every lock in `names` for `token`, exclusively, all or none, retrying while busy as
 /// the policy allows. Grants come in the order of `names`.
@@ -20,6 +21,7 @@ pub(super) async fn acquire_all<B: LockBackend>(
     names: &LockNames,
     token: OwnerToken,
     settings: &Settings,
+    tally: &Tally,
 ) -> Result<Obtained<B::Lease>, NotObtained> {
     let deadline = match settings.policy {
         BusyPolicy::Wait { timeout, .. } if !timeout.is_zero() => Some(Instant::now() + timeout),
@@ -34,7 +36,11 @@ pub(super) async fn acquire_all<B: LockBackend>(
         let sent = Instant::now();
         // Armed until the answer is in: a lost answer may have taken some of the locks.
         let abandon = Abandon::new(backend, names, request, store_timeout);
-        let answer = timeout(store_timeout, backend.acquire_many(&list, request)).await;
+        tally.attempted();
+        let acquire_many = backend.acquire_many(&list, request);
+        let answer = (tally.labels())
+            .store_call(StoreOp::Acquire, store_timeout, acquire_many)
+            .await;
         let holder_ttl = match answer {
             Ok(Ok(Attempt::Acquired(grants))) if grants.len() == list.len() => {
                 abandon.disarm();
@@ -46,6 +52,7 @@ pub(super) async fn acquire_all<B: LockBackend>(
             }
             Ok(Ok(Attempt::Busy { holder_ttl })) => {
                 abandon.disarm();
+                tally.busy();
                 holder_ttl
             }
             Ok(Err(error)) => return Err(failed(names, error)),

@@ -10,6 +10,7 @@ use super::ask::Ask;
 use super::names::LockNames;
 use super::policy::{BusyPolicy, WaitMode};
 use super::settings::Settings;
+use super::telemetry::Tally;
 use crate::OwnerToken;
 use crate::backend::{BackendError, Granted, LockBackend, LockRequest, Patience, WaitQueue};
 use attempts::{Answer, Attempts, How};
@@ -56,16 +57,17 @@ pub(crate) enum NotObtained {
 }
 
 /// Takes `names` for `token` as `ask` says (several names: always exclusively), waiting while
-/// busy as `settings` allow.
+/// busy as `settings` allow; its attempts and its wait are counted in `tally`.
 pub(crate) async fn acquire<B: LockBackend>(
     backend: &Arc<B>,
     names: &LockNames,
     token: OwnerToken,
     ask: Ask<B>,
     settings: &Settings,
+    tally: &Tally,
 ) -> Result<Obtained<B::Lease>, NotObtained> {
     let Some(name) = names.single() else {
-        return many::acquire_all(backend, names, token, settings).await;
+        return many::acquire_all(backend, names, token, settings, tally).await;
     };
     let queue = backend.wait_queue();
     let can_listen = queue.is_some_and(|queue| queue.room().hears_announcements());
@@ -77,6 +79,7 @@ pub(crate) async fn acquire<B: LockBackend>(
         request: LockRequest::new(token, settings.ttl).patience(patience),
         ask,
         settings,
+        tally,
     };
     let BusyPolicy::Wait { timeout, mode } = settings.policy else {
         return attempts.once_more_busy().await;
@@ -131,6 +134,7 @@ async fn wait_in_line<B: LockBackend>(
     // Once at the head of the local line, it asks at once, even when the previous head just
     // took the lock: its ticket is then in the store's queue when that lock is released, and
     // the release hands the lock straight to it.
+    attempts.tally.waiting();
     let place = room.join_line(name, attempts.request.token);
     if timeout_at(deadline, place.turn()).await.is_err() {
         return attempts.once_more_busy().await;
@@ -168,6 +172,7 @@ async fn wait_shared<B: LockBackend>(
         }
         return Ok(obtained);
     }
+    attempts.tally.waiting();
     let place = match room {
         Some(room) if is_writer => Some(room.join_line(name, request.token)),
         Some(room) if request.patience == Patience::Listens => {

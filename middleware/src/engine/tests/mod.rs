@@ -9,6 +9,7 @@ use crate::{Locker, LockerBuilder};
 mod handles;
 mod reentry;
 mod shapes;
+mod telemetry;
 mod waiting;
 
 const TTL: Duration = Duration::from_secs(30);

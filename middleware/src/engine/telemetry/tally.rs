@@ -1,0 +1,110 @@
+//! One acquisition as it is reported: its span, its attempts, its wait, and its answer.
+
+use std::fmt;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use tokio::time::Instant;
+use tracing::Span;
+use tracing::field::{Empty, display};
+
+use super::{Labels, Outcome};
+use crate::backend::FencingToken;
+
+/// One acquisition's report: created when a lock is asked for, answered once. Its attempts
+/// and its wait are counted by the code that makes them; dropped unanswered (the caller went
+/// away), it counts as cancelled. A waiting acquisition is among the waiters until then.
+#[derive(Debug)]
+pub(crate) struct Tally {
+    labels: Labels,
+    span: Span,
+    started: Instant,
+    attempts: AtomicU32,
+    /// Whether a busy answer starts a wait (the policy waits), and when one did.
+    waits: bool,
+    wait_began: OnceLock<Instant>,
+    answered: bool,
+}
+
+impl Tally {
+    /// The report of an acquisition of `keys` under `labels`, in mode `wait` (`reject`,
+    /// `notified`, `fair`, `polling`).
+    pub(crate) fn new(labels: Labels, keys: &impl fmt::Display, wait: &'static str) -> Self {
+        let span = tracing::debug_span!(
+            "lock",
+            key = %keys,
+            shape = labels.shape(),
+            wait,
+            attempts = Empty,
+            outcome = Empty,
+            fence = Empty,
+        );
+        Self {
+            labels,
+            span,
+            started: Instant::now(),
+            attempts: AtomicU32::new(0),
+            waits: wait != "reject",
+            wait_began: OnceLock::new(),
+            answered: false,
+        }
+    }
+
+    pub(crate) fn labels(&self) -> &Labels {
+        &self.labels
+    }
+
+    /// The span the acquisition runs in.
+    pub(crate) fn span(&self) -> &Span {
+        &self.span
+    }
+
+    /// One more attempt was sent to the store.
+    pub(crate) fn attempted(&self) {
+        self.attempts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An attempt found the lock busy: a waiting acquisition starts waiting.
+    pub(crate) fn busy(&self) {
+        if self.waits {
+            self.waiting();
+        }
+    }
+
+    /// The acquisition waits from now on (at the latest), without having asked: it lines up
+    /// behind a waiter of its process.
+    pub(crate) fn waiting(&self) {
+        if self.wait_began.set(Instant::now()).is_ok() {
+            self.labels.waiters(1.0);
+        }
+    }
+
+    /// The acquisition ended as `outcome`, with `fence` when acquired.
+    pub(crate) fn answer(mut self, outcome: Outcome, fence: Option<FencingToken>) {
+        self.answered = true;
+        self.report(outcome, fence);
+    }
+
+    fn report(&self, outcome: Outcome, fence: Option<FencingToken>) {
+        let waited = self.wait_began.get().map(Instant::elapsed);
+        self.labels
+            .answered(outcome, self.started.elapsed(), waited);
+        let span = &self.span;
+        span.record("attempts", self.attempts.load(Ordering::Relaxed));
+        span.record("outcome", outcome.as_str());
+        if let Some(fence) = fence {
+            span.record("fence", display(fence));
+        }
+    }
+}
+
+impl Drop for Tally {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.report(Outcome::Cancelled, None);
+        }
+        if self.wait_began.get().is_some() {
+            self.labels.waiters(-1.0);
+        }
+    }
+}
