@@ -21,12 +21,16 @@ use tower_lock::backend::{BackendError, Semaphores, SharedLocks};
 use tower_lock::key::{KeyError, KeyExtractor, KeyTemplate, many};
 use tower_lock::{LockBackend, LockLayer, MemoryBackend, OnLost, RedisBackend};
 
+pub mod dashboard;
 pub mod optimistic;
 pub mod problem;
 pub mod routes;
 pub mod store;
+pub mod telemetry;
 pub mod transfers;
 
+use dashboard::RecentCoupons;
+use metrics_exporter_prometheus::PrometheusHandle;
 use store::{CouponStore, Dialect, MemoryStore, RedisStore, SqlStore};
 
 /// Command-line options; each can also come from the environment.
@@ -218,6 +222,21 @@ pub enum Locking {
     Zookeeper(ZookeeperBackend),
 }
 
+impl Locking {
+    /// Where the locks are, for the dashboard: `off`, or the backend's kind (`redis`, …).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Memory(backend) => backend.store_kind(),
+            Self::Redis(backend) => backend.store_kind(),
+            Self::Postgres(backend) => backend.store_kind(),
+            Self::Mysql(backend) => backend.store_kind(),
+            Self::Etcd(backend) => backend.store_kind(),
+            Self::Zookeeper(backend) => backend.store_kind(),
+        }
+    }
+}
+
 /// What the handlers share.
 #[derive(Clone, Debug)]
 pub struct AppState {
@@ -231,9 +250,22 @@ pub struct AppState {
     pub lock: LockSettings,
     /// Whether claims and transfers retry on a version check instead of locking.
     pub optimistic: bool,
+    /// The metrics recorder whose records `GET /metrics` serves (none: answered 404).
+    pub metrics: Option<PrometheusHandle>,
+    /// The coupons created here lately, named in this replica's dashboard report.
+    pub recent: RecentCoupons,
 }
 
 impl AppState {
+    /// This state recording into `metrics`, served at `GET /metrics` and reported to the
+    /// dashboard.
+    pub fn with_metrics(self, metrics: PrometheusHandle) -> Self {
+        Self {
+            metrics: Some(metrics),
+            ..self
+        }
+    }
+
     /// Does the claim's simulated business work: sleeps `work`. Zero work takes no time at all
     /// (a zero-length sleep would still wait for the timer's next tick, about a millisecond).
     pub(crate) async fn simulate_work(&self) {
@@ -255,6 +287,8 @@ impl AppState {
             work,
             lock: settings,
             optimistic: false,
+            metrics: None,
+            recent: RecentCoupons::default(),
         }
     }
 
@@ -313,6 +347,8 @@ impl AppState {
             work,
             lock: settings,
             optimistic: options.optimistic,
+            metrics: None,
+            recent: RecentCoupons::default(),
         })
     }
 
@@ -502,8 +538,12 @@ pub fn app(state: AppState) -> Router {
         .route("/coupons/{id}/audit", routes.audit)
         .route("/transfers", routes.transfer)
         .route("/healthz", get(routes::healthz))
+        .route("/metrics", get(telemetry::metrics))
+        .route("/", get(dashboard::page))
+        .route("/dashboard/stats", get(dashboard::stats))
         .fallback(routes::no_such_route)
         .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(axum::middleware::from_fn(telemetry::count_responses))
         .with_state(state)
 }
 
@@ -520,10 +560,14 @@ pub fn redacted(url: &str) -> String {
 /// Serves until SIGTERM or Ctrl-C, then lets in-flight requests finish (and release their
 /// locks) before returning.
 pub async fn serve(options: Options) -> Result<(), Box<dyn std::error::Error>> {
-    let state = AppState::from_options(&options).await?;
+    let state = AppState::from_options(&options)
+        .await?
+        .with_metrics(telemetry::prometheus());
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|error| format!("cannot listen on {}: {error}", options.listen))?;
+    let address = listener.local_addr()?;
+    dashboard::spawn_reporter(state.clone(), address.to_string());
     let store = match options.store_url() {
         Some(url) => format!("{} (shared by replicas)", redacted(url)),
         None if options.lock_store.is_some() => {
@@ -547,7 +591,8 @@ pub async fn serve(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         "on".to_owned()
     };
     tracing::info!(
-        address = %listener.local_addr()?,
+        %address,
+        dashboard = %format_args!("http://{address}/"),
         store,
         locking,
         work_ms = options.work_ms,

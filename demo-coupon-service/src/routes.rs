@@ -70,6 +70,7 @@ pub async fn reset(
     let id = checked_id(&id)?;
     let stock = checked_body(body)?.stock;
     state.store.reset(id, i64::from(stock)).await?;
+    state.recent.touched(id);
     Ok(Json(json!({ "coupon_id": id, "stock": stock })))
 }
 
@@ -114,6 +115,9 @@ pub async fn claim(
             user,
             "claim refused: a newer lock holder has read the coupon"
         );
+        if let Some(lock) = &lock {
+            lock.report_fenced_write_refused();
+        }
         return Err(Problem::LockLost(id.to_owned()));
     }
     tracing::debug!(coupon = id, user, remaining, "claimed");

@@ -9,6 +9,7 @@ use super::{Stock, Summary, duplicates};
 pub struct MemoryStore {
     coupons: Arc<Mutex<HashMap<String, Coupon>>>,
     audits: Arc<AtomicI64>,
+    reports: Arc<Mutex<HashMap<String, String>>>,
 }
 
 #[derive(Debug)]
@@ -85,6 +86,16 @@ impl MemoryStore {
 
     pub(super) fn audit_finished(&self) {
         self.audits.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    pub(super) fn publish_report(&self, replica: &str, report: &str) {
+        let mut reports = (self.reports.lock()).unwrap_or_else(|poisoned| poisoned.into_inner());
+        reports.insert(replica.to_owned(), report.to_owned());
+    }
+
+    pub(super) fn reports(&self) -> Vec<String> {
+        let reports = (self.reports.lock()).unwrap_or_else(|poisoned| poisoned.into_inner());
+        reports.values().cloned().collect()
     }
 
     pub(super) fn summary(&self, id: &str) -> Option<Summary> {

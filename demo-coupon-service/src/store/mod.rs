@@ -149,6 +149,27 @@ impl CouponStore {
         }
     }
 
+    /// Publishes `report` (JSON) as replica `replica`'s latest, for every replica's dashboard.
+    pub async fn publish_report(&self, replica: &str, report: &str) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(store) => {
+                store.publish_report(replica, report);
+                Ok(())
+            }
+            Self::Redis(store) => store.publish_report(replica, report).await,
+            Self::Sql(store) => store.publish_report(replica, report).await,
+        }
+    }
+
+    /// Every replica's latest report, as published.
+    pub async fn reports(&self) -> Result<Vec<String>, StoreError> {
+        match self {
+            Self::Memory(store) => Ok(store.reports()),
+            Self::Redis(store) => store.reports().await,
+            Self::Sql(store) => store.reports().await,
+        }
+    }
+
     /// The coupon's stock and claims, `None` when there is no such coupon.
     pub async fn summary(&self, id: &str) -> Result<Option<Summary>, StoreError> {
         match self {

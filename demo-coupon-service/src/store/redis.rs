@@ -23,6 +23,9 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
+/// The hash of every replica's latest dashboard report.
+const REPORTS_KEY: &str = "demo:replicas";
+
 fn coupon_key(id: &str) -> String {
     format!("coupon:{id}")
 }
@@ -125,6 +128,21 @@ impl RedisStore {
             .clone()
             .incr("demo:audits:running", delta)
             .await?)
+    }
+
+    pub(super) async fn publish_report(
+        &self,
+        replica: &str,
+        report: &str,
+    ) -> Result<(), StoreError> {
+        let () = (self.connection.clone())
+            .hset(REPORTS_KEY, replica, report)
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn reports(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self.connection.clone().hvals(REPORTS_KEY).await?)
     }
 
     pub(super) async fn summary(&self, id: &str) -> Result<Option<Summary>, StoreError> {

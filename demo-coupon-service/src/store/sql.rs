@@ -50,6 +50,8 @@ struct Statements {
     audits: String,
     claims: String,
     repeated_users: String,
+    publish_report: String,
+    reports: String,
 }
 
 impl Statements {
@@ -60,7 +62,7 @@ impl Statements {
             Dialect::Postgres => statement.to_owned(),
             Dialect::Mysql => question_marks(statement),
         };
-        let (create, upsert_coupon, add_audits) = match dialect {
+        let (create, upsert_coupon, add_audits, publish_report) = match dialect {
             Dialect::Postgres => (
                 vec![
                     "CREATE TABLE IF NOT EXISTS coupons (id text PRIMARY KEY, \
@@ -72,12 +74,16 @@ impl Statements {
                      ON claims (coupon_id, user_id)",
                     "CREATE TABLE IF NOT EXISTS demo_counters \
                      (name text PRIMARY KEY, value bigint NOT NULL)",
+                    "CREATE TABLE IF NOT EXISTS demo_replicas \
+                     (replica text PRIMARY KEY, report text NOT NULL)",
                 ],
                 "INSERT INTO coupons (id, supply, remaining) VALUES ($1, $2, $3) \
                  ON CONFLICT (id) DO UPDATE SET supply = excluded.supply, \
                     remaining = excluded.remaining, version = coupons.version + 1",
                 "INSERT INTO demo_counters (name, value) VALUES ('audits', $1) \
                  ON CONFLICT (name) DO UPDATE SET value = demo_counters.value + excluded.value",
+                "INSERT INTO demo_replicas (replica, report) VALUES ($1, $2) \
+                 ON CONFLICT (replica) DO UPDATE SET report = excluded.report",
             ),
             // Binary ids: MySQL's default collation would take `C1` and `c1` for one coupon.
             Dialect::Mysql => (
@@ -91,12 +97,16 @@ impl Statements {
                      INDEX claims_by_coupon_and_user (coupon_id, user_id)) ENGINE = InnoDB",
                     "CREATE TABLE IF NOT EXISTS demo_counters \
                      (name VARBINARY(64) PRIMARY KEY, value BIGINT NOT NULL) ENGINE = InnoDB",
+                    "CREATE TABLE IF NOT EXISTS demo_replicas \
+                     (replica VARCHAR(128) PRIMARY KEY, report TEXT NOT NULL) ENGINE = InnoDB",
                 ],
                 "INSERT INTO coupons (id, supply, remaining) VALUES ($1, $2, $3) \
                  ON DUPLICATE KEY UPDATE supply = VALUES(supply), \
                     remaining = VALUES(remaining), version = version + 1",
                 "INSERT INTO demo_counters (name, value) VALUES ('audits', $1) \
                  ON DUPLICATE KEY UPDATE value = value + VALUES(value)",
+                "INSERT INTO demo_replicas (replica, report) VALUES ($1, $2) \
+                 ON DUPLICATE KEY UPDATE report = VALUES(report)",
             ),
         };
         Self {
@@ -139,6 +149,8 @@ impl Statements {
                 "SELECT count(*) FROM (SELECT user_id FROM claims WHERE coupon_id = $1 \
                  GROUP BY user_id HAVING count(*) > 1) AS repeated",
             ),
+            publish_report: sql(publish_report),
+            reports: sql("SELECT report FROM demo_replicas"),
         }
     }
 }
@@ -377,6 +389,25 @@ impl SqlStore {
             .await?;
         Ok(sqlx::query_scalar(&self.sql.audits)
             .fetch_one(&self.pool)
+            .await?)
+    }
+
+    pub(super) async fn publish_report(
+        &self,
+        replica: &str,
+        report: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(&self.sql.publish_report)
+            .bind(replica.to_owned())
+            .bind(report.to_owned())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn reports(&self) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(&self.sql.reports)
+            .fetch_all(&self.pool)
             .await?)
     }
 

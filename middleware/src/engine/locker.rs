@@ -177,11 +177,7 @@ impl<B: LockBackend> Locker<B> {
         let names = LockNames::new(&settings.prefix, keys, settings.max_key_len);
         let many = names.as_ref().is_ok_and(|names| names.single().is_none());
         let ask = if many { Ask::Mutex } else { ask };
-        let group = (settings.metrics_group.clone())
-            .or(route)
-            .unwrap_or(SharedString::const_str(DEFAULT_GROUP));
-        let shape = Labels::shape_of(ask.hold(), if many { 2 } else { 1 });
-        let labels = Labels::new(self.inner.backend.store_kind(), shape, group);
+        let labels = self.labels(&ask, many, route);
         let names = match names {
             Ok(names) => names,
             Err(error) => {
@@ -200,6 +196,21 @@ impl<B: LockBackend> Locker<B> {
         let tally = Tally::new(labels, &names, settings.policy.label());
         let span = tally.span().clone();
         self.acquire_new(names, ask, tally).instrument(span).await
+    }
+
+    /// The labels of the metrics of a lock asked `ask` (of several keys when `many`).
+    fn labels(&self, ask: &Ask<B>, many: bool, route: Option<SharedString>) -> Labels {
+        let group = (self.settings().metrics_group.clone())
+            .or(route)
+            .unwrap_or(SharedString::const_str(DEFAULT_GROUP));
+        let shape = Labels::shape_of(ask.hold(), if many { 2 } else { 1 });
+        Labels::new(self.inner.backend.store_kind(), shape, group)
+    }
+
+    /// Counts a request refused before it could ask for its lock: its key could not be read
+    /// (the HTTP layer's key extractor said why).
+    pub(crate) fn count_invalid_key(&self, ask: &Ask<B>, route: Option<SharedString>) {
+        self.labels(ask, false, route).count(Outcome::InvalidKey);
     }
 
     async fn acquire_new(

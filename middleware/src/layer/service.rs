@@ -99,7 +99,11 @@ where
     let keys = match config.extractor.extract_keys(&parts) {
         Ok(keys) if keys.is_empty() => return call_unlocked(inner, parts, body).await,
         Ok(keys) => keys,
-        Err(error) => return Ok(config.refuse(error.into())),
+        Err(error) => {
+            let ask = config.mode.ask_for(&parts);
+            config.locker.count_invalid_key(&ask, route(&parts));
+            return Ok(config.refuse(error.into()));
+        }
     };
     let body = match config.request_body.prepare(&parts.headers, body).await {
         Ok(body) => body,

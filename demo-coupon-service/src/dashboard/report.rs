@@ -1,0 +1,144 @@
+//! A replica's report for the dashboard: what it answered and how its locks fared over the
+//! last interval, read off its own metrics.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tower_lock::telemetry::{ACQUIRE_SECONDS, HELD, OUTCOMES_TOTAL, WAITERS};
+
+use crate::telemetry::{RESPONSES_TOTAL, Scrape};
+
+/// The claim route's pattern, as the `route` label of the demo's answers.
+pub(crate) const CLAIM_ROUTE: &str = "/coupons/{id}/claim";
+
+/// Running totals read off one scrape.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Totals {
+    /// Claim answers by status.
+    claims: BTreeMap<String, f64>,
+    acquired: f64,
+    rejected: f64,
+}
+
+impl Totals {
+    pub(crate) fn of(scrape: &Scrape) -> Self {
+        let mut claims = BTreeMap::new();
+        for series in scrape.series(RESPONSES_TOTAL, &[("route", CLAIM_ROUTE)]) {
+            if let Some(status) = series.labels.get("status") {
+                *claims.entry(status.clone()).or_insert(0.0) += series.value;
+            }
+        }
+        let outcome = |outcome| scrape.sum(OUTCOMES_TOTAL, &[("outcome", outcome)]);
+        Self {
+            claims,
+            acquired: outcome("acquired"),
+            rejected: outcome("busy") + outcome("wait_timed_out"),
+        }
+    }
+
+    fn claims(&self) -> f64 {
+        self.claims.values().sum()
+    }
+}
+
+/// One replica's latest report, as published in the coupon store.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    /// Which replica (its listening address).
+    pub replica: String,
+    /// When it was made, in ms since the Unix epoch.
+    pub at_ms: u64,
+    /// The coupons this replica created lately.
+    pub coupons: Vec<String>,
+    /// Claim answers by status, since the replica started.
+    pub claims: BTreeMap<String, f64>,
+    /// Claims answered per second over the last interval.
+    pub claims_per_s: f64,
+    /// Of the locks asked for over the last interval, the share refused (busy or wait timed out).
+    pub rejection_ratio: f64,
+    /// Time to lock (acquired), median and 99th percentile, in ms, over the recent window.
+    pub lock_wait_p50_ms: Option<f64>,
+    /// See `lock_wait_p50_ms`.
+    pub lock_wait_p99_ms: Option<f64>,
+    /// Locks held right now.
+    pub held: f64,
+    /// Callers waiting for a lock right now.
+    pub waiters: f64,
+}
+
+impl Report {
+    /// The report of `replica` from `scrape`, with rates against `previous` totals taken
+    /// `interval` earlier.
+    pub(crate) fn new(
+        (replica, coupons): (&str, Vec<String>),
+        scrape: &Scrape,
+        now: &Totals,
+        (previous, interval): (&Totals, Duration),
+    ) -> Self {
+        let seconds = interval.as_secs_f64().max(1e-3);
+        let asked = (now.acquired - previous.acquired) + (now.rejected - previous.rejected);
+        let rejected = now.rejected - previous.rejected;
+        let quantile = |q| {
+            let labels = [("outcome", "acquired"), ("quantile", q)];
+            (scrape.max(ACQUIRE_SECONDS, &labels)).map(|seconds| seconds * 1000.0)
+        };
+        Self {
+            replica: replica.to_owned(),
+            at_ms: now_ms(),
+            coupons,
+            claims: now.claims.clone(),
+            claims_per_s: (now.claims() - previous.claims()) / seconds,
+            rejection_ratio: if asked > 0.0 { rejected / asked } else { 0.0 },
+            lock_wait_p50_ms: quantile("0.5"),
+            lock_wait_p99_ms: quantile("0.99"),
+            held: scrape.sum(HELD, &[]),
+            waiters: scrape.sum(WAITERS, &[]),
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |since| {
+        u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_are_taken_over_the_interval_and_quantiles_in_ms() {
+        let before = Scrape::parse(
+            "demo_http_responses_total{route=\"/coupons/{id}/claim\",status=\"201\"} 10\n\
+             tower_lock_outcomes_total{outcome=\"acquired\",group=\"g\"} 10\n",
+        );
+        let after = Scrape::parse(
+            "demo_http_responses_total{route=\"/coupons/{id}/claim\",status=\"201\"} 30\n\
+             demo_http_responses_total{route=\"/coupons/{id}/claim\",status=\"409\"} 20\n\
+             demo_http_responses_total{route=\"/healthz\",status=\"200\"} 99\n\
+             tower_lock_outcomes_total{outcome=\"acquired\",group=\"g\"} 40\n\
+             tower_lock_outcomes_total{outcome=\"wait_timed_out\",group=\"g\"} 10\n\
+             tower_lock_acquire_seconds{outcome=\"acquired\",quantile=\"0.5\"} 0.002\n\
+             tower_lock_acquire_seconds{outcome=\"acquired\",quantile=\"0.99\"} 0.5\n\
+             tower_lock_held{group=\"g\"} 2\n\
+             tower_lock_waiters{group=\"g\"} 5\n",
+        );
+        let (then, now) = (Totals::of(&before), Totals::of(&after));
+        let report = Report::new(
+            ("r1", vec!["c".to_owned()]),
+            &after,
+            &now,
+            (&then, Duration::from_secs(2)),
+        );
+        assert_eq!(report.claims_per_s, 20.0);
+        assert_eq!(report.rejection_ratio, 0.25);
+        assert_eq!(report.lock_wait_p50_ms, Some(2.0));
+        assert_eq!(report.lock_wait_p99_ms, Some(500.0));
+        assert_eq!((report.held, report.waiters), (2.0, 5.0));
+        assert_eq!(report.claims.get("409"), Some(&20.0));
+    }
+}
