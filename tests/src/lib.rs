@@ -9,6 +9,7 @@
 //! run as real processes too ([`DemoReplica`]), driven over HTTP ([`Http`]).
 
 mod blocking;
+mod browser;
 pub mod consensus;
 mod demo;
 mod etcd_cluster;
@@ -27,6 +28,7 @@ mod process;
 mod redis_server;
 mod zookeeper_ensemble;
 
+pub use browser::Browser;
 pub use demo::DemoReplica;
 pub use etcd_cluster::EtcdCluster;
 pub use http_client::Http;

@@ -1,0 +1,132 @@
+//! Debian's headless Chromium, driven over WebDriver (`chromedriver` on a free loopback port,
+//! `fantoccini` as the client), for tests of the demo's pages.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::wd::Capabilities;
+use fantoccini::{Client, ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
+use serde_json::json;
+
+use crate::process::free_port;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const INSTALL: &str = "apt-get install chromium chromium-driver (bash .ci/run does)";
+
+/// A headless Chromium session, closed (with its chromedriver) when dropped.
+#[derive(Debug)]
+pub struct Browser {
+    client: Option<Client>,
+    driver: Child,
+}
+
+impl Browser {
+    /// Starts chromedriver and a headless Chromium session in a 1280×900 window.
+    ///
+    /// # Panics
+    ///
+    /// When Chromium or chromedriver is missing (saying how to install them) or does not start.
+    pub async fn start() -> Self {
+        assert!(
+            Path::new(CHROMIUM).exists(),
+            "{CHROMIUM} not found: {INSTALL}"
+        );
+        let port = free_port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot start chromedriver ({error}): {INSTALL}"));
+        let mut browser = Self {
+            client: None,
+            driver,
+        };
+        let args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,900",
+        ];
+        let mut capabilities = Capabilities::new();
+        capabilities.insert(
+            "goog:chromeOptions".to_owned(),
+            json!({ "binary": CHROMIUM, "args": args }),
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let webdriver = format!("http://127.0.0.1:{port}");
+        loop {
+            let connected = ClientBuilder::new(HttpConnector::new())
+                .capabilities(capabilities.clone())
+                .connect(&webdriver)
+                .await;
+            match connected {
+                Ok(client) => {
+                    browser.client = Some(client);
+                    return browser;
+                }
+                Err(error) if Instant::now() > deadline => {
+                    panic!("no Chromium session through chromedriver in 20 s: {error}")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    fn client(&self) -> &Client {
+        self.client.as_ref().expect("a session until dropped")
+    }
+
+    /// Loads `url`.
+    pub async fn open(&self, url: &str) {
+        self.client().goto(url).await.expect("the page loads");
+    }
+
+    /// The text of the first element matching `css`, waiting up to 10 s for one to appear.
+    pub async fn text(&self, css: &str) -> String {
+        let wait = self.client().wait().at_most(Duration::from_secs(10));
+        let element = (wait.for_element(Locator::Css(css)).await)
+            .unwrap_or_else(|error| panic!("no `{css}` on the page in 10 s: {error}"));
+        element.text().await.expect("its text")
+    }
+
+    /// How many elements match `css` now.
+    pub async fn count(&self, css: &str) -> usize {
+        let found = self.client().find_all(Locator::Css(css)).await;
+        found.expect("a search").len()
+    }
+
+    /// The whole window as a PNG, written to `path`.
+    pub async fn screenshot(&self, path: &Path) {
+        let png = self.client().screenshot().await.expect("a screenshot");
+        std::fs::write(path, png).expect("the screenshot is written");
+    }
+
+    /// Ends the session and chromedriver.
+    pub async fn close(mut self) {
+        if let Some(client) = self.client.take() {
+            let _ = client.close().await;
+        }
+    }
+}
+
+impl Drop for Browser {
+    /// A session still open (the test failed): its Chromium, chromedriver's child, is
+    /// terminated first, as chromedriver killed would leave it running.
+    fn drop(&mut self) {
+        if self.client.is_some() {
+            let parent = self.driver.id().to_string();
+            let _ = Command::new("pkill")
+                .args(["-TERM", "-P", &parent])
+                .status();
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}

@@ -1,0 +1,112 @@
+//! The demo's dashboard in headless Chromium during a claim storm on two replicas sharing
+//! Redis: its numbers move while claims land, both replicas report, and `oversold` reads 0 —
+//! and, the twin, without the lock the same page shows the coupon oversold.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use http::StatusCode;
+use integration_tests::{Browser, DemoReplica, Http, RedisServer};
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
+
+/// Claims by `users` distinct users, `concurrency` at a time, spread over `replicas`.
+fn claim_storm(urls: Vec<String>, users: usize, concurrency: usize) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let http = Http::default();
+        let workers = (0..concurrency).map(|worker| {
+            let (http, urls) = (http.clone(), urls.clone());
+            async move {
+                for user in (worker..users).step_by(concurrency) {
+                    let url = format!("{}/coupons/storm/claim", urls[user % urls.len()]);
+                    http.post(&url, json!({ "user_id": format!("user-{user}") }))
+                        .await;
+                }
+            }
+        });
+        futures_util::future::join_all(workers).await;
+    })
+}
+
+/// A number as the page prints it (`1,234`).
+fn number(text: &str) -> u64 {
+    let digits: String = text.chars().filter(char::is_ascii_digit).collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("not a number: {text:?}"))
+}
+
+async fn seed(url: &str, stock: u64) {
+    let seeded = Http::default()
+        .put(&format!("{url}/coupons/storm"), json!({ "stock": stock }))
+        .await;
+    assert_eq!(seeded.status, StatusCode::OK, "{}", seeded.body);
+}
+
+/// Where the screenshot goes: the test's target directory, kept after the run.
+fn artifact(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+const CLAIMED: &str = "[data-coupon=storm] [data-field=claimed]";
+const OVERSOLD: &str = "[data-coupon=storm] [data-field=oversold]";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_follows_a_claim_storm_and_shows_nothing_oversold() {
+    let redis = RedisServer::start();
+    let args = ["--redis-url", &redis.url(), "--work-ms", "2"];
+    let replicas = [
+        DemoReplica::start(DEMO, &args),
+        DemoReplica::start(DEMO, &args),
+    ];
+    let urls: Vec<String> = replicas.iter().map(DemoReplica::url).collect();
+    let browser = Browser::start().await;
+    browser.open(&format!("{}/", urls[0])).await;
+
+    seed(&urls[0], 600).await;
+    let storm = claim_storm(urls.clone(), 2000, 24);
+    let first = number(&browser.text(CLAIMED).await);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let later = number(&browser.text(CLAIMED).await);
+    assert!(
+        later > first,
+        "claimed went from {first} to {later} during the storm"
+    );
+    assert_eq!(browser.text(OVERSOLD).await, "0");
+    assert_eq!(browser.count("#replicas tbody tr[data-replica]").await, 2);
+    let screenshot = artifact("dashboard-claim-storm.png");
+    browser.screenshot(&screenshot).await;
+    eprintln!("screenshot: {}", screenshot.display());
+
+    storm.await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(number(&browser.text(CLAIMED).await), 600);
+    assert_eq!(browser.text(OVERSOLD).await, "0");
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_lock_the_dashboard_shows_the_coupon_oversold() {
+    let redis = RedisServer::start();
+    let args = ["--redis-url", &redis.url(), "--work-ms", "2", "--no-lock"];
+    let replicas = [
+        DemoReplica::start(DEMO, &args),
+        DemoReplica::start(DEMO, &args),
+    ];
+    let urls: Vec<String> = replicas.iter().map(DemoReplica::url).collect();
+    seed(&urls[0], 20).await;
+    claim_storm(urls.clone(), 400, 32).await.unwrap();
+
+    let browser = Browser::start().await;
+    browser.open(&format!("{}/", urls[0])).await;
+    let oversold = number(&browser.text(OVERSOLD).await);
+    assert!(oversold > 0, "the control oversells, and the page says so");
+    let bad = "[data-coupon=storm] .oversold.bad";
+    assert_eq!(browser.count(bad).await, 1, "shown as a failure");
+    browser
+        .screenshot(&artifact("dashboard-oversold-without-lock.png"))
+        .await;
+    browser.close().await;
+}
