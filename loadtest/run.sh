@@ -6,15 +6,19 @@
 #   loadtest/run.sh --no-lock            # the control: oversells
 #   loadtest/run.sh --requests 6000 --concurrency 96 --stock 200 --users 3000
 #
+# The summary and a chart (latency histogram, answers by status) go to --out (default
+# target/loadtest-run). While it runs, the first replica's dashboard shows the storm live.
+#
 # Uses REDIS_URL when set, otherwise starts its own redis-server on a free port. Every process
 # it starts is stopped on exit, also on Ctrl-C.
 set -euo pipefail
 
-requests=3000 concurrency=48 stock=100 users=1500 work_ms=2 replicas=3 no_lock=""
+requests=3000 concurrency=48 stock=100 users=1500 work_ms=2 replicas=3 no_lock="" out=""
 usage() {
-  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
   echo "options: --requests N (3000) --concurrency C (48, split over replicas) --stock S (100)"
   echo "         --users U (1500 distinct users) --work-ms MS (2) --replicas R (3) --no-lock"
+  echo "         --out DIR (target/loadtest-run)"
 }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -25,6 +29,7 @@ while [ $# -gt 0 ]; do
     --work-ms) work_ms=$2; shift 2 ;;
     --replicas) replicas=$2; shift 2 ;;
     --no-lock) no_lock="--no-lock"; shift ;;
+    --out) out=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -34,6 +39,7 @@ if [ "$concurrency" -lt "$replicas" ] || [ "$requests" -lt "$replicas" ]; then
 fi
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+out=${out:-$root/target/loadtest-run}
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -95,6 +101,7 @@ for r in range(replicas):
             f.write(json.dumps({"user_id": f"user-{u}"}) + "\n")
 PY
 
+echo "dashboard (live while the storm runs): ${urls[0]}/"
 echo "claiming: $requests requests, $concurrency connections over $replicas replicas, stock $stock, $users users, lock $([ -n "$no_lock" ] && echo OFF || echo on)"
 started=$(date +%s.%N)
 oha_pids=()
@@ -109,4 +116,4 @@ for pid in "${oha_pids[@]}"; do wait "$pid"; done
 finished=$(date +%s.%N)
 
 curl -fsS "${urls[0]}/coupons/$coupon" >"$work/coupon.json"
-python3 "$root/loadtest/summarize.py" "$work" "$replicas" "$started" "$finished" "$stock" "$users" "${no_lock:+off}"
+python3 "$root/loadtest/summarize.py" "$work" "$out" "$replicas" "$started" "$finished" "$stock" "$users" "${no_lock:+off}"

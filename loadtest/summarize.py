@@ -1,17 +1,22 @@
 """Merges the oha runs of loadtest/run.sh into one table and checks the coupon invariant.
 
-Usage: summarize.py WORKDIR REPLICAS STARTED FINISHED STOCK USERS [off]
-Exit status 1 when the coupon was oversold or claimed twice by one user.
+Usage: summarize.py WORKDIR OUTDIR REPLICAS STARTED FINISHED STOCK USERS [off]
+Prints the table and writes it to OUTDIR/summary.txt, with the chart OUTDIR/claims.svg (latency
+histogram and answers by status). Exit status 1 when the coupon was oversold or claimed twice
+by one user.
 """
 import collections
 import json
+import os
 import sqlite3
 import sys
 
-work, replicas = sys.argv[1], int(sys.argv[2])
-started, finished = float(sys.argv[3]), float(sys.argv[4])
-stock, users = int(sys.argv[5]), int(sys.argv[6])
-lock = "off (control)" if len(sys.argv) > 7 and sys.argv[7] == "off" else "on"
+import chart_svg
+
+work, out_dir, replicas = sys.argv[1], sys.argv[2], int(sys.argv[3])
+started, finished = float(sys.argv[4]), float(sys.argv[5])
+stock, users = int(sys.argv[6]), int(sys.argv[7])
+lock = "off (control)" if len(sys.argv) > 8 and sys.argv[8] == "off" else "on"
 
 durations, statuses, errors = [], collections.Counter(), collections.Counter()
 for r in range(replicas):
@@ -49,8 +54,17 @@ rows = [
     ("invariant", "HOLDS" if holds else "VIOLATED"),
 ]
 width = max(len(name) for name, _ in rows)
+table = "\n".join(f"  {name:<{width}}  {value}" for name, value in rows)
 print()
-for name, value in rows:
-    print(f"  {name:<{width}}  {value}")
-print()
+print(table)
+os.makedirs(out_dir, exist_ok=True)
+with open(os.path.join(out_dir, "summary.txt"), "w") as f:
+    f.write(table + "\n")
+answers = collections.Counter({str(status): count for status, count in statuses.items()})
+if errors:
+    answers["error"] = sum(errors.values())
+chart = os.path.join(out_dir, "claims.svg")
+chart_svg.write(chart, f"claim storm: {answered:,} answers over {replicas} replicas, lock {lock}",
+                [d * 1000 for d in durations], answers, percentile(0.50), percentile(0.99))
+print(f"\n  summary and chart: {out_dir}/summary.txt, {chart}\n")
 sys.exit(0 if holds else 1)

@@ -1,10 +1,12 @@
-//! The throughput chart of the distinct-keys scenario, as a self-contained SVG.
+//! lockbench's charts, as self-contained SVGs: throughput against concurrency (distinct
+//! keys), and throughput and wait time per implementation (hot key).
 
 use std::path::Path;
 
 use plotters::prelude::*;
 
 use crate::distinct_keys::PairSummary;
+use crate::report::HotKeySummary;
 
 const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
@@ -15,15 +17,28 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
-/// Draws pairs/s against concurrency, one line per implementation.
-pub fn throughput_by_concurrency(
-    path: &Path,
-    rows: &[PairSummary],
-) -> Result<(), Box<dyn std::error::Error>> {
-    let mut names: Vec<&str> = rows.iter().map(|row| row.which).collect();
-    names.dedup();
+pub type Drawn = Result<(), Box<dyn std::error::Error>>;
+
+/// Every implementation named in `rows`, sorted.
+fn implementations<'a>(names: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut names: Vec<&str> = names.collect();
     names.sort_unstable();
     names.dedup();
+    names
+}
+
+/// Creates `path`'s folder when it has one.
+fn folder_of(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(folder) if !folder.as_os_str().is_empty() => std::fs::create_dir_all(folder),
+        _ => Ok(()),
+    }
+}
+
+/// Draws pairs/s against concurrency, one line per implementation, on the store `store`.
+pub fn throughput_by_concurrency(path: &Path, store: &str, rows: &[PairSummary]) -> Drawn {
+    folder_of(path)?;
+    let names = implementations(rows.iter().map(|row| row.which));
     let max_c = rows.iter().map(|row| row.concurrency).max().unwrap_or(1) as f64;
     let max_rate = rows.iter().map(|row| row.pairs_per_s).fold(0.0, f64::max) * 1.1;
 
@@ -31,7 +46,7 @@ pub fn throughput_by_concurrency(
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "lock + unlock pairs/s on distinct keys (loopback Redis 7.0, 2 vCPUs)",
+            format!("lock + unlock pairs/s on distinct keys ({store}, loopback, 2 vCPUs)"),
             ("sans-serif", 18),
         )
         .margin(15)
@@ -68,6 +83,103 @@ pub fn throughput_by_concurrency(
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// Draws, per implementation, hot-key acquisitions/s (top) and the p99 wait for the lock
+/// (bottom, log scale) for each configuration measured (contenders C, hold H), on `store`.
+pub fn hot_key_by_implementation(path: &Path, store: &str, rows: &[HotKeySummary]) -> Drawn {
+    folder_of(path)?;
+    let names = implementations(rows.iter().map(|row| row.which));
+    let mut configurations: Vec<(usize, u64)> = rows
+        .iter()
+        .map(|row| (row.concurrency, row.hold_ms))
+        .collect();
+    configurations.sort_unstable();
+    configurations.dedup();
+    let position = |row: &HotKeySummary| {
+        let at = (configurations.iter()).position(|c| *c == (row.concurrency, row.hold_ms));
+        at.unwrap_or_default() as f64
+    };
+    let label = |x: &f64| {
+        let (c, h) = configurations
+            .get(x.round() as usize)
+            .copied()
+            .unwrap_or_default();
+        format!("C={c} H={h}ms")
+    };
+    let last = configurations.len().saturating_sub(1) as f64;
+    let x_range = -0.3..last + 0.3;
+    let top_rate = rows
+        .iter()
+        .map(|row| row.acquisitions_per_s)
+        .fold(1.0, f64::max)
+        * 1.1;
+    let waits = rows.iter().map(|row| row.wait_p99_ms.max(0.01));
+    let (low_wait, high_wait) =
+        waits.fold((f64::MAX, 0.01_f64), |(lo, hi), w| (lo.min(w), hi.max(w)));
+
+    let root = SVGBackend::new(path, (900, 760)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(
+        &format!("one hot key: handoffs by implementation ({store}, loopback, 2 vCPUs)"),
+        ("sans-serif", 18),
+    )?;
+    let (upper, lower) = root.split_vertically(360);
+    let mut rate = ChartBuilder::on(&upper)
+        .margin(15)
+        .x_label_area_size(35)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x_range.clone(), 0.0..top_rate)?;
+    rate.configure_mesh()
+        .x_labels(configurations.len().max(2))
+        .x_label_formatter(&label)
+        .y_desc("acquisitions/s")
+        .draw()?;
+    let mut wait = ChartBuilder::on(&lower)
+        .margin(15)
+        .x_label_area_size(35)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x_range, (low_wait * 0.8..high_wait * 1.25).log_scale())?;
+    wait.configure_mesh()
+        .x_labels(configurations.len().max(2))
+        .x_label_formatter(&label)
+        .y_desc("wait for the lock, p99 (ms, log)")
+        .draw()?;
+    for (index, name) in names.iter().enumerate() {
+        let color = COLORS[index % COLORS.len()];
+        let mut mine: Vec<&HotKeySummary> = rows.iter().filter(|row| row.which == *name).collect();
+        mine.sort_by(|a, b| position(a).total_cmp(&position(b)));
+        let rates: Vec<(f64, f64)> = mine
+            .iter()
+            .map(|row| (position(row), row.acquisitions_per_s))
+            .collect();
+        let p99: Vec<(f64, f64)> = mine
+            .iter()
+            .map(|row| (position(row), row.wait_p99_ms.max(0.01)))
+            .collect();
+        rate.draw_series(LineSeries::new(rates.clone(), color.stroke_width(2)))?
+            .label(*name)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        rate.draw_series(
+            rates
+                .into_iter()
+                .map(|point| Circle::new(point, 4, color.filled())),
+        )?;
+        wait.draw_series(LineSeries::new(p99.clone(), color.stroke_width(2)))?;
+        wait.draw_series(
+            p99.into_iter()
+                .map(|point| Circle::new(point, 4, color.filled())),
+        )?;
+    }
+    rate.configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()?;

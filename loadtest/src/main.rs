@@ -29,6 +29,7 @@ mod distinct_keys;
 mod etcd_pairs;
 mod hot_key;
 mod lockers;
+mod progress;
 mod redis_stats;
 mod report;
 mod sql_pairs;
@@ -89,7 +90,9 @@ struct Args {
     /// zookeeper-backend, zookeeper-engine, redis-engine).
     #[arg(long = "impl")]
     impls: Vec<String>,
-    /// Distinct keys: draw throughput against concurrency per implementation into this SVG.
+    /// Where to draw the chart (SVG): throughput against concurrency per implementation
+    /// (distinct keys), or throughput and p99 wait per implementation and configuration (hot
+    /// key). Default: `target/lockbench/<scenario>-<store>.svg`.
     #[arg(long)]
     chart: Option<std::path::PathBuf>,
     /// One JSON object per line instead of the table.
@@ -146,6 +149,55 @@ impl Args {
     }
 
     /// How long each run lasts.
+    /// The store measured, as the chart's name and title say it.
+    fn store(&self) -> &'static str {
+        match self.backend {
+            None => "Redis 7.0",
+            Some(Backend::Postgres) => "PostgreSQL 15",
+            Some(Backend::Mysql) => "MariaDB 10.11",
+            Some(Backend::Etcd) => "etcd 3.4",
+            Some(Backend::Zookeeper) => "ZooKeeper 3.8",
+        }
+    }
+
+    /// Where the chart goes.
+    fn chart_path(&self) -> std::path::PathBuf {
+        self.chart.clone().unwrap_or_else(|| {
+            let scenario = match self.scenario {
+                Scenario::HotKey => "hot-key",
+                Scenario::DistinctKeys => "distinct-keys",
+            };
+            let store = self
+                .store()
+                .split(' ')
+                .next()
+                .unwrap_or_default()
+                .to_lowercase();
+            format!("target/lockbench/{scenario}-{store}.svg").into()
+        })
+    }
+
+    /// Draws the chart with `draw` and says where it is.
+    fn write_chart(&self, draw: impl FnOnce(&std::path::Path, &str) -> chart::Drawn) {
+        let path = self.chart_path();
+        match draw(&path, self.store()) {
+            Ok(()) => eprintln!("chart written to {}", path.display()),
+            Err(error) => eprintln!("cannot write the chart {}: {error}", path.display()),
+        }
+    }
+
+    /// How many runs the grid makes with `impls` implementations.
+    fn runs(&self, impls: usize) -> u64 {
+        let runs = match self.scenario {
+            Scenario::HotKey => {
+                let holds = self.hold_ms.len().max(2);
+                self.concurrencies(&[8, 64]).len() * holds
+            }
+            Scenario::DistinctKeys => self.concurrencies(&[1, 16, 64]).len() * self.rounds.max(1),
+        };
+        (runs * impls) as u64
+    }
+
     fn duration(&self) -> Duration {
         Duration::from_secs(self.duration_s)
     }
@@ -212,6 +264,14 @@ async fn main() {
             sql_pairs = chosen(&args.impls, &SqlPair::ALL, |pair| pair.name(database));
         }
     }
+    let impls = [
+        hot_key_impls.len(),
+        pair_impls.len(),
+        sql_pairs.len(),
+        etcd_pairs.len(),
+        zookeeper_pairs.len(),
+    ];
+    progress::start(args.runs(impls.iter().sum()));
     let own_redis = args.redis_url.is_none().then(RedisServer::start);
     let url = args
         .redis_url
@@ -260,6 +320,7 @@ async fn main() {
             sql_distinct_keys_grid(&args, database, &url, &sql_pairs).await;
         }
     }
+    progress::finish();
 }
 
 /// The stores of a hot-key grid: Redis, and the store under test when one is measured.
@@ -374,6 +435,7 @@ async fn grid_over_raw<W: Copy, F: std::future::Future<Output = distinct_keys::P
             println!("{line}");
         }
     }
+    args.write_chart(|path, store| chart::throughput_by_concurrency(path, store, &rows));
 }
 
 /// Distinct keys on etcd: each implementation in turn, every round, on one etcd started for
@@ -417,6 +479,7 @@ async fn etcd_distinct_keys_grid(args: &Args, redis_url: &str, impls: &[EtcdPair
             println!("{line}");
         }
     }
+    args.write_chart(|path, store| chart::throughput_by_concurrency(path, store, &rows));
 }
 
 /// Runs each of `impls` at `concurrency` with `run`, `rounds` times over, interleaved (so
@@ -432,12 +495,12 @@ async fn interleaved<W: Copy, F: std::future::Future<Output = distinct_keys::Pai
     for round in 0..rounds.max(1) {
         for (index, &which) in impls.iter().enumerate() {
             let row = run(which).await;
-            eprintln!(
+            progress::run_done(&format!(
                 "  round {} {} C={concurrency}: {:.0} pairs/s",
                 round + 1,
                 row.which,
                 row.pairs_per_s
-            );
+            ));
             runs[index].push(row);
         }
     }
@@ -503,10 +566,7 @@ async fn distinct_keys_grid(args: &Args, url: &str, impls: &[PairImpl]) {
             println!("  C={concurrency}: {}", line.join(", "));
         }
     }
-    if let Some(path) = &args.chart {
-        chart::throughput_by_concurrency(path, &rows).expect("the chart is written");
-        eprintln!("chart written to {}", path.display());
-    }
+    args.write_chart(|path, store| chart::throughput_by_concurrency(path, store, &rows));
 }
 
 async fn hot_key_grid(args: &Args, urls: &Urls<'_>, impls: &[Impl]) {
@@ -524,12 +584,11 @@ async fn hot_key_grid(args: &Args, urls: &Urls<'_>, impls: &[Impl]) {
                 let row = hot_key_once(args, urls, which, concurrency, hold_ms, duration).await;
                 if args.json {
                     println!("{}", serde_json::to_string(&row).expect("serializable"));
-                } else {
-                    eprintln!(
-                        "  {} C={concurrency} H={hold_ms}ms: {:.1} acq/s",
-                        row.which, row.acquisitions_per_s
-                    );
                 }
+                progress::run_done(&format!(
+                    "  {} C={concurrency} H={hold_ms}ms: {:.1} acq/s",
+                    row.which, row.acquisitions_per_s
+                ));
                 rows.push(row);
             }
         }
@@ -543,6 +602,7 @@ async fn hot_key_grid(args: &Args, urls: &Urls<'_>, impls: &[Impl]) {
         );
         print_hot_key_table(&rows);
     }
+    args.write_chart(|path, store| chart::hot_key_by_implementation(path, store, &rows));
 }
 
 async fn hot_key_once(

@@ -77,3 +77,25 @@ async fn the_metrics_count_a_known_sequence_of_claims() {
         "no label carries a key or a user"
     );
 }
+
+#[test]
+fn the_docs_table_names_every_metric_with_its_type() {
+    let docs = include_str!("../../docs/OBSERVABILITY.md");
+    let metrics = [
+        (ACQUIRE_SECONDS, "histogram"),
+        (tower_lock::telemetry::WAIT_SECONDS, "histogram"),
+        (HOLD_SECONDS, "histogram"),
+        (OUTCOMES_TOTAL, "counter"),
+        (tower_lock::telemetry::RENEWALS_TOTAL, "counter"),
+        (HELD, "gauge"),
+        (WAITERS, "gauge"),
+        (STORE_CALL_SECONDS, "histogram"),
+    ];
+    for (name, kind) in metrics {
+        let row = format!("| `{name}` | {kind} |");
+        assert!(
+            docs.contains(&row),
+            "docs/OBSERVABILITY.md lacks the row {row}"
+        );
+    }
+}

@@ -1,47 +1,8 @@
-//! What the engine reports: metrics through the [`metrics`] facade (install any exporter — the
-//! demo uses `metrics-exporter-prometheus`) and a [`tracing`] span per acquisition.
+//! What the engine reports: metrics through the [`metrics`] facade and a [`tracing`] span per
+//! acquisition. The table of every metric, its labels and the span's fields (this page is
+//! `docs/OBSERVABILITY.md`):
 //!
-//! Every backend is instrumented once, here in the engine. Without a recorder installed the
-//! metrics cost a few label values per call; without a subscriber interested in `DEBUG`, the
-//! span costs nothing.
-//!
-//! # Metrics
-//!
-//! | name | type | labels | what |
-//! |---|---|---|---|
-//! | `tower_lock_acquire_seconds` | histogram | `backend`, `shape`, `group`, `outcome` | from asking for a lock to the answer, waiting included |
-//! | `tower_lock_wait_seconds` | histogram | `backend`, `shape`, `group`, `outcome` | from the first busy answer to the end of the wait (only acquisitions that waited) |
-//! | `tower_lock_hold_seconds` | histogram | `backend`, `shape`, `group` | from taking a lock to giving it back |
-//! | `tower_lock_outcomes_total` | counter | `backend`, `shape`, `group`, `outcome` | what became of each request for a lock, and of each held lock |
-//! | `tower_lock_renewals_total` | counter | `backend`, `shape`, `group`, `result` | lease renewals: `ok`, `failed` (error or timeout; retried), `refused` (the store no longer held it) |
-//! | `tower_lock_held` | gauge | `backend`, `shape`, `group` | locks held right now |
-//! | `tower_lock_waiters` | gauge | `backend`, `shape`, `group` | callers waiting right now (after a busy answer, or lined up behind a waiter of their process) |
-//! | `tower_lock_store_call_seconds` | histogram | `backend`, `op`, `result` | the engine's calls to the store: `op` = `acquire` (one per attempt), `extend`, `release`; `result` = `ok` (busy included), `error`, `timeout` |
-//!
-//! Label values, all bounded:
-//!
-//! * `backend`: [`LockBackend::store_kind`](crate::LockBackend::store_kind) — `memory`,
-//!   `redis`, `postgres`, `postgres-advisory`, `mysql`, `mysql-nowait`, `etcd`, `zookeeper`.
-//! * `shape`: `mutex`, `read`, `write`, `permit`, `many` (several keys at once).
-//! * `group`: [`LockerBuilder::metrics_group`](crate::LockerBuilder::metrics_group) when set;
-//!   else, behind the HTTP layer with axum, the route's pattern (`/coupons/{id}/claim`); else
-//!   `default`. Never the key: a key per user or per order would make a series per key.
-//! * `outcome`: `acquired`; `busy` (refused at once: the reject policy); `wait_timed_out`;
-//!   `store_unavailable` (error or store timeout); `invalid_key`; `not_reentrant` (an upgrade
-//!   or more keys asked under a held lock); `lease_lost` (a held lock's lease was lost);
-//!   `fenced_write_refused` (the application's store refused a write with this lock's fence,
-//!   reported by [`LockGuard::report_fenced_write_refused`](crate::LockGuard::report_fenced_write_refused)).
-//!   A request covered by a lock its caller holds already asks nothing and is not counted.
-//!
-//! Call [`describe_metrics`] once after installing a recorder to give each metric its help text
-//! and unit.
-//!
-//! # Tracing
-//!
-//! Each acquisition runs in a `DEBUG` span named `lock` with the fields `key` (the keys,
-//! joined with `, `), `shape`, `wait` (`reject`, `notified`, `fair`, `polling`), and, once
-//! answered, `attempts`, `outcome` and `fence`. Renewal failures, lost leases and store errors
-//! are `WARN` events. No field carries a store address or credentials.
+#![doc = include_str!("../../../../docs/OBSERVABILITY.md")]
 
 mod labels;
 mod tally;

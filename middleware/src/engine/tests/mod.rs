@@ -10,6 +10,7 @@ mod handles;
 mod reentry;
 mod shapes;
 mod telemetry;
+mod traces;
 mod waiting;
 
 const TTL: Duration = Duration::from_secs(30);

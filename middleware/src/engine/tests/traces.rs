@@ -1,0 +1,112 @@
+//! The span of each acquisition, read back by a subscriber layer that keeps closed spans.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Subscriber, subscriber};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+
+use super::locker;
+use crate::{LockError, MemoryBackend};
+
+/// A span's fields as recorded, by name.
+#[derive(Clone, Debug, Default)]
+struct Fields(Vec<(String, String)>);
+
+impl Fields {
+    fn get(&self, name: &str) -> Option<&str> {
+        (self.0.iter().rev()).find_map(|(field, value)| (field == name).then_some(value.as_str()))
+    }
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.push((field.name().to_owned(), value.to_owned()));
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.push((field.name().to_owned(), format!("{value:?}")));
+    }
+}
+
+/// Keeps every closed span's name and fields.
+#[derive(Clone, Default)]
+struct Closed(Arc<Mutex<Vec<(&'static str, Fields)>>>);
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Closed {
+    fn on_new_span(&self, attributes: &Attributes<'_>, id: &Id, context: Context<'_, S>) {
+        let mut fields = Fields::default();
+        attributes.record(&mut fields);
+        let span = context.span(id).expect("a new span");
+        span.extensions_mut().insert(fields);
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, context: Context<'_, S>) {
+        let span = context.span(id).expect("a live span");
+        if let Some(fields) = span.extensions_mut().get_mut::<Fields>() {
+            values.record(fields);
+        }
+    }
+
+    fn on_close(&self, id: Id, context: Context<'_, S>) {
+        let span = context.span(&id).expect("a closing span");
+        let fields = span
+            .extensions()
+            .get::<Fields>()
+            .cloned()
+            .unwrap_or_default();
+        self.0.lock().unwrap().push((span.name(), fields));
+    }
+}
+
+#[test]
+fn each_acquisition_runs_in_a_span_naming_its_key_shape_wait_attempts_outcome_and_fence() {
+    let closed = Closed::default();
+    let subscriber = tracing_subscriber::registry().with(closed.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    subscriber::with_default(subscriber, || {
+        runtime.block_on(async {
+            let locker = locker(MemoryBackend::new(), |builder| {
+                builder.wait(Duration::from_millis(300))
+            });
+            let held = locker.lock("invoice:1").await.unwrap();
+            let waited = locker.lock("invoice:1").await;
+            assert!(matches!(waited, Err(LockError::Busy { .. })), "{waited:?}");
+            drop(held);
+        });
+    });
+    let spans = closed.0.lock().unwrap().clone();
+    let locks: Vec<&Fields> = (spans.iter())
+        .filter(|(name, _)| *name == "lock")
+        .map(|(_, fields)| fields)
+        .collect();
+    assert_eq!(locks.len(), 2, "{spans:?}");
+    let (taken, refused) = (locks[0], locks[1]);
+    for span in [taken, refused] {
+        assert_eq!(span.get("key"), Some("invoice:1"));
+        assert_eq!(span.get("shape"), Some("mutex"));
+        assert_eq!(span.get("wait"), Some("notified"));
+    }
+    assert_eq!(taken.get("outcome"), Some("acquired"));
+    assert_eq!(taken.get("attempts"), Some("1"));
+    assert!(
+        taken
+            .get("fence")
+            .is_some_and(|fence| fence.parse::<u64>().is_ok()),
+        "{taken:?}"
+    );
+    assert_eq!(refused.get("outcome"), Some("wait_timed_out"));
+    assert_eq!(refused.get("fence"), None);
+    let attempts: u32 = refused.get("attempts").unwrap().parse().unwrap();
+    assert!(
+        attempts >= 2,
+        "one look, then at least one more as the wait ends: {attempts}"
+    );
+}
