@@ -98,6 +98,10 @@ struct Args {
     /// One JSON object per line instead of the table.
     #[arg(long)]
     json: bool,
+    /// Record tower-lock's metrics into a Prometheus recorder (as an application exporting
+    /// them would), to measure what recording costs; by default no recorder is installed.
+    #[arg(long)]
+    record_metrics: bool,
     /// Use this Redis instead of starting one.
     #[arg(long)]
     redis_url: Option<String>,
@@ -272,6 +276,10 @@ async fn main() {
         zookeeper_pairs.len(),
     ];
     progress::start(args.runs(impls.iter().sum()));
+    let _recorder = args.record_metrics.then(|| {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder();
+        recorder.expect("the only metrics recorder of lockbench")
+    });
     let own_redis = args.redis_url.is_none().then(RedisServer::start);
     let url = args
         .redis_url

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use demo_coupon_service::telemetry::{RESPONSES_TOTAL, Scrape};
 use tower_lock::telemetry::{
-    ACQUIRE_SECONDS, HELD, HOLD_SECONDS, OUTCOMES_TOTAL, STORE_CALL_SECONDS, WAITERS,
+    ACQUIRE_SECONDS, HELD, HOLD_SECONDS, OUTCOMES_TOTAL, STORE_CALLS_TOTAL, WAITERS,
 };
 
 const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
@@ -58,7 +58,7 @@ async fn the_metrics_count_a_known_sequence_of_claims() {
     // One acquire and one release per lock, nothing waited, nothing still held.
     for op in ["acquire", "release"] {
         let call = [("backend", "memory"), ("op", op), ("result", "ok")];
-        assert_eq!(count(STORE_CALL_SECONDS, &call), 6.0, "{op}");
+        assert_eq!(scrape.sum(STORE_CALLS_TOTAL, &call), 6.0, "{op}");
     }
     assert_eq!(scrape.sum(HELD, &[]), 0.0);
     assert_eq!(scrape.sum(WAITERS, &[]), 0.0);
@@ -89,7 +89,7 @@ fn the_docs_table_names_every_metric_with_its_type() {
         (tower_lock::telemetry::RENEWALS_TOTAL, "counter"),
         (HELD, "gauge"),
         (WAITERS, "gauge"),
-        (STORE_CALL_SECONDS, "histogram"),
+        (STORE_CALLS_TOTAL, "counter"),
     ];
     for (name, kind) in metrics {
         let row = format!("| `{name}` | {kind} |");

@@ -164,7 +164,7 @@ impl LockGuard {
     /// }
     /// ```
     pub fn report_fenced_write_refused(&self) {
-        self.inner.lease.labels().count(Outcome::FencedWriteRefused);
+        self.inner.lease.meters().count(Outcome::FencedWriteRefused);
         tracing::warn!(lock = self.name(), fence = ?self.fence(), "write refused: stale fence");
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 
-use super::telemetry::{Labels, Outcome, StoreOp};
+use super::telemetry::{Meters, Outcome, Renewal, StoreOp};
 use crate::backend::{BackendError, lease_deadline};
 
 /// Why a lease was lost.
@@ -38,7 +38,7 @@ pub(crate) struct LeasePlan {
 pub(crate) struct Lease {
     state: watch::Sender<LeaseState>,
     /// The metrics' labels of its lock.
-    labels: Labels,
+    meters: Meters,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,18 +59,18 @@ enum Status {
 
 impl Lease {
     /// A lease whose acquire (or renewal) command was sent at `sent` with `ttl`, of a lock
-    /// reported under `labels`.
-    pub(crate) fn new(sent: Instant, ttl: Duration, labels: Labels) -> Self {
+    /// reported with `meters`.
+    pub(crate) fn new(sent: Instant, ttl: Duration, meters: Meters) -> Self {
         let (state, _) = watch::channel(LeaseState {
             renewed_at: sent,
             deadline: lease_deadline(sent, ttl),
             status: Status::Held,
         });
-        Self { state, labels }
+        Self { state, meters }
     }
 
-    pub(crate) fn labels(&self) -> &Labels {
-        &self.labels
+    pub(crate) fn meters(&self) -> &Meters {
+        &self.meters
     }
 
     /// Held, and its local deadline not passed.
@@ -102,7 +102,7 @@ impl Lease {
     /// The lease is lost, `because` (counted the first time).
     pub(crate) fn lose(&self, because: LeaseLost) -> LeaseLost {
         if self.end(Status::Lost(because)) {
-            self.labels.count(Outcome::LeaseLost);
+            self.meters.count(Outcome::LeaseLost);
         }
         because
     }
@@ -165,7 +165,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<bool, BackendError>>,
 {
-    let labels = lease.labels();
+    let meters = lease.meters();
     let interval = plan.ttl / 3;
     let retry_after_failure = (interval / 3).max(Duration::from_millis(10));
     let mut next_renewal = lease.renewed_at() + interval;
@@ -186,23 +186,23 @@ where
         tokio::select! {
             biased;
             () = sleep_until(deadline) => return lease.lose(LeaseLost::Expired),
-            outcome = labels.store_call(StoreOp::Extend, plan.store_timeout, extend()) => match outcome {
+            outcome = meters.store_call(StoreOp::Extend, plan.store_timeout, extend()) => match outcome {
                 Ok(Ok(true)) => {
-                    labels.renewal("ok");
+                    meters.renewal(Renewal::Ok);
                     lease.renewed(sent, plan.ttl);
                     next_renewal = sent + interval;
                 }
                 Ok(Ok(false)) => {
-                    labels.renewal("refused");
+                    meters.renewal(Renewal::Refused);
                     return lease.lose(LeaseLost::Taken);
                 }
                 Ok(Err(error)) => {
-                    labels.renewal("failed");
+                    meters.renewal(Renewal::Failed);
                     tracing::warn!(lock = name, %error, "renewal failed; retrying");
                     next_renewal = Instant::now() + retry_after_failure;
                 }
                 Err(_) => {
-                    labels.renewal("failed");
+                    meters.renewal(Renewal::Failed);
                     tracing::warn!(lock = name, timeout = ?plan.store_timeout, "renewal timed out; retrying");
                     next_renewal = Instant::now() + retry_after_failure;
                 }

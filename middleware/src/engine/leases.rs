@@ -33,7 +33,7 @@ impl<B: LockBackend> Leases<B> {
         leases: Vec<B::Lease>,
     ) -> Self {
         locker.held.fetch_add(1, Ordering::Relaxed);
-        guard.lease().labels().taken();
+        guard.lease().meters().taken();
         Self {
             locker,
             guard,
@@ -81,8 +81,8 @@ impl<B: LockBackend> Leases<B> {
         self.guard.lease().release();
         let store_timeout = self.locker.settings.store_timeout;
         let give_back = give_back(&*self.locker.backend, &self.guard, &self.leases);
-        let labels = self.guard.lease().labels();
-        let released = (labels.store_call(StoreOp::Release, store_timeout, give_back)).await;
+        let meters = self.guard.lease().meters();
+        let released = (meters.store_call(StoreOp::Release, store_timeout, give_back)).await;
         let key = || self.guard.lock_names().joined_keys();
         match released {
             Ok(Ok(true)) if was_held => Ok(()),
@@ -97,7 +97,7 @@ impl<B: LockBackend> Leases<B> {
     fn record_hold_time(&self) {
         let held = self.taken_at.elapsed();
         self.locker.hold_times.record(held);
-        self.guard.lease().labels().released(held);
+        self.guard.lease().meters().released(held);
     }
 
     /// [`release`](Self::release), logging instead of returning what went wrong: the work's
@@ -159,8 +159,8 @@ impl<B: LockBackend> Drop for Leases<B> {
             store_timeout,
             async move {
                 let give_back = give_back(&*locker.backend, &guard, &leases);
-                let labels = guard.lease().labels();
-                (labels
+                let meters = guard.lease().meters();
+                (meters
                     .store_call(StoreOp::Release, store_timeout, give_back)
                     .await)
                     .unwrap_or_else(|_| Err(BackendError::timed_out(store_timeout)))

@@ -6,7 +6,6 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use metrics::SharedString;
 use tracing::Instrument;
 
 use super::acquire::{NotObtained, acquire};
@@ -20,7 +19,7 @@ use super::leases::Leases;
 use super::names::LockNames;
 use super::reentry::{self, Reentry};
 use super::settings::{ConfigError, LockerBuilder, Settings};
-use super::telemetry::{DEFAULT_GROUP, Labels, Outcome, Tally};
+use super::telemetry::{Instruments, Meters, Outcome, Shape, Tally};
 use crate::OwnerToken;
 use crate::backend::{LockBackend, Semaphores, SharedLocks};
 
@@ -75,6 +74,8 @@ pub(crate) struct LockerInner<B> {
     pub(crate) held: Arc<AtomicUsize>,
     /// How long locks are typically held, for busy answers' retry hints.
     pub(crate) hold_times: Arc<HoldTimes>,
+    /// The handles of its metrics.
+    pub(crate) instruments: Instruments,
 }
 
 impl<B: LockBackend> Locker<B> {
@@ -171,17 +172,17 @@ impl<B: LockBackend> Locker<B> {
         &self,
         keys: impl IntoIterator<Item = S>,
         ask: Ask<B>,
-        route: Option<SharedString>,
+        route: Option<&str>,
     ) -> Result<Acquisition<B>, LockError> {
         let settings = self.settings();
         let names = LockNames::new(&settings.prefix, keys, settings.max_key_len);
         let many = names.as_ref().is_ok_and(|names| names.single().is_none());
         let ask = if many { Ask::Mutex } else { ask };
-        let labels = self.labels(&ask, many, route);
+        let meters = self.meters(&ask, many, route);
         let names = match names {
             Ok(names) => names,
             Err(error) => {
-                labels.count(Outcome::InvalidKey);
+                meters.count(Outcome::InvalidKey);
                 return Err(error.into());
             }
         };
@@ -189,28 +190,26 @@ impl<B: LockBackend> Locker<B> {
             Reentry::No => {}
             Reentry::Pass(guard) => return Ok(Acquisition::Reentered(guard)),
             Reentry::Refused(error) => {
-                labels.count(Outcome::NotReentrant);
+                meters.count(Outcome::NotReentrant);
                 return Err(error);
             }
         }
-        let tally = Tally::new(labels, &names, settings.policy.label());
+        let tally = Tally::new(meters, &names, settings.policy.label());
         let span = tally.span().clone();
         self.acquire_new(names, ask, tally).instrument(span).await
     }
 
-    /// The labels of the metrics of a lock asked `ask` (of several keys when `many`).
-    fn labels(&self, ask: &Ask<B>, many: bool, route: Option<SharedString>) -> Labels {
-        let group = (self.settings().metrics_group.clone())
-            .or(route)
-            .unwrap_or(SharedString::const_str(DEFAULT_GROUP));
-        let shape = Labels::shape_of(ask.hold(), if many { 2 } else { 1 });
-        Labels::new(self.inner.backend.store_kind(), shape, group)
+    /// The meters of a lock asked `ask` (of several keys when `many`), in the locker's group,
+    /// else `route`'s.
+    fn meters(&self, ask: &Ask<B>, many: bool, route: Option<&str>) -> Meters {
+        let shape = Shape::of(ask.hold(), if many { 2 } else { 1 });
+        self.inner.instruments.meters(shape, route)
     }
 
     /// Counts a request refused before it could ask for its lock: its key could not be read
     /// (the HTTP layer's key extractor said why).
-    pub(crate) fn count_invalid_key(&self, ask: &Ask<B>, route: Option<SharedString>) {
-        self.labels(ask, false, route).count(Outcome::InvalidKey);
+    pub(crate) fn count_invalid_key(&self, ask: &Ask<B>, route: Option<&str>) {
+        self.meters(ask, false, route).count(Outcome::InvalidKey);
     }
 
     async fn acquire_new(
@@ -252,9 +251,9 @@ impl<B: LockBackend> Locker<B> {
             .into_iter()
             .map(|grant| (grant.lease, grant.fence))
             .unzip();
-        let labels = tally.labels().clone();
+        let meters = tally.meters().clone();
         tally.answer(Outcome::Acquired, fences.first().copied().flatten());
-        let lease = Lease::new(obtained.sent, settings.ttl, labels);
+        let lease = Lease::new(obtained.sent, settings.ttl, meters);
         let guard = LockGuard::new(names, (ask.hold(), fences), lease);
         tracing::trace!(lock = guard.name(), fence = ?guard.fence(), "acquired");
         Ok(Acquisition::Owned(Leases::new(

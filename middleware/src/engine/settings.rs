@@ -9,6 +9,7 @@ use super::lease::LeasePlan;
 use super::locker::{Locker, LockerInner};
 use super::names::DEFAULT_MAX_KEY_LEN;
 use super::policy::{Backoff, BusyPolicy, OnLost, WaitMode};
+use super::telemetry::Instruments;
 use metrics::SharedString;
 
 use crate::backend::LockBackend;
@@ -259,9 +260,11 @@ impl<B: LockBackend> LockerBuilder<B> {
     }
 
     fn finish(self) -> Locker<B> {
+        let group = self.settings.metrics_group.clone();
         Locker::from_inner(LockerInner {
-            backend: self.backend,
+            instruments: Instruments::new(self.backend.store_kind(), group),
             settings: self.settings,
+            backend: self.backend,
             held: self.held,
             hold_times: self.hold_times,
         })

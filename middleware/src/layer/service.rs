@@ -67,10 +67,10 @@ where
 
 /// The pattern of the route that matched the request (`/coupons/{id}`), to group its lock's
 /// metrics by; known behind an axum router.
-fn route(parts: &http::request::Parts) -> Option<metrics::SharedString> {
+fn route(parts: &http::request::Parts) -> Option<&str> {
     #[cfg(feature = "axum")]
     if let Some(path) = parts.extensions.get::<axum::extract::MatchedPath>() {
-        return Some(path.as_str().to_owned().into());
+        return Some(path.as_str());
     }
     #[cfg(not(feature = "axum"))]
     let _ = parts;

@@ -72,19 +72,19 @@ impl<B: LockBackend> Attempts<'_, B> {
         let sent = Instant::now();
         // Armed until the answer is in: a lost answer may have taken the lock.
         let abandon = Abandon::new(self.backend, self.names, request, store_timeout);
-        let labels = self.tally.labels();
+        let meters = self.tally.meters();
         self.tally.attempted();
         let answer = match (how, self.backend.wait_queue()) {
             (How::Queued(ticket_ttl), Some(queue)) => {
                 let queued = queue.acquire_queued(name, request, ticket_ttl);
-                (labels
+                (meters
                     .store_call(StoreOp::Acquire, store_timeout, queued)
                     .await)
                     .map(|answer| answer.map(|answer| Answer::queued(answer, sent)))
             }
             _ => {
                 let attempt = self.ask.attempt(self.backend, name, request);
-                (labels
+                (meters
                     .store_call(StoreOp::Acquire, store_timeout, attempt)
                     .await)
                     .map(|answer| answer.map(|answer| Answer::plain(answer, sent)))

@@ -38,7 +38,7 @@ pub(super) async fn acquire_all<B: LockBackend>(
         let abandon = Abandon::new(backend, names, request, store_timeout);
         tally.attempted();
         let acquire_many = backend.acquire_many(&list, request);
-        let answer = (tally.labels())
+        let answer = (tally.meters())
             .store_call(StoreOp::Acquire, store_timeout, acquire_many)
             .await;
         let holder_ttl = match answer {

@@ -4,10 +4,10 @@
 //!
 #![doc = include_str!("../../../../docs/OBSERVABILITY.md")]
 
-mod labels;
+mod meters;
 mod tally;
 
-pub(crate) use labels::{DEFAULT_GROUP, Labels, Outcome, StoreOp};
+pub(crate) use meters::{Instruments, Meters, Outcome, Renewal, Shape, StoreOp};
 pub(crate) use tally::Tally;
 
 /// From asking for a lock to the answer (histogram, seconds).
@@ -24,8 +24,8 @@ pub const RENEWALS_TOTAL: &str = "tower_lock_renewals_total";
 pub const HELD: &str = "tower_lock_held";
 /// Callers waiting for a lock right now (gauge).
 pub const WAITERS: &str = "tower_lock_waiters";
-/// The engine's calls to the store (histogram, seconds).
-pub const STORE_CALL_SECONDS: &str = "tower_lock_store_call_seconds";
+/// The engine's calls to the store, by operation and result (counter).
+pub const STORE_CALLS_TOTAL: &str = "tower_lock_store_calls_total";
 
 /// Gives every metric of tower-lock its unit and help text in the installed recorder (an
 /// exporter prints them, Prometheus as `# HELP` lines). Call it once, after installing the
@@ -61,9 +61,8 @@ pub fn describe_metrics() {
     describe_counter!(RENEWALS_TOTAL, "Lease renewals: ok, failed, refused");
     describe_gauge!(HELD, "Locks held right now");
     describe_gauge!(WAITERS, "Callers waiting for a lock right now");
-    describe_histogram!(
-        STORE_CALL_SECONDS,
-        Unit::Seconds,
+    describe_counter!(
+        STORE_CALLS_TOTAL,
         "The engine's calls to the lock store, by operation and result"
     );
 }

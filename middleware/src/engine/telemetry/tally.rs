@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use tracing::Span;
 use tracing::field::{Empty, display};
 
-use super::{Labels, Outcome};
+use super::{Meters, Outcome};
 use crate::backend::FencingToken;
 
 /// One acquisition's report: created when a lock is asked for, answered once. Its attempts
@@ -16,7 +16,7 @@ use crate::backend::FencingToken;
 /// away), it counts as cancelled. A waiting acquisition is among the waiters until then.
 #[derive(Debug)]
 pub(crate) struct Tally {
-    labels: Labels,
+    meters: Meters,
     span: Span,
     started: Instant,
     attempts: AtomicU32,
@@ -29,18 +29,18 @@ pub(crate) struct Tally {
 impl Tally {
     /// The report of an acquisition of `keys` under `labels`, in mode `wait` (`reject`,
     /// `notified`, `fair`, `polling`).
-    pub(crate) fn new(labels: Labels, keys: &impl fmt::Display, wait: &'static str) -> Self {
+    pub(crate) fn new(meters: Meters, keys: &impl fmt::Display, wait: &'static str) -> Self {
         let span = tracing::debug_span!(
             "lock",
             key = %keys,
-            shape = labels.shape(),
+            shape = meters.shape(),
             wait,
             attempts = Empty,
             outcome = Empty,
             fence = Empty,
         );
         Self {
-            labels,
+            meters,
             span,
             started: Instant::now(),
             attempts: AtomicU32::new(0),
@@ -50,8 +50,8 @@ impl Tally {
         }
     }
 
-    pub(crate) fn labels(&self) -> &Labels {
-        &self.labels
+    pub(crate) fn meters(&self) -> &Meters {
+        &self.meters
     }
 
     /// The span the acquisition runs in.
@@ -75,7 +75,7 @@ impl Tally {
     /// behind a waiter of its process.
     pub(crate) fn waiting(&self) {
         if self.wait_began.set(Instant::now()).is_ok() {
-            self.labels.waiters(1.0);
+            self.meters.waiters(1.0);
         }
     }
 
@@ -87,7 +87,7 @@ impl Tally {
 
     fn report(&self, outcome: Outcome, fence: Option<FencingToken>) {
         let waited = self.wait_began.get().map(Instant::elapsed);
-        self.labels
+        self.meters
             .answered(outcome, self.started.elapsed(), waited);
         let span = &self.span;
         span.record("attempts", self.attempts.load(Ordering::Relaxed));
@@ -104,7 +104,7 @@ impl Drop for Tally {
             self.report(Outcome::Cancelled, None);
         }
         if self.wait_began.get().is_some() {
-            self.labels.waiters(-1.0);
+            self.meters.waiters(-1.0);
         }
     }
 }

@@ -8,7 +8,7 @@ use tokio::time::sleep;
 
 use super::locker;
 use crate::telemetry::{
-    ACQUIRE_SECONDS, HELD, HOLD_SECONDS, OUTCOMES_TOTAL, STORE_CALL_SECONDS, WAIT_SECONDS, WAITERS,
+    ACQUIRE_SECONDS, HELD, HOLD_SECONDS, OUTCOMES_TOTAL, STORE_CALLS_TOTAL, WAIT_SECONDS, WAITERS,
 };
 use crate::test_support::{Fault, MutexOnly};
 use crate::{LockError, MemoryBackend};
@@ -100,11 +100,7 @@ fn a_lock_taken_and_released_is_counted_timed_and_no_longer_held() {
     assert_eq!(gauge(&samples, HELD, &lock), 0.0);
     for op in ["acquire", "release"] {
         let call = [("backend", "memory"), ("op", op), ("result", "ok")];
-        assert_eq!(
-            observations(&samples, STORE_CALL_SECONDS, &call).len(),
-            1,
-            "{op}"
-        );
+        assert_eq!(counter(&samples, STORE_CALLS_TOTAL, &call), 1, "{op}");
     }
     assert!(observations(&samples, WAIT_SECONDS, &[]).is_empty());
     assert!(
