@@ -26,11 +26,12 @@ pub(crate) struct Leases<B: LockBackend> {
 }
 
 impl<B: LockBackend> Leases<B> {
-    /// Takes on the release of `guard`'s lock, whose leases are `leases` (one per name).
+    /// Takes on the release of `guard`'s lock, whose leases are `leases` (one per name),
+    /// taken at `taken_at`.
     pub(crate) fn new(
         locker: Arc<LockerInner<B>>,
-        guard: LockGuard,
-        leases: Vec<B::Lease>,
+        (guard, leases): (LockGuard, Vec<B::Lease>),
+        taken_at: Instant,
     ) -> Self {
         locker.held.fetch_add(1, Ordering::Relaxed);
         guard.lease().meters().taken();
@@ -39,7 +40,7 @@ impl<B: LockBackend> Leases<B> {
             guard,
             leases,
             released: AtomicBool::new(false),
-            taken_at: Instant::now(),
+            taken_at,
         }
     }
 

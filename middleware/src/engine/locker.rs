@@ -194,7 +194,7 @@ impl<B: LockBackend> Locker<B> {
                 return Err(error);
             }
         }
-        let tally = Tally::new(meters, &names, settings.policy.label());
+        let tally = Tally::new(meters, &names, settings.policy);
         let span = tally.span().clone();
         self.acquire_new(names, ask, tally).instrument(span).await
     }
@@ -224,15 +224,12 @@ impl<B: LockBackend> Locker<B> {
             match acquire(&self.inner.backend, &names, token, ask, settings, &tally).await {
                 Ok(obtained) => obtained,
                 Err(NotObtained::Busy { holder_ttl }) => {
-                    let waited = !settings.policy.timeout().is_zero();
-                    tally.answer(
-                        if waited {
-                            Outcome::WaitTimedOut
-                        } else {
-                            Outcome::Busy
-                        },
-                        None,
-                    );
+                    let refused_at_once = settings.policy.timeout().is_zero();
+                    let outcome = match refused_at_once {
+                        true => Outcome::Busy,
+                        false => Outcome::WaitTimedOut,
+                    };
+                    tally.answer(outcome, None);
                     let key = names.joined_keys();
                     tracing::debug!(locks = key, ?holder_ttl, "busy");
                     return Err(LockError::Busy {
@@ -252,14 +249,15 @@ impl<B: LockBackend> Locker<B> {
             .map(|grant| (grant.lease, grant.fence))
             .unzip();
         let meters = tally.meters().clone();
-        tally.answer(Outcome::Acquired, fences.first().copied().flatten());
+        let taken_at = tally.answer(Outcome::Acquired, fences.first().copied().flatten());
         let lease = Lease::new(obtained.sent, settings.ttl, meters);
         let guard = LockGuard::new(names, (ask.hold(), fences), lease);
         tracing::trace!(lock = guard.name(), fence = ?guard.fence(), "acquired");
+        let inner = Arc::clone(&self.inner);
         Ok(Acquisition::Owned(Leases::new(
-            Arc::clone(&self.inner),
-            guard,
-            leases,
+            inner,
+            (guard, leases),
+            taken_at,
         )))
     }
 }

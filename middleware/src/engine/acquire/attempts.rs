@@ -69,11 +69,10 @@ impl<B: LockBackend> Attempts<'_, B> {
 
     async fn ask(&self, how: How, request: LockRequest) -> Result<Answer<B::Lease>, NotObtained> {
         let (name, store_timeout) = (self.name, self.settings.store_timeout);
-        let sent = Instant::now();
+        let sent = self.tally.attempted();
         // Armed until the answer is in: a lost answer may have taken the lock.
         let abandon = Abandon::new(self.backend, self.names, request, store_timeout);
         let meters = self.tally.meters();
-        self.tally.attempted();
         let answer = match (how, self.backend.wait_queue()) {
             (How::Queued(ticket_ttl), Some(queue)) => {
                 let queued = queue.acquire_queued(name, request, ticket_ttl);

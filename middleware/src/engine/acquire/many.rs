@@ -33,10 +33,9 @@ pub(super) async fn acquire_all<B: LockBackend>(
     let store_timeout = settings.store_timeout;
     let mut attempt: u32 = 0;
     loop {
-        let sent = Instant::now();
+        let sent = tally.attempted();
         // Armed until the answer is in: a lost answer may have taken some of the locks.
         let abandon = Abandon::new(backend, names, request, store_timeout);
-        tally.attempted();
         let acquire_many = backend.acquire_many(&list, request);
         let answer = (tally.meters())
             .store_call(StoreOp::Acquire, store_timeout, acquire_many)

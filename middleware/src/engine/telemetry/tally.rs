@@ -10,6 +10,7 @@ use tracing::field::{Empty, display};
 
 use super::{Meters, Outcome};
 use crate::backend::FencingToken;
+use crate::engine::BusyPolicy;
 
 /// One acquisition's report: created when a lock is asked for, answered once. Its attempts
 /// and its wait are counted by the code that makes them; dropped unanswered (the caller went
@@ -27,14 +28,13 @@ pub(crate) struct Tally {
 }
 
 impl Tally {
-    /// The report of an acquisition of `keys` under `labels`, in mode `wait` (`reject`,
-    /// `notified`, `fair`, `polling`).
-    pub(crate) fn new(meters: Meters, keys: &impl fmt::Display, wait: &'static str) -> Self {
+    /// The report of an acquisition of `keys`, recorded with `meters`, under `policy`.
+    pub(crate) fn new(meters: Meters, keys: &impl fmt::Display, policy: BusyPolicy) -> Self {
         let span = tracing::debug_span!(
             "lock",
             key = %keys,
             shape = meters.shape(),
-            wait,
+            wait = policy.label(),
             attempts = Empty,
             outcome = Empty,
             fence = Empty,
@@ -44,7 +44,7 @@ impl Tally {
             span,
             started: Instant::now(),
             attempts: AtomicU32::new(0),
-            waits: wait != "reject",
+            waits: !policy.timeout().is_zero(),
             wait_began: OnceLock::new(),
             answered: false,
         }
@@ -59,9 +59,13 @@ impl Tally {
         &self.span
     }
 
-    /// One more attempt was sent to the store.
-    pub(crate) fn attempted(&self) {
-        self.attempts.fetch_add(1, Ordering::Relaxed);
+    /// One more attempt is sent to the store now: when (the first one, when the acquisition
+    /// began — a clock read saved; a lease counted from then ends no later).
+    pub(crate) fn attempted(&self) -> Instant {
+        match self.attempts.fetch_add(1, Ordering::Relaxed) {
+            0 => self.started,
+            _ => Instant::now(),
+        }
     }
 
     /// An attempt found the lock busy: a waiting acquisition starts waiting.
@@ -74,27 +78,31 @@ impl Tally {
     /// The acquisition waits from now on (at the latest), without having asked: it lines up
     /// behind a waiter of its process.
     pub(crate) fn waiting(&self) {
-        if self.wait_began.set(Instant::now()).is_ok() {
+        if self.wait_began.get().is_none() && self.wait_began.set(Instant::now()).is_ok() {
             self.meters.waiters(1.0);
         }
     }
 
-    /// The acquisition ended as `outcome`, with `fence` when acquired.
-    pub(crate) fn answer(mut self, outcome: Outcome, fence: Option<FencingToken>) {
+    /// The acquisition ended as `outcome`, with `fence` when acquired: when.
+    pub(crate) fn answer(mut self, outcome: Outcome, fence: Option<FencingToken>) -> Instant {
         self.answered = true;
-        self.report(outcome, fence);
+        self.report(outcome, fence)
     }
 
-    fn report(&self, outcome: Outcome, fence: Option<FencingToken>) {
-        let waited = self.wait_began.get().map(Instant::elapsed);
-        self.meters
-            .answered(outcome, self.started.elapsed(), waited);
+    fn report(&self, outcome: Outcome, fence: Option<FencingToken>) -> Instant {
+        let now = Instant::now();
+        let waited = (self.wait_began.get()).map(|began| now.saturating_duration_since(*began));
+        let took = now.saturating_duration_since(self.started);
+        self.meters.answered(outcome, took, waited);
         let span = &self.span;
-        span.record("attempts", self.attempts.load(Ordering::Relaxed));
-        span.record("outcome", outcome.as_str());
-        if let Some(fence) = fence {
-            span.record("fence", display(fence));
+        if !span.is_disabled() {
+            span.record("attempts", self.attempts.load(Ordering::Relaxed));
+            span.record("outcome", outcome.as_str());
+            if let Some(fence) = fence {
+                span.record("fence", display(fence));
+            }
         }
+        now
     }
 }
 
