@@ -9,15 +9,19 @@ STATUS_COLORS = {"2": "#2e7d32", "4": "#ef6c00", "5": "#c62828"}
 
 
 def _histogram(durations_ms, bins=40):
-    """Counts of `durations_ms` in `bins` equal buckets up to the 99.9th percentile."""
-    ordered = sorted(durations_ms)
-    top = ordered[min(len(ordered) - 1, int(0.999 * len(ordered)))] if ordered else 1.0
-    top = max(top, 1e-3)
-    width = top / bins
+    """Counts of `durations_ms` in `bins` buckets spaced evenly on a log scale, from the
+    fastest answer to the 99.9th percentile (slower ones in the last): (counts, low, high)."""
+    ordered = sorted(max(value, 1e-3) for value in durations_ms)
+    if not ordered:
+        return [0] * bins, 0.1, 1.0
+    low = ordered[0]
+    high = max(ordered[min(len(ordered) - 1, int(0.999 * len(ordered)))], low * 10)
+    span = math.log10(high / low)
     counts = [0] * bins
     for value in ordered:
-        counts[min(bins - 1, int(value / width))] += 1
-    return counts, width
+        at = int(bins * math.log10(value / low) / span) if value > low else 0
+        counts[min(bins - 1, at)] += 1
+    return counts, low, high
 
 
 def _nice_step(top, ticks=5):
@@ -35,9 +39,10 @@ def write(path, title, durations_ms, statuses, p50_ms, p99_ms):
            f'<text x="{WIDTH / 2}" y="22" text-anchor="middle" font-size="16">{html.escape(title)}</text>']
     # Left: latency histogram.
     x0, y0, w, h = 60, 50, 520, 270
-    counts, bucket = _histogram(durations_ms)
-    top = max(counts) if counts and max(counts) > 0 else 1
+    counts, low, high = _histogram(durations_ms)
+    top = max(counts) if max(counts) > 0 else 1
     step = _nice_step(top)
+    x_of = lambda ms: x0 + w * math.log10(max(ms, low) / low) / math.log10(high / low)
     out.append(f'<text x="{x0 + w / 2}" y="{y0 - 8}" text-anchor="middle">latency of every answer '
                f'(p50 {p50_ms:.1f} ms, p99 {p99_ms:.1f} ms)</text>')
     tick = 0
@@ -46,18 +51,22 @@ def write(path, title, durations_ms, statuses, p50_ms, p99_ms):
         out.append(f'<line x1="{x0}" x2="{x0 + w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
         out.append(f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end">{tick:g}</text>')
         tick += step
-    bar_w = w / max(1, len(counts))
+    bar_w = w / len(counts)
     for i, count in enumerate(counts):
         bar_h = h * count / top
         out.append(f'<rect x="{x0 + i * bar_w + 1:.1f}" y="{y0 + h - bar_h:.1f}" width="{bar_w - 2:.1f}" '
                    f'height="{bar_h:.1f}" fill="#3461d1"/>')
-    for i in range(0, len(counts) + 1, 8):
-        x = x0 + i * bar_w
-        out.append(f'<text x="{x:.1f}" y="{y0 + h + 16}" text-anchor="middle">{i * bucket:.1f}</text>')
-    out.append(f'<text x="{x0 + w / 2}" y="{y0 + h + 34}" text-anchor="middle">ms</text>')
+    decade = 10 ** math.floor(math.log10(low))
+    while decade <= high:
+        if decade >= low:
+            x = x_of(decade)
+            out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y0 + h}" y2="{y0 + h + 5}" stroke="black"/>')
+            out.append(f'<text x="{x:.1f}" y="{y0 + h + 18}" text-anchor="middle">{decade:g}</text>')
+        decade *= 10
+    out.append(f'<text x="{x0 + w / 2}" y="{y0 + h + 36}" text-anchor="middle">ms (log scale)</text>')
     for p, label in ((p50_ms, "p50"), (p99_ms, "p99")):
-        if bucket > 0 and p <= bucket * len(counts):
-            x = x0 + w * p / (bucket * len(counts))
+        if low <= p <= high:
+            x = x_of(p)
             out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y0}" y2="{y0 + h}" stroke="#c62828" '
                        f'stroke-dasharray="4 3"/><text x="{x + 3:.1f}" y="{y0 + 12}" fill="#c62828">{label}</text>')
     out.append(f'<line x1="{x0}" x2="{x0 + w}" y1="{y0 + h}" y2="{y0 + h}" stroke="black"/>')

@@ -91,7 +91,8 @@ pub fn throughput_by_concurrency(path: &Path, store: &str, rows: &[PairSummary])
 }
 
 /// Draws, per implementation, hot-key acquisitions/s (top) and the p99 wait for the lock
-/// (bottom, log scale) for each configuration measured (contenders C, hold H), on `store`.
+/// (bottom), both on log scales (a 0 ms hold is ten times the rate of a 1 ms one), for each
+/// configuration measured (contenders C, hold H), on `store`.
 pub fn hot_key_by_implementation(path: &Path, store: &str, rows: &[HotKeySummary]) -> Drawn {
     folder_of(path)?;
     let names = implementations(rows.iter().map(|row| row.which));
@@ -114,11 +115,9 @@ pub fn hot_key_by_implementation(path: &Path, store: &str, rows: &[HotKeySummary
     };
     let last = configurations.len().saturating_sub(1) as f64;
     let x_range = -0.3..last + 0.3;
-    let top_rate = rows
-        .iter()
-        .map(|row| row.acquisitions_per_s)
-        .fold(1.0, f64::max)
-        * 1.1;
+    let rates = rows.iter().map(|row| row.acquisitions_per_s.max(0.1));
+    let (low_rate, high_rate) =
+        rates.fold((f64::MAX, 0.1_f64), |(lo, hi), r| (lo.min(r), hi.max(r)));
     let waits = rows.iter().map(|row| row.wait_p99_ms.max(0.01));
     let (low_wait, high_wait) =
         waits.fold((f64::MAX, 0.01_f64), |(lo, hi), w| (lo.min(w), hi.max(w)));
@@ -134,11 +133,14 @@ pub fn hot_key_by_implementation(path: &Path, store: &str, rows: &[HotKeySummary
         .margin(15)
         .x_label_area_size(35)
         .y_label_area_size(70)
-        .build_cartesian_2d(x_range.clone(), 0.0..top_rate)?;
+        .build_cartesian_2d(
+            x_range.clone(),
+            (low_rate * 0.8..high_rate * 1.25).log_scale(),
+        )?;
     rate.configure_mesh()
         .x_labels(configurations.len().max(2))
         .x_label_formatter(&label)
-        .y_desc("acquisitions/s")
+        .y_desc("acquisitions/s (log)")
         .draw()?;
     let mut wait = ChartBuilder::on(&lower)
         .margin(15)
@@ -179,7 +181,7 @@ pub fn hot_key_by_implementation(path: &Path, store: &str, rows: &[HotKeySummary
         )?;
     }
     rate.configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(SeriesLabelPosition::LowerLeft)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()?;
