@@ -52,6 +52,10 @@ impl Browser {
             "--disable-component-update",
             "--no-first-run",
             "--disable-dev-shm-usage",
+            // A page nobody looks at keeps its timers: the dashboard polls.
+            "--disable-background-timer-throttling",
+            "--disable-renderer-backgrounding",
+            "--disable-backgrounding-occluded-windows",
             "--window-size=1280,900",
         ];
         let mut capabilities = Capabilities::new();
@@ -94,6 +98,28 @@ impl Browser {
         let element = (wait.for_element(Locator::Css(css)).await)
             .unwrap_or_else(|error| panic!("no `{css}` on the page in 10 s: {error}"));
         element.text().await.expect("its text")
+    }
+
+    /// The text of the first element matching `css` once `wanted` accepts it, looking every
+    /// 100 ms for up to `patience` (the page updates itself).
+    pub async fn text_when(
+        &self,
+        css: &str,
+        patience: Duration,
+        wanted: impl Fn(&str) -> bool,
+    ) -> String {
+        let deadline = Instant::now() + patience;
+        loop {
+            let text = self.text(css).await;
+            if wanted(&text) {
+                return text;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "`{css}` still reads {text:?} after {patience:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// How many elements match `css` now.

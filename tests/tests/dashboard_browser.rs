@@ -50,13 +50,16 @@ fn artifact(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
 }
 
+/// How long the page may take to show a change: it polls twice a second, slower under load.
+const PATIENCE: Duration = Duration::from_secs(15);
 const CLAIMED: &str = "[data-coupon=storm] [data-field=claimed]";
 const OVERSOLD: &str = "[data-coupon=storm] [data-field=oversold]";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_follows_a_claim_storm_and_shows_nothing_oversold() {
     let redis = RedisServer::start();
-    let args = ["--redis-url", &redis.url(), "--work-ms", "2"];
+    // 600 claims of 5 ms each, one at a time: the storm lasts 3 s at the very least.
+    let args = ["--redis-url", &redis.url(), "--work-ms", "5"];
     let replicas = [
         DemoReplica::start(DEMO, &args),
         DemoReplica::start(DEMO, &args),
@@ -81,8 +84,9 @@ async fn the_dashboard_follows_a_claim_storm_and_shows_nothing_oversold() {
     eprintln!("screenshot: {}", screenshot.display());
 
     storm.await.unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(number(&browser.text(CLAIMED).await), 600);
+    browser
+        .text_when(CLAIMED, PATIENCE, |text| text == "600")
+        .await;
     assert_eq!(browser.text(OVERSOLD).await, "0");
     browser.close().await;
 }
