@@ -37,7 +37,7 @@ pub(crate) struct LeasePlan {
 #[derive(Debug)]
 pub(crate) struct Lease {
     state: watch::Sender<LeaseState>,
-    /// The metrics' labels of its lock.
+    /// The meters of its lock.
     meters: Meters,
 }
 
