@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use crate::AppState;
 use crate::problem::Problem;
+use crate::store::StoreError;
 use crate::telemetry::Scrape;
 pub use report::Report;
 use report::{Totals, now_ms};
@@ -28,6 +29,10 @@ pub const REPORT_EVERY: Duration = Duration::from_millis(500);
 
 /// A report older than this is a replica that stopped.
 const FRESH_FOR: Duration = Duration::from_secs(5);
+
+/// A report older than this is deleted when a replica starts: its replica stopped long ago
+/// (each start publishes under a new address; the store would keep them all).
+pub const FORGOTTEN_AFTER: Duration = Duration::from_secs(60);
 
 /// How many coupons a replica names in its report, latest first.
 const COUPONS_KEPT: usize = 8;
@@ -65,10 +70,8 @@ pub async fn page() -> Html<&'static str> {
 /// `GET /dashboard/stats`: every fresh replica report and the coupons they name.
 pub async fn stats(State(state): State<AppState>) -> Result<Json<Value>, Problem> {
     let now = now_ms();
-    let fresh = u64::try_from(FRESH_FOR.as_millis()).unwrap_or(u64::MAX);
-    let mut replicas: Vec<Report> = (state.store.reports().await?.iter())
-        .filter_map(|report| serde_json::from_str::<Report>(report).ok())
-        .filter(|report| now.saturating_sub(report.at_ms) <= fresh)
+    let mut replicas: Vec<Report> = (published(&state).await?.into_iter())
+        .filter(|report| report.age(now) <= FRESH_FOR)
         .collect();
     replicas.sort_by(|a, b| a.replica.cmp(&b.replica));
     let ids: BTreeSet<&str> = (replicas.iter())
@@ -95,13 +98,33 @@ pub async fn stats(State(state): State<AppState>) -> Result<Json<Value>, Problem
     })))
 }
 
-/// Publishes this replica's report every [`REPORT_EVERY`] until the process ends; a store
-/// error is logged and the next report tried.
+/// Every replica's report in the store.
+async fn published(state: &AppState) -> Result<Vec<Report>, StoreError> {
+    Ok((state.store.reports().await?.iter())
+        .filter_map(|report| serde_json::from_str::<Report>(report).ok())
+        .collect())
+}
+
+/// Deletes the reports older than [`FORGOTTEN_AFTER`].
+async fn forget_stopped_replicas(state: &AppState) -> Result<(), StoreError> {
+    let now = now_ms();
+    let stopped: Vec<String> = (published(state).await?.into_iter())
+        .filter(|report| report.age(now) > FORGOTTEN_AFTER)
+        .map(|report| report.replica)
+        .collect();
+    state.store.forget_reports(&stopped).await
+}
+
+/// Forgets the replicas that stopped long ago, then publishes this replica's report every
+/// [`REPORT_EVERY`] until the process ends; a store error is logged and the next report tried.
 pub fn spawn_reporter(state: AppState, replica: String) {
     let Some(metrics) = state.metrics.clone() else {
         return;
     };
     tokio::spawn(async move {
+        if let Err(error) = forget_stopped_replicas(&state).await {
+            tracing::warn!(%error, "cannot forget the replicas that stopped long ago");
+        }
         let mut previous = (Totals::default(), Instant::now());
         let mut ticks = tokio::time::interval(REPORT_EVERY);
         loop {

@@ -96,6 +96,11 @@ impl Report {
             waiters: scrape.sum(WAITERS, &[]),
         }
     }
+
+    /// How old the report is at `now_ms` (ms since the Unix epoch).
+    pub(crate) fn age(&self, now_ms: u64) -> Duration {
+        Duration::from_millis(now_ms.saturating_sub(self.at_ms))
+    }
 }
 
 /// Milliseconds since the Unix epoch.

@@ -98,6 +98,11 @@ impl MemoryStore {
         reports.values().cloned().collect()
     }
 
+    pub(super) fn forget_reports(&self, replicas: &[String]) {
+        let mut reports = (self.reports.lock()).unwrap_or_else(|poisoned| poisoned.into_inner());
+        reports.retain(|replica, _| !replicas.contains(replica));
+    }
+
     pub(super) fn summary(&self, id: &str) -> Option<Summary> {
         self.coupons().get(id).map(|coupon| Summary {
             stock: coupon.stock,

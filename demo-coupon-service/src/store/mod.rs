@@ -170,6 +170,18 @@ impl CouponStore {
         }
     }
 
+    /// Deletes the reports of `replicas` (replicas that stopped long ago).
+    pub async fn forget_reports(&self, replicas: &[String]) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(store) => {
+                store.forget_reports(replicas);
+                Ok(())
+            }
+            Self::Redis(store) => store.forget_reports(replicas).await,
+            Self::Sql(store) => store.forget_reports(replicas).await,
+        }
+    }
+
     /// The coupon's stock and claims, `None` when there is no such coupon.
     pub async fn summary(&self, id: &str) -> Result<Option<Summary>, StoreError> {
         match self {

@@ -145,6 +145,16 @@ impl RedisStore {
         Ok(self.connection.clone().hvals(REPORTS_KEY).await?)
     }
 
+    pub(super) async fn forget_reports(&self, replicas: &[String]) -> Result<(), StoreError> {
+        if replicas.is_empty() {
+            return Ok(());
+        }
+        let _: u64 = (self.connection.clone())
+            .hdel(REPORTS_KEY, replicas)
+            .await?;
+        Ok(())
+    }
+
     pub(super) async fn summary(&self, id: &str) -> Result<Option<Summary>, StoreError> {
         let Some(stock) = self.stock(id, None).await? else {
             return Ok(None);

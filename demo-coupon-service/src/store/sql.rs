@@ -52,6 +52,7 @@ struct Statements {
     repeated_users: String,
     publish_report: String,
     reports: String,
+    forget_report: String,
 }
 
 impl Statements {
@@ -97,8 +98,10 @@ impl Statements {
                      INDEX claims_by_coupon_and_user (coupon_id, user_id)) ENGINE = InnoDB",
                     "CREATE TABLE IF NOT EXISTS demo_counters \
                      (name VARBINARY(64) PRIMARY KEY, value BIGINT NOT NULL) ENGINE = InnoDB",
+                    // VARCHAR, not TEXT: sqlx's Any driver reads MySQL's TEXT as bytes.
                     "CREATE TABLE IF NOT EXISTS demo_replicas \
-                     (replica VARCHAR(128) PRIMARY KEY, report TEXT NOT NULL) ENGINE = InnoDB",
+                     (replica VARCHAR(128) PRIMARY KEY, report VARCHAR(8192) NOT NULL) \
+                     ENGINE = InnoDB",
                 ],
                 "INSERT INTO coupons (id, supply, remaining) VALUES ($1, $2, $3) \
                  ON DUPLICATE KEY UPDATE supply = VALUES(supply), \
@@ -151,6 +154,7 @@ impl Statements {
             ),
             publish_report: sql(publish_report),
             reports: sql("SELECT report FROM demo_replicas"),
+            forget_report: sql("DELETE FROM demo_replicas WHERE replica = $1"),
         }
     }
 }
@@ -409,6 +413,16 @@ impl SqlStore {
         Ok(sqlx::query_scalar(&self.sql.reports)
             .fetch_all(&self.pool)
             .await?)
+    }
+
+    pub(super) async fn forget_reports(&self, replicas: &[String]) -> Result<(), StoreError> {
+        for replica in replicas {
+            sqlx::query(&self.sql.forget_report)
+                .bind(replica.clone())
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
     }
 
     pub(super) async fn summary(&self, id: &str) -> Result<Option<Summary>, StoreError> {
