@@ -93,11 +93,21 @@ impl Browser {
     }
 
     /// The text of the first element matching `css`, waiting up to 10 s for one to appear.
+    /// Found and read in one script: the page re-renders its tables on every poll, and an
+    /// element found first and read next may be gone by then (a stale element).
     pub async fn text(&self, css: &str) -> String {
-        let wait = self.client().wait().at_most(Duration::from_secs(10));
-        let element = (wait.for_element(Locator::Css(css)).await)
-            .unwrap_or_else(|error| panic!("no `{css}` on the page in 10 s: {error}"));
-        element.text().await.expect("its text")
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let script = "const found = document.querySelector(arguments[0]); \
+                          return found && found.innerText;";
+            let found = (self.client().execute(script, vec![json!(css)]).await)
+                .expect("a script runs in the page");
+            if let Some(text) = found.as_str() {
+                return text.to_owned();
+            }
+            assert!(Instant::now() < deadline, "no `{css}` on the page in 10 s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// The text of the first element matching `css` once `wanted` accepts it, looking every
