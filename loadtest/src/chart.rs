@@ -35,6 +35,32 @@ fn folder_of(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Draws `points` on `chart` as a line with a dot at each, in `color`, named `label` in the
+/// legend when given.
+fn line_with_dots<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    points: Vec<(f64, f64)>,
+    color: RGBColor,
+    label: Option<&str>,
+) -> Drawn
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: CoordTranslate<From = (f64, f64)>,
+{
+    let line = chart.draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?;
+    if let Some(label) = label {
+        line.label(label).legend(move |(x, y)| {
+            PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+        });
+    }
+    let dots = points
+        .into_iter()
+        .map(|point| Circle::new(point, 4, color.filled()));
+    chart.draw_series(dots)?;
+    Ok(())
+}
+
 /// Draws pairs/s against concurrency, one line per implementation, on the store `store`.
 pub fn throughput_by_concurrency(path: &Path, store: &str, rows: &[PairSummary]) -> Drawn {
     folder_of(path)?;
@@ -68,17 +94,7 @@ pub fn throughput_by_concurrency(path: &Path, store: &str, rows: &[PairSummary])
             .map(|row| (row.concurrency as f64, row.pairs_per_s))
             .collect();
         points.sort_by(|a, b| a.0.total_cmp(&b.0));
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
-            .label(*name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart.draw_series(
-            points
-                .into_iter()
-                .map(|point| Circle::new(point, 4, color.filled())),
-        )?;
+        line_with_dots(&mut chart, points, color, Some(name))?;
     }
     chart
         .configure_series_labels()
@@ -164,21 +180,8 @@ pub fn hot_key_by_implementation(path: &Path, store: &str, rows: &[HotKeySummary
             .iter()
             .map(|row| (position(row), row.wait_p99_ms.max(0.01)))
             .collect();
-        rate.draw_series(LineSeries::new(rates.clone(), color.stroke_width(2)))?
-            .label(*name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        rate.draw_series(
-            rates
-                .into_iter()
-                .map(|point| Circle::new(point, 4, color.filled())),
-        )?;
-        wait.draw_series(LineSeries::new(p99.clone(), color.stroke_width(2)))?;
-        wait.draw_series(
-            p99.into_iter()
-                .map(|point| Circle::new(point, 4, color.filled())),
-        )?;
+        line_with_dots(&mut rate, rates, color, Some(name))?;
+        line_with_dots(&mut wait, p99, color, None)?;
     }
     rate.configure_series_labels()
         .position(SeriesLabelPosition::LowerLeft)
