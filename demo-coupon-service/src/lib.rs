@@ -7,6 +7,7 @@
 //! or MySQL/MariaDB, with the locks there or in another store (etcd, ZooKeeper).
 
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -19,7 +20,9 @@ use tower_lock::backend::postgres::PostgresBackend;
 use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
 use tower_lock::backend::{BackendError, Semaphores, SharedLocks};
 use tower_lock::key::{KeyError, KeyExtractor, KeyTemplate, many};
-use tower_lock::{LockBackend, LockLayer, MemoryBackend, OnLost, RedisBackend};
+use tower_lock::{
+    ConfigError, LockBackend, LockLayer, Locker, MemoryBackend, OnLost, RedisBackend,
+};
 
 pub mod dashboard;
 pub mod optimistic;
@@ -67,9 +70,10 @@ pub struct Options {
     /// How long a claim waits for a busy lock (ms); 0 rejects at once with 409.
     #[arg(long, env = "LOCK_WAIT_MS", default_value_t = 3000)]
     pub lock_wait_ms: u64,
-    /// Lease TTL of a claim's lock (ms); renewed every TTL/3 while the claim runs.
-    #[arg(long, env = "LOCK_TTL_MS", default_value_t = 10_000)]
-    pub lock_ttl_ms: u64,
+    /// Lease TTL of a claim's lock (ms, from 10 to 86 400 000); renewed every TTL/3 while the
+    /// claim runs. Default: 10 000, or the longest the lock store vouches for when shorter.
+    #[arg(long, env = "LOCK_TTL_MS")]
+    pub lock_ttl_ms: Option<u64>,
     /// Do not renew leases: a claim slower than the TTL loses its lock (for fault tests).
     #[arg(long, env = "NO_RENEW")]
     pub no_renew: bool,
@@ -82,8 +86,8 @@ pub struct Options {
     #[arg(long, env = "NO_FENCE")]
     pub no_fence: bool,
     /// How many audits (`POST /coupons/{id}/audit`) may run at once across all replicas.
-    #[arg(long, env = "AUDIT_PERMITS", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
-    pub audit_permits: u32,
+    #[arg(long, env = "AUDIT_PERMITS", default_value_t = TWO)]
+    pub audit_permits: NonZeroU32,
 }
 
 impl Options {
@@ -92,6 +96,9 @@ impl Options {
         self.store.as_deref().or(self.redis_url.as_deref())
     }
 }
+
+/// Two audits at once, unless `--audit-permits` says otherwise.
+const TWO: NonZeroU32 = NonZeroU32::new(2).expect("two is not zero");
 
 /// The kinds of shared store, told apart by the URL's scheme.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,8 +172,9 @@ impl From<OnLostArg> for OnLost {
 pub struct LockSettings {
     /// How long a claim waits for a busy lock (zero: reject at once).
     pub wait: Duration,
-    /// The lease TTL.
-    pub ttl: Duration,
+    /// The lease TTL; `None`: the locker's default (10 s, or the longest the lock store
+    /// vouches for when shorter).
+    pub ttl: Option<Duration>,
     /// Whether leases are renewed while a claim runs.
     pub renew: bool,
     /// What happens to a claim whose lock is lost.
@@ -174,18 +182,18 @@ pub struct LockSettings {
     /// Whether claims read and write with the lock's fencing token.
     pub fence_writes: bool,
     /// How many audits may run at once across all replicas.
-    pub audit_permits: u32,
+    pub audit_permits: NonZeroU32,
 }
 
 impl Default for LockSettings {
     fn default() -> Self {
         Self {
             wait: Duration::from_secs(3),
-            ttl: Duration::from_secs(10),
+            ttl: None,
             renew: true,
             on_lost: OnLost::Abort,
             fence_writes: true,
-            audit_permits: 2,
+            audit_permits: TWO,
         }
     }
 }
@@ -194,7 +202,7 @@ impl From<&Options> for LockSettings {
     fn from(options: &Options) -> Self {
         Self {
             wait: Duration::from_millis(options.lock_wait_ms),
-            ttl: Duration::from_millis(options.lock_ttl_ms),
+            ttl: options.lock_ttl_ms.map(Duration::from_millis),
             renew: !options.no_renew,
             on_lost: options.on_lost.into(),
             fence_writes: !options.no_fence,
@@ -203,37 +211,134 @@ impl From<&Options> for LockSettings {
     }
 }
 
-/// How claims are locked.
+/// Where claims are locked: the lock store, before the settings are applied.
+#[derive(Clone, Debug)]
+enum LockStore {
+    Off,
+    Memory(MemoryBackend),
+    Redis(RedisBackend),
+    Postgres(PostgresBackend),
+    Mysql(MysqlBackend),
+    Etcd(EtcdBackend),
+    Zookeeper(ZookeeperBackend),
+}
+
+/// How claims are locked: the locker the lock layers share, its settings checked.
 #[derive(Clone, Debug)]
 pub enum Locking {
     /// Not at all (`--no-lock`).
     Off,
     /// In this process.
-    Memory(MemoryBackend),
+    Memory(Locker<MemoryBackend>),
     /// In Redis, across replicas.
-    Redis(RedisBackend),
+    Redis(Locker<RedisBackend>),
     /// In PostgreSQL, across replicas.
-    Postgres(PostgresBackend),
+    Postgres(Locker<PostgresBackend>),
     /// In MySQL/MariaDB, across replicas.
-    Mysql(MysqlBackend),
+    Mysql(Locker<MysqlBackend>),
     /// In etcd, across replicas.
-    Etcd(EtcdBackend),
+    Etcd(Locker<EtcdBackend>),
     /// In ZooKeeper, across replicas.
-    Zookeeper(ZookeeperBackend),
+    Zookeeper(Locker<ZookeeperBackend>),
 }
 
 impl Locking {
     /// Where the locks are, for the dashboard: `off`, or the backend's kind (`redis`, …).
     pub fn name(&self) -> &'static str {
-        match self {
-            Self::Off => "off",
-            Self::Memory(backend) => backend.store_kind(),
-            Self::Redis(backend) => backend.store_kind(),
-            Self::Postgres(backend) => backend.store_kind(),
-            Self::Mysql(backend) => backend.store_kind(),
-            Self::Etcd(backend) => backend.store_kind(),
-            Self::Zookeeper(backend) => backend.store_kind(),
+        self.ttl_and_name().map_or("off", |(_, name)| name)
+    }
+
+    /// The lease TTL locks are taken with (`None` when off).
+    pub fn ttl(&self) -> Option<Duration> {
+        self.ttl_and_name().map(|(ttl, _)| ttl)
+    }
+
+    fn ttl_and_name(&self) -> Option<(Duration, &'static str)> {
+        fn of<B: LockBackend>(locker: &Locker<B>) -> Option<(Duration, &'static str)> {
+            Some((locker.ttl(), locker.backend().store_kind()))
         }
+        match self {
+            Self::Off => None,
+            Self::Memory(locker) => of(locker),
+            Self::Redis(locker) => of(locker),
+            Self::Postgres(locker) => of(locker),
+            Self::Mysql(locker) => of(locker),
+            Self::Etcd(locker) => of(locker),
+            Self::Zookeeper(locker) => of(locker),
+        }
+    }
+}
+
+impl LockStore {
+    /// Lockers on this store with `settings`.
+    ///
+    /// # Errors
+    ///
+    /// One line naming the option the store refuses and what it would accept.
+    fn locking(self, settings: &LockSettings) -> Result<Locking, String> {
+        let store = self.name();
+        let checked = |error| refused(error, store);
+        Ok(match self {
+            Self::Off => Locking::Off,
+            Self::Memory(backend) => Locking::Memory(locker(backend, settings).map_err(checked)?),
+            Self::Redis(backend) => Locking::Redis(locker(backend, settings).map_err(checked)?),
+            Self::Postgres(backend) => {
+                Locking::Postgres(locker(backend, settings).map_err(checked)?)
+            }
+            Self::Mysql(backend) => Locking::Mysql(locker(backend, settings).map_err(checked)?),
+            Self::Etcd(backend) => Locking::Etcd(locker(backend, settings).map_err(checked)?),
+            Self::Zookeeper(backend) => {
+                Locking::Zookeeper(locker(backend, settings).map_err(checked)?)
+            }
+        })
+    }
+
+    /// The store's name in messages.
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Off | Self::Memory(_) => "the in-process lock store",
+            Self::Redis(_) => "Redis",
+            Self::Postgres(_) => "PostgreSQL",
+            Self::Mysql(_) => "MySQL",
+            Self::Etcd(_) => "etcd",
+            Self::Zookeeper(_) => "ZooKeeper",
+        }
+    }
+}
+
+/// A locker on `backend` configured as `settings` say.
+fn locker<B: LockBackend>(backend: B, settings: &LockSettings) -> Result<Locker<B>, ConfigError> {
+    let builder = Locker::builder(backend)
+        .wait(settings.wait)
+        .renew(settings.renew)
+        .on_lost(settings.on_lost);
+    match settings.ttl {
+        Some(ttl) => builder.ttl(ttl),
+        None => builder,
+    }
+    .build()
+}
+
+/// `error`, a lock setting `store` refuses, as one line naming the option and what would work.
+fn refused(error: ConfigError, store: &str) -> String {
+    match error {
+        ConfigError::TtlTooShort(ttl) => format!(
+            "--lock-ttl-ms {}: a lease needs at least 10 ms",
+            ttl.as_millis()
+        ),
+        ConfigError::TtlTooLong(ttl) => format!(
+            "--lock-ttl-ms {}: a lease can be at most 86400000 ms (24 h); renewal keeps a lock \
+             while its claim runs",
+            ttl.as_millis()
+        ),
+        ConfigError::TtlTooLongForBackend { ttl, max } => format!(
+            "--lock-ttl-ms {}: {store} vouches for leases of at most {} ms (two thirds of the \
+             session it grants); use --lock-ttl-ms {} or less, or leave it out to get that",
+            ttl.as_millis(),
+            max.as_millis(),
+            max.as_millis()
+        ),
+        error => format!("the lock settings were refused: {error}"),
     }
 }
 
@@ -275,21 +380,34 @@ impl AppState {
     }
 
     /// The embedded mode: coupons and locks in this process (`lock: false` for the control).
-    pub fn embedded(work: Duration, settings: LockSettings, lock: bool) -> Self {
-        let locks = MemoryBackend::new();
-        Self {
+    ///
+    /// # Errors
+    ///
+    /// One line naming the lock setting refused and what would work.
+    pub fn embedded(work: Duration, settings: LockSettings, lock: bool) -> Result<Self, String> {
+        let locks = if lock {
+            LockStore::Memory(MemoryBackend::new())
+        } else {
+            LockStore::Off
+        };
+        Self::coupons_in_process(work, settings, locks)
+    }
+
+    /// Coupons in this process, locked in `locks`.
+    fn coupons_in_process(
+        work: Duration,
+        settings: LockSettings,
+        locks: LockStore,
+    ) -> Result<Self, String> {
+        Ok(Self {
             store: CouponStore::Memory(MemoryStore::default()),
-            locking: if lock {
-                Locking::Memory(locks)
-            } else {
-                Locking::Off
-            },
+            locking: locks.locking(&settings)?,
             work,
             lock: settings,
             optimistic: false,
             metrics: None,
             recent: RecentCoupons::default(),
-        }
+        })
     }
 
     /// The state `options` ask for, connecting to the store when a URL is given.
@@ -304,7 +422,12 @@ impl AppState {
             if options.optimistic {
                 return Err(OPTIMISTIC_NEEDS_SQL.to_owned());
             }
-            return Ok(Self::embedded(work, settings, !options.no_lock));
+            let locks = match &options.lock_store {
+                Some(lock_store) => lock_backend(lock_store, settings.ttl).await?,
+                None if options.no_lock => LockStore::Off,
+                None => LockStore::Memory(MemoryBackend::new()),
+            };
+            return Self::coupons_in_process(work, settings, locks);
         };
         let kind = StoreKind::of(url)?;
         if options.optimistic && kind.dialect().is_none() {
@@ -328,7 +451,7 @@ impl AppState {
                     .await
                     .map_err(|error| cannot(&error))?;
                 let locking = if unlocked {
-                    Locking::Off
+                    LockStore::Off
                 } else {
                     sql_locking(url, dialect)
                         .await
@@ -343,7 +466,7 @@ impl AppState {
         };
         Ok(Self {
             store,
-            locking,
+            locking: locking.locking(&settings)?,
             work,
             lock: settings,
             optimistic: options.optimistic,
@@ -354,16 +477,19 @@ impl AppState {
 
     /// Coupons and locks in Redis. With the lock on, the store shares the lock backend's
     /// connection: the claim's own commands and its lock's travel together.
-    async fn redis(url: &str, no_lock: bool) -> Result<(CouponStore, Locking), redis::RedisError> {
+    async fn redis(
+        url: &str,
+        no_lock: bool,
+    ) -> Result<(CouponStore, LockStore), redis::RedisError> {
         let (connection, locking) = if no_lock {
             let client = redis::Client::open(url)?;
             (
                 redis::aio::ConnectionManager::new(client).await?,
-                Locking::Off,
+                LockStore::Off,
             )
         } else {
             let backend = RedisBackend::connect(url).await?;
-            (backend.connection(), Locking::Redis(backend))
+            (backend.connection(), LockStore::Redis(backend))
         };
         Ok((CouponStore::Redis(RedisStore::new(connection)), locking))
     }
@@ -373,12 +499,13 @@ impl AppState {
 const OPTIMISTIC_NEEDS_SQL: &str =
     "--optimistic needs a SQL store: --store postgres://… or --store mysql://…";
 
-/// Locks in the store at `url` (`--lock-store`), for leases of `ttl`.
+/// Locks in the store at `url` (`--lock-store`), for leases of `ttl` (`None`: the default).
 ///
 /// # Errors
 ///
 /// One line naming the lock store and why it cannot be used.
-async fn lock_backend(url: &str, ttl: Duration) -> Result<Locking, String> {
+async fn lock_backend(url: &str, ttl: Option<Duration>) -> Result<LockStore, String> {
+    let ttl = ttl.unwrap_or(DEFAULT_LOCK_TTL);
     let cannot = |store: &str, error: &dyn std::fmt::Display| {
         format!("cannot connect to {store} at {}: {error}", redacted(url))
     };
@@ -391,14 +518,14 @@ async fn lock_backend(url: &str, ttl: Duration) -> Result<Locking, String> {
         let backend = EtcdBackend::connect_with(endpoints, settings)
             .await
             .map_err(|error| cannot("etcd", &error))?;
-        return Ok(Locking::Etcd(backend));
+        return Ok(LockStore::Etcd(backend));
     }
     if let Some(servers) = url.strip_prefix("zk://") {
         let settings = ZookeeperSettings::default().session_timeout(session_outliving(ttl));
         let backend = ZookeeperBackend::connect_with(servers, settings)
             .await
             .map_err(|error| cannot("ZooKeeper", &error))?;
-        return Ok(Locking::Zookeeper(backend));
+        return Ok(LockStore::Zookeeper(backend));
     }
     let kind = StoreKind::of(url).map_err(|_| {
         format!(
@@ -409,13 +536,16 @@ async fn lock_backend(url: &str, ttl: Duration) -> Result<Locking, String> {
     match kind.dialect() {
         None => RedisBackend::connect(url)
             .await
-            .map(Locking::Redis)
+            .map(LockStore::Redis)
             .map_err(|error| cannot(kind.name(), &error)),
         Some(dialect) => sql_locking(url, dialect)
             .await
             .map_err(|error| cannot(kind.name(), &error)),
     }
 }
+
+/// The lease TTL unless `--lock-ttl-ms` says otherwise (the locker's default).
+const DEFAULT_LOCK_TTL: Duration = Duration::from_secs(10);
 
 /// The session (etcd's lease TTL, ZooKeeper's session timeout) for lock leases of `ttl`: three
 /// halves of it (a locker may lease two thirds of its session), in whole seconds, at least
@@ -426,25 +556,16 @@ fn session_outliving(ttl: Duration) -> Duration {
 }
 
 /// Locks in the SQL database at `url`, beside the coupons.
-async fn sql_locking(url: &str, dialect: Dialect) -> Result<Locking, BackendError> {
+async fn sql_locking(url: &str, dialect: Dialect) -> Result<LockStore, BackendError> {
     Ok(match dialect {
-        Dialect::Postgres => Locking::Postgres(PostgresBackend::connect(url).await?),
-        Dialect::Mysql => Locking::Mysql(MysqlBackend::connect(url).await?),
+        Dialect::Postgres => LockStore::Postgres(PostgresBackend::connect(url).await?),
+        Dialect::Mysql => LockStore::Mysql(MysqlBackend::connect(url).await?),
     })
 }
 
-/// A layer on `backend` configured as `settings` say.
-fn lock_layer<B: LockBackend, K: KeyExtractor>(
-    backend: B,
-    key: K,
-    settings: LockSettings,
-) -> LockLayer<B, K> {
-    LockLayer::new(backend, key)
-        .wait(settings.wait)
-        .ttl(settings.ttl)
-        .renew(settings.renew)
-        .on_lost(settings.on_lost)
-        .on_rejection(problem::lock_rejection)
+/// A layer taking its locks with `locker`, answering rejections as the demo does.
+fn lock_layer<B: LockBackend, K: KeyExtractor>(locker: &Locker<B>, key: K) -> LockLayer<B, K> {
+    LockLayer::new(locker.clone(), key).on_rejection(problem::lock_rejection)
 }
 
 /// A coupon's lock key, `coupon:{id}`, for a valid coupon id; any other id is refused as the
@@ -466,16 +587,15 @@ static COUPON_KEY: LazyLock<KeyTemplate> =
 
 /// The coupon routes' locks: a read-write lock on `coupon:{id}` (reading a coupon shares it,
 /// resetting or claiming takes it alone), and a semaphore admitting `audit_permits` audits.
-fn with_locks<B: SharedLocks + Semaphores + Clone>(
-    backend: B,
+fn with_locks<B: SharedLocks + Semaphores>(
+    locker: &Locker<B>,
     settings: LockSettings,
     routes: Routes,
 ) -> Routes {
-    let coupon_lock = lock_layer(backend.clone(), coupon_key, settings).read_write();
+    let coupon_lock = lock_layer(locker, coupon_key).read_write();
     let audits = |_: &Parts| Ok(Some("audits".to_owned()));
-    let audit_lock =
-        lock_layer(backend.clone(), audits, settings).semaphore(settings.audit_permits);
-    let transfer_lock = lock_layer(backend, many(transfers::lock_keys), settings);
+    let audit_lock = lock_layer(locker, audits).semaphore(settings.audit_permits);
+    let transfer_lock = lock_layer(locker, many(transfers::lock_keys));
     Routes {
         coupon: routes.coupon.route_layer(coupon_lock.clone()),
         claim: routes.claim.route_layer(coupon_lock),
@@ -505,7 +625,9 @@ struct Routes {
 /// use demo_coupon_service::{AppState, app};
 /// use demo_coupon_service::LockSettings;
 ///
-/// let router = app(AppState::embedded(Duration::from_millis(2), LockSettings::default(), true));
+/// let state = AppState::embedded(Duration::from_millis(2), LockSettings::default(), true)?;
+/// let router = app(state);
+/// # Ok::<_, String>(())
 /// ```
 pub fn app(state: AppState) -> Router {
     let routes = if state.optimistic {
@@ -525,12 +647,12 @@ pub fn app(state: AppState) -> Router {
     };
     let routes = match &state.locking {
         Locking::Off => routes,
-        Locking::Memory(backend) => with_locks(backend.clone(), state.lock, routes),
-        Locking::Redis(backend) => with_locks(backend.clone(), state.lock, routes),
-        Locking::Postgres(backend) => with_locks(backend.clone(), state.lock, routes),
-        Locking::Mysql(backend) => with_locks(backend.clone(), state.lock, routes),
-        Locking::Etcd(backend) => with_locks(backend.clone(), state.lock, routes),
-        Locking::Zookeeper(backend) => with_locks(backend.clone(), state.lock, routes),
+        Locking::Memory(locker) => with_locks(locker, state.lock, routes),
+        Locking::Redis(locker) => with_locks(locker, state.lock, routes),
+        Locking::Postgres(locker) => with_locks(locker, state.lock, routes),
+        Locking::Mysql(locker) => with_locks(locker, state.lock, routes),
+        Locking::Etcd(locker) => with_locks(locker, state.lock, routes),
+        Locking::Zookeeper(locker) => with_locks(locker, state.lock, routes),
     };
     Router::new()
         .route("/coupons/{id}", routes.coupon)
@@ -597,7 +719,7 @@ pub async fn serve(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         locking,
         work_ms = options.work_ms,
         lock_wait_ms = options.lock_wait_ms,
-        lock_ttl_ms = options.lock_ttl_ms,
+        lock_ttl_ms = lease_ttl(&state.locking, options.lock_ttl_ms),
         audit_permits = options.audit_permits,
         renew = !options.no_renew,
         on_lost = ?options.on_lost,
@@ -637,6 +759,21 @@ pub fn run_from_command_line() -> std::process::ExitCode {
             eprintln!("demo-coupon-service: {error}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// The lease TTL locks are taken with, for the start-up log: the one asked for, or the
+/// default, said to be shortened where the lock store vouches for less.
+fn lease_ttl(locking: &Locking, asked_ms: Option<u64>) -> String {
+    match (locking.ttl(), asked_ms) {
+        (None, _) => "none (no locks)".to_owned(),
+        (Some(ttl), Some(_)) => ttl.as_millis().to_string(),
+        (Some(ttl), None) if ttl < DEFAULT_LOCK_TTL => format!(
+            "{} (the longest the lock store vouches for, below the default {})",
+            ttl.as_millis(),
+            DEFAULT_LOCK_TTL.as_millis()
+        ),
+        (Some(ttl), None) => ttl.as_millis().to_string(),
     }
 }
 

@@ -11,11 +11,8 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 fn demo() -> Router {
-    app(AppState::embedded(
-        Duration::ZERO,
-        LockSettings::default(),
-        true,
-    ))
+    let state = AppState::embedded(Duration::ZERO, LockSettings::default(), true);
+    app(state.expect("the default settings are valid"))
 }
 
 async fn call(

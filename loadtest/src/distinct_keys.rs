@@ -162,10 +162,11 @@ impl Pairs {
                 let inner = service_fn(|_: Request<Full<Bytes>>| async {
                     Ok::<_, Infallible>(Response::new(String::new()))
                 });
-                let service = LockLayer::new(backend, key_of)
-                    .ttl(TTL)
-                    .reject()
-                    .layer(inner);
+                let service = LockLayer::new(
+                    Locker::builder(backend).ttl(TTL).reject().build().unwrap(),
+                    key_of,
+                )
+                .layer(inner);
                 Pairs::Service(BoxCloneSyncService::new(service))
             }
             PairImpl::Rslock => Pairs::Rslock(rslock::LockManager::new(vec![url])),

@@ -9,7 +9,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
 
-use crate::lockers::{Contender, Impl};
+use crate::lockers::{Contender, Impl, Shape};
 
 /// What one process runs.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -21,6 +21,8 @@ pub struct Plan {
     /// block the next.
     pub key: String,
     pub handoff: bool,
+    /// The shape of lock taken.
+    pub shape: Shape,
     /// Contenders in this process.
     pub contenders: usize,
     /// Numbering of this process's contenders starts here.
@@ -39,6 +41,8 @@ pub struct Plan {
 #[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Acquisition {
     pub contender: usize,
+    /// Whether it held the lock shared (a reader, a permit).
+    pub shared: bool,
     /// When the contender started to want the lock.
     pub want_us: u64,
     /// When its work under the lock began.
@@ -146,6 +150,7 @@ pub async fn run(plan: Plan) -> Measured {
                 Arc::clone(&calls),
             );
             let (contender, hold, handoff) = (plan.first_contender + i, plan.hold, plan.handoff);
+            let taking = plan.shape.taken_by(contender);
             let key = plan.key.clone();
             tokio::spawn(async move {
                 sleep_until(start).await;
@@ -179,12 +184,13 @@ pub async fn run(plan: Plan) -> Measured {
                     };
                     let (acquired_us, hold_end_us, count) = tokio::select! {
                         () = sleep_until(end) => break,
-                        held = locker.with_lock(&key, work, &calls) => held,
+                        held = locker.with_lock(&key, taking, work, &calls) => held,
                     };
                     mine = Some(count);
                     if acquired_us < end_us {
                         records.push(Acquisition {
                             contender,
+                            shared: taking.is_shared(),
                             want_us,
                             acquired_us,
                             hold_end_us: hold_end_us.min(end_us),

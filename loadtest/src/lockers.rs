@@ -2,6 +2,7 @@
 //! piece of work runs, and count the store round trips it took.
 
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -13,8 +14,9 @@ use tower_lock::backend::etcd::EtcdBackend;
 use tower_lock::backend::mysql::MysqlBackend;
 use tower_lock::backend::postgres::PostgresBackend;
 use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
+use tower_lock::backend::{Semaphores, SharedLocks};
 use tower_lock::testing::CountingBackend;
-use tower_lock::{LockBackend, Locker, LockerBuilder, RedisBackend};
+use tower_lock::{LockBackend, Locker, LockerBuilder, MemoryBackend, RedisBackend};
 
 /// Lease TTL every implementation uses.
 pub const TTL: Duration = Duration::from_secs(10);
@@ -38,6 +40,9 @@ pub enum Impl {
     TowerLockPolling,
     /// tower-lock's `Locker::with_lock` in fair (FIFO) mode.
     TowerLockFair,
+    /// tower-lock on the in-process `MemoryBackend` (one process only), waiting woken by
+    /// releases: the engine without a store's round trips.
+    Memory,
     /// SET NX PX, sleep 100 ms, retry; compare-and-delete release.
     SeedNaive,
     /// The rslock crate: `lock()` again whenever it gives up, `unlock()` after.
@@ -67,10 +72,11 @@ pub enum Impl {
 }
 
 impl Impl {
-    pub const HOT_KEY: [Impl; 5] = [
+    pub const HOT_KEY: [Impl; 6] = [
         Impl::TowerLockNotified,
         Impl::TowerLockPolling,
         Impl::TowerLockFair,
+        Impl::Memory,
         Impl::SeedNaive,
         Impl::Rslock,
     ];
@@ -107,6 +113,7 @@ impl Impl {
             Impl::TowerLockNotified => "tower-lock-notified",
             Impl::TowerLockPolling => "tower-lock-polling",
             Impl::TowerLockFair => "tower-lock-fair",
+            Impl::Memory => "memory",
             Impl::SeedNaive => "seed-naive",
             Impl::Rslock => "rslock",
             Impl::PostgresNotified => "postgres-notified",
@@ -128,7 +135,8 @@ impl Impl {
     pub fn off_redis(self) -> bool {
         matches!(
             self,
-            Impl::PostgresNotified
+            Impl::Memory
+                | Impl::PostgresNotified
                 | Impl::PostgresPolling
                 | Impl::PostgresFair
                 | Impl::MysqlInLine
@@ -162,6 +170,101 @@ impl Impl {
     }
 }
 
+/// The shape of lock every contender takes (`--shape`).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Shape {
+    /// The mutex (`Locker::with_lock`): every implementation has it.
+    #[default]
+    Mutex,
+    /// Every contender takes the write lock of a read-write lock.
+    Write,
+    /// Nine readers to one writer on one read-write lock: contenders 0, 10, 20, … write.
+    ReadMostly,
+    /// A semaphore of [`PERMITS`] permits.
+    Permit,
+}
+
+/// The permits of the `permit` shape's semaphore.
+pub const PERMITS: NonZeroU32 = NonZeroU32::new(2).expect("two");
+
+impl Shape {
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Mutex => "mutex",
+            Shape::Write => "write",
+            Shape::ReadMostly => "read-mostly",
+            Shape::Permit => "permit",
+        }
+    }
+
+    /// What contender number `contender` takes.
+    pub fn taken_by(self, contender: usize) -> Taking {
+        match self {
+            Shape::Mutex => Taking::Mutex,
+            Shape::Write => Taking::Write,
+            Shape::ReadMostly if contender.is_multiple_of(10) => Taking::Write,
+            Shape::ReadMostly => Taking::Read,
+            Shape::Permit => Taking::Permit,
+        }
+    }
+}
+
+/// What one contender takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taking {
+    Mutex,
+    Read,
+    Write,
+    Permit,
+}
+
+impl Taking {
+    /// Whether others may hold the lock beside it (a reader, a permit).
+    pub fn is_shared(self) -> bool {
+        matches!(self, Taking::Read | Taking::Permit)
+    }
+}
+
+/// Runs `work` while `locker` holds `key` as `taking` says, waiting as long as it takes.
+async fn held<B, T>(
+    locker: &Locker<B>,
+    key: &str,
+    taking: Taking,
+    work: impl Future<Output = T>,
+) -> T
+where
+    B: SharedLocks + Semaphores,
+{
+    let held = match taking {
+        Taking::Mutex => {
+            return locker
+                .with_lock(key, |_| work)
+                .await
+                .unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}"));
+        }
+        Taking::Read => locker.read(key).await,
+        Taking::Write => locker.write(key).await,
+        Taking::Permit => locker.permit(key, PERMITS).await,
+    };
+    let held = held.unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}"));
+    let output = work.await;
+    held.release()
+        .await
+        .unwrap_or_else(|error| panic!("tower-lock could not release {key}: {error}"));
+    output
+}
+
 /// One implementation, connected.
 pub enum Contender {
     TowerLock {
@@ -173,6 +276,9 @@ pub enum Contender {
         release: Arc<Script>,
     },
     Rslock(rslock::LockManager),
+    Memory {
+        locker: Locker<CountingBackend<MemoryBackend>>,
+    },
     Postgres {
         locker: Locker<CountingBackend<PostgresBackend>>,
     },
@@ -216,6 +322,12 @@ impl Contender {
                     locker: waiting(which, Locker::builder(backend)),
                 }
             }
+            Impl::Memory => Contender::Memory {
+                locker: waiting(
+                    which,
+                    Locker::builder(CountingBackend::new(MemoryBackend::new())),
+                ),
+            },
             Impl::PostgresNotified | Impl::PostgresPolling | Impl::PostgresFair => {
                 let backend = PostgresBackend::connect(url).await;
                 let backend = CountingBackend::new(backend.expect("PostgreSQL reachable"));
@@ -269,6 +381,7 @@ impl Contender {
     pub fn backend_round_trips(&self) -> u64 {
         match self {
             Contender::TowerLock { locker } => locker.backend().counts().total(),
+            Contender::Memory { locker } => locker.backend().counts().total(),
             Contender::Postgres { locker } => locker.backend().counts().total(),
             Contender::Mysql { locker } => locker.backend().counts().total(),
             Contender::Etcd { locker } => locker.backend().counts().total(),
@@ -277,35 +390,29 @@ impl Contender {
         }
     }
 
-    /// Runs `work` while holding `key`, waiting as long as it takes. Round trips of the naive
-    /// loop are added to `calls`.
+    /// Whether it can take `shape` (the peers have mutexes only) in `processes` processes
+    /// (memory's locks are one process's).
+    pub fn takes(which: Impl, shape: Shape, processes: u8) -> bool {
+        let shaped = shape == Shape::Mutex || !matches!(which, Impl::SeedNaive | Impl::Rslock);
+        shaped && (which != Impl::Memory || processes == 1)
+    }
+
+    /// Runs `work` while holding `key` as `taking` says (the peers: a mutex), waiting as long as
+    /// it takes. Round trips of the naive loop are added to `calls`.
     pub async fn with_lock<T>(
         &self,
         key: &str,
+        taking: Taking,
         work: impl Future<Output = T> + Send,
         calls: &AtomicU64,
     ) -> T {
         match self {
-            Contender::TowerLock { locker } => locker
-                .with_lock(key, |_| work)
-                .await
-                .unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}")),
-            Contender::Postgres { locker } => locker
-                .with_lock(key, |_| work)
-                .await
-                .unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}")),
-            Contender::Mysql { locker } => locker
-                .with_lock(key, |_| work)
-                .await
-                .unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}")),
-            Contender::Etcd { locker } => locker
-                .with_lock(key, |_| work)
-                .await
-                .unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}")),
-            Contender::Zookeeper { locker } => locker
-                .with_lock(key, |_| work)
-                .await
-                .unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}")),
+            Contender::TowerLock { locker } => held(locker, key, taking, work).await,
+            Contender::Memory { locker } => held(locker, key, taking, work).await,
+            Contender::Postgres { locker } => held(locker, key, taking, work).await,
+            Contender::Mysql { locker } => held(locker, key, taking, work).await,
+            Contender::Etcd { locker } => held(locker, key, taking, work).await,
+            Contender::Zookeeper { locker } => held(locker, key, taking, work).await,
             Contender::SeedNaive {
                 connection,
                 release,

@@ -3,6 +3,7 @@
 //! ```sh
 //! cargo run --release -p loadtest --bin lockbench -- --scenario hot-key            # whole grid
 //! cargo run --release -p loadtest --bin lockbench -- --scenario hot-key --handoff --concurrency 8 --hold-ms 1
+//! cargo run --release -p loadtest --bin lockbench -- --scenario hot-key --shape read-mostly --hold-ms 1
 //! cargo run --release -p loadtest --bin lockbench -- --scenario distinct-keys --chart docs/distinct-keys.svg
 //! cargo run --release -p loadtest --bin lockbench -- --help
 //! ```
@@ -38,7 +39,7 @@ mod zookeeper_pairs;
 use distinct_keys::PairImpl;
 use etcd_pairs::EtcdPair;
 use hot_key::{Measured, Plan, now_us};
-use lockers::Impl;
+use lockers::{Contender, Impl, Shape};
 use report::{HotKeySummary, hot_key_figures, percentile, print_hot_key_table};
 use sql_pairs::{Database, SqlPair};
 use zookeeper_pairs::ZookeeperPair;
@@ -59,6 +60,11 @@ struct Args {
     /// the lock again, so every acquisition is a handoff.
     #[arg(long)]
     handoff: bool,
+    /// Hot key: the shape of lock taken — `mutex`, `write` (every contender writes),
+    /// `read-mostly` (nine readers to one writer) or `permit` (a semaphore of 2). The peers
+    /// (seed-naive, rslock) have mutexes only and sit out the others.
+    #[arg(long, value_enum, default_value_t = Shape::Mutex)]
+    shape: Shape,
     /// Concurrent contenders or tasks (repeatable); default: the scenario's grid (hot key: 8
     /// and 64; distinct keys: 1, 16 and 64).
     #[arg(long)]
@@ -253,7 +259,10 @@ async fn main() {
     let (mut hot_key_impls, mut pair_impls, mut sql_pairs, mut etcd_pairs, mut zookeeper_pairs) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     match (args.scenario, args.backend) {
-        (Scenario::HotKey, _) => hot_key_impls = chosen(&args.impls, hot_key_all, Impl::name),
+        (Scenario::HotKey, _) => {
+            hot_key_impls = chosen(&args.impls, hot_key_all, Impl::name);
+            hot_key_impls.retain(|&which| Contender::takes(which, args.shape, args.processes));
+        }
         (Scenario::DistinctKeys, None) => {
             pair_impls = chosen(&args.impls, &PairImpl::ALL, PairImpl::name);
         }
@@ -603,7 +612,8 @@ async fn hot_key_grid(args: &Args, urls: &Urls<'_>, impls: &[Impl]) {
     }
     if !args.json {
         println!(
-            "\nscenario hot-key, {} variant, {} process(es), {} s per run",
+            "\nscenario hot-key, shape {}, {} variant, {} process(es), {} s per run",
+            args.shape.name(),
             if args.handoff { "handoff" } else { "default" },
             args.processes,
             args.duration_s
@@ -639,6 +649,7 @@ async fn hot_key_once(
         url: url.to_owned(),
         key: key.clone(),
         handoff: args.handoff,
+        shape: args.shape,
         contenders: concurrency / processes + usize::from(index < concurrency % processes),
         first_contender: index * (concurrency / processes) + index.min(concurrency % processes),
         hold: Duration::from_millis(hold_ms),
@@ -678,9 +689,11 @@ async fn hot_key_once(
     };
     let figures = hot_key_figures(measured.acquisitions, concurrency, duration);
     let (wait_p50_ms, wait_p99_ms, wait_max_ms) = HotKeySummary::wait_ms(&figures);
+    let (shared_wait_p99_ms, exclusive_wait_p99_ms) = HotKeySummary::wait_p99_by_hold_ms(&figures);
     HotKeySummary {
         which: which.name(),
         scenario: "hot-key",
+        shape: args.shape.name(),
         handoff: args.handoff,
         concurrency,
         hold_ms,
@@ -690,6 +703,8 @@ async fn hot_key_once(
         wait_p50_ms,
         wait_p99_ms,
         wait_max_ms,
+        shared_wait_p99_ms,
+        exclusive_wait_p99_ms,
         handoff_p50_us: percentile(&figures.handoff_us, 0.50) as f64,
         handoff_p99_us: percentile(&figures.handoff_us, 0.99) as f64,
         round_trips_per_acquire: Some(round_trips as f64 / acquired),

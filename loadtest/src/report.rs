@@ -11,6 +11,8 @@ pub struct HotKeySummary {
     #[serde(rename = "impl")]
     pub which: &'static str,
     pub scenario: &'static str,
+    /// The shape of lock taken (`--shape`).
+    pub shape: &'static str,
     pub handoff: bool,
     pub concurrency: usize,
     pub hold_ms: u64,
@@ -20,6 +22,10 @@ pub struct HotKeySummary {
     pub wait_p50_ms: f64,
     pub wait_p99_ms: f64,
     pub wait_max_ms: f64,
+    /// The p99 wait of the contenders holding the lock shared (readers, permits), and of those
+    /// holding it alone (mutex, writers); NaN (JSON `null`) when there were none.
+    pub shared_wait_p99_ms: f64,
+    pub exclusive_wait_p99_ms: f64,
     pub handoff_p50_us: f64,
     pub handoff_p99_us: f64,
     pub round_trips_per_acquire: Option<f64>,
@@ -51,6 +57,9 @@ pub struct HotKeyFigures {
     pub utilization: f64,
     pub jain: f64,
     pub wait_us: Vec<u64>,
+    /// `wait_us` of the shared holds alone, and of the exclusive ones.
+    pub shared_wait_us: Vec<u64>,
+    pub exclusive_wait_us: Vec<u64>,
     pub handoff_us: Vec<u64>,
 }
 
@@ -69,11 +78,17 @@ pub fn hot_key_figures(
         .iter()
         .map(|a| a.hold_end_us.saturating_sub(a.acquired_us))
         .sum();
-    let mut wait_us: Vec<u64> = acquisitions
-        .iter()
-        .map(|a| a.acquired_us.saturating_sub(a.want_us))
-        .collect();
-    wait_us.sort_unstable();
+    let waits = |shared: Option<bool>| {
+        let mut waits: Vec<u64> = acquisitions
+            .iter()
+            .filter(|a| shared.is_none_or(|shared| a.shared == shared))
+            .map(|a| a.acquired_us.saturating_sub(a.want_us))
+            .collect();
+        waits.sort_unstable();
+        waits
+    };
+    let (wait_us, shared_wait_us, exclusive_wait_us) =
+        (waits(None), waits(Some(true)), waits(Some(false)));
     acquisitions.sort_unstable_by_key(|a| a.acquired_us);
     let mut handoff_us: Vec<u64> = acquisitions
         .windows(2)
@@ -85,6 +100,8 @@ pub fn hot_key_figures(
         utilization: held_us as f64 / 1e6 / seconds,
         jain: jain(&counts),
         wait_us,
+        shared_wait_us,
+        exclusive_wait_us,
         handoff_us,
     }
 }
@@ -101,13 +118,29 @@ impl HotKeySummary {
             ms(figures.wait_us.last().copied().unwrap_or(0)),
         )
     }
+
+    /// The p99 waits of shared and exclusive holds, NaN where there were none.
+    pub fn wait_p99_by_hold_ms(figures: &HotKeyFigures) -> (f64, f64) {
+        let p99 = |waits: &[u64]| {
+            if waits.is_empty() {
+                f64::NAN
+            } else {
+                ms(percentile(waits, 0.99))
+            }
+        };
+        (
+            p99(&figures.shared_wait_us),
+            p99(&figures.exclusive_wait_us),
+        )
+    }
 }
 
 /// Prints the hot-key table.
 pub fn print_hot_key_table(rows: &[HotKeySummary]) {
     println!(
-        "{:<20} {:>7} {:>4} {:>4} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
+        "{:<20} {:<11} {:>7} {:>4} {:>4} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
         "impl",
+        "shape",
         "variant",
         "C",
         "H",
@@ -117,19 +150,29 @@ pub fn print_hot_key_table(rows: &[HotKeySummary]) {
         "wait p50",
         "wait p99",
         "wait max",
+        "shar p99",
+        "excl p99",
         "gap p50",
         "gap p99",
         "rt/acq",
         "cmd/acq"
     );
     println!(
-        "{:<20} {:>7} {:>4} {:>4} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
-        "", "", "", "ms", "", "", "", "ms", "ms", "ms", "µs", "µs", "", ""
+        "{:<20} {:<11} {:>7} {:>4} {:>4} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
+        "", "", "", "", "ms", "", "", "", "ms", "ms", "ms", "ms", "ms", "µs", "µs", "", ""
     );
+    let or_dash = |ms: f64| {
+        if ms.is_nan() {
+            "-".to_owned()
+        } else {
+            format!("{ms:.2}")
+        }
+    };
     for row in rows {
         println!(
-            "{:<20} {:>7} {:>4} {:>4} {:>9.1} {:>6.3} {:>6.3} {:>9.2} {:>9.2} {:>9.2} {:>9.0} {:>9.0} {:>7} {:>7}",
+            "{:<20} {:<11} {:>7} {:>4} {:>4} {:>9.1} {:>6.3} {:>6.3} {:>9.2} {:>9.2} {:>9.2} {:>9} {:>9} {:>9.0} {:>9.0} {:>7} {:>7}",
             row.which,
+            row.shape,
             if row.handoff { "handoff" } else { "default" },
             row.concurrency,
             row.hold_ms,
@@ -139,15 +182,13 @@ pub fn print_hot_key_table(rows: &[HotKeySummary]) {
             row.wait_p50_ms,
             row.wait_p99_ms,
             row.wait_max_ms,
+            or_dash(row.shared_wait_p99_ms),
+            or_dash(row.exclusive_wait_p99_ms),
             row.handoff_p50_us,
             row.handoff_p99_us,
             row.round_trips_per_acquire
                 .map_or_else(|| "-".to_owned(), |rt| format!("{rt:.2}")),
-            if row.redis_cmds_per_acquire.is_nan() {
-                "-".to_owned()
-            } else {
-                format!("{:.2}", row.redis_cmds_per_acquire)
-            },
+            or_dash(row.redis_cmds_per_acquire),
         );
     }
 }
@@ -175,12 +216,14 @@ mod tests {
         let acquisitions = vec![
             Acquisition {
                 contender: 0,
+                shared: false,
                 want_us: 0,
                 acquired_us: 0,
                 hold_end_us: 400_000,
             },
             Acquisition {
                 contender: 1,
+                shared: true,
                 want_us: 0,
                 acquired_us: 500_000,
                 hold_end_us: 900_000,
@@ -190,6 +233,8 @@ mod tests {
         assert!((figures.utilization - 0.8).abs() < 1e-9);
         assert_eq!(figures.handoff_us, [100_000]);
         assert_eq!(figures.wait_us, [0, 500_000]);
+        assert_eq!(figures.shared_wait_us, [500_000]);
+        assert_eq!(figures.exclusive_wait_us, [0]);
         assert!((figures.jain - 1.0).abs() < 1e-9);
     }
 }

@@ -33,11 +33,12 @@
 //! use axum::{Router, body::Body, routing::post};
 //! use http::{Request, StatusCode};
 //! use tower::ServiceExt;
-//! use tower_lock::{LockLayer, MemoryBackend, key::KeyTemplate};
+//! use tower_lock::{LockLayer, Locker, MemoryBackend, key::KeyTemplate};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
-//! let lock = LockLayer::new(MemoryBackend::new(), KeyTemplate::parse("coupon:{path id}").unwrap());
+//! let locker = Locker::new(MemoryBackend::new());
+//! let lock = LockLayer::new(locker, KeyTemplate::parse("coupon:{path id}").unwrap());
 //! let app = Router::new()
 //!     .route("/coupons/{id}/claim", post(|| async { "claimed" }))
 //!     .route_layer(lock);

@@ -3,7 +3,8 @@
 //! (same ports, same data) and paused.
 //!
 //! The servers tick every 500 ms (a lost leader is noticed within seconds), grant sessions of
-//! up to 60 s (the conformance suite's 30 s leases need 45 s sessions) and delete empty
+//! up to 60 s unless told otherwise (the conformance suite's 30 s leases need 45 s sessions;
+//! ZooKeeper's own cap would be 20 ticks, 10 s) and delete empty
 //! container nodes every second (by default every minute).
 
 use std::io::{Read, Write};
@@ -28,6 +29,8 @@ const INSTALL_HINT: &str = "ZooKeeper is not installed; the ZooKeeper tests star
 #[derive(Debug)]
 pub struct ZookeeperEnsemble {
     servers: Vec<Server>,
+    /// The longest session the servers grant.
+    max_session: Duration,
 }
 
 #[derive(Debug)]
@@ -48,6 +51,16 @@ impl ZookeeperEnsemble {
     /// When ZooKeeper is not installed (the message says how to install it), or a server did
     /// not serve within 30 s.
     pub fn start(size: usize) -> Self {
+        Self::granting_sessions_up_to(size, Duration::from_secs(60))
+    }
+
+    /// Starts an ensemble of `size` servers that grant sessions of at most `max_session`
+    /// (ZooKeeper's own default is 20 ticks: 10 s here).
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn granting_sessions_up_to(size: usize, max_session: Duration) -> Self {
         assert!(Path::new(SERVER_JAR).exists(), "{INSTALL_HINT}");
         let servers = (0..size)
             .map(|_| Server {
@@ -58,7 +71,10 @@ impl ZookeeperEnsemble {
                 process: ServerProcess::default(),
             })
             .collect();
-        let mut ensemble = Self { servers };
+        let mut ensemble = Self {
+            servers,
+            max_session,
+        };
         for index in 0..size {
             ensemble.configure(index);
             ensemble.spawn(index);
@@ -182,9 +198,10 @@ impl ZookeeperEnsemble {
         let server = &self.servers[index];
         let dir = server.dir.path();
         let mut config = format!(
-            "tickTime=500\ninitLimit=20\nsyncLimit=5\nmaxSessionTimeout=60000\n\
+            "tickTime=500\ninitLimit=20\nsyncLimit=5\nmaxSessionTimeout={}\n\
              dataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\n\
              admin.enableServer=false\n4lw.commands.whitelist=srvr,dump,ruok\n",
+            self.max_session.as_millis(),
             dir.display(),
             server.client_port,
         );

@@ -8,7 +8,7 @@ use axum::routing::post;
 use http::{Request, StatusCode};
 use integration_tests::{RedisServer, send};
 use tower_lock::key::KeyTemplate;
-use tower_lock::{LockLayer, RedisBackend};
+use tower_lock::{LockLayer, Locker, RedisBackend};
 
 fn claim(uri: &str, tenant: Option<&str>) -> Request<axum::body::Body> {
     let mut request = Request::post(uri);
@@ -31,7 +31,7 @@ async fn bad_keys_are_answered_400_and_the_handler_never_runs() {
     let app = Router::new()
         .route("/coupons/{id}/claim", handler.clone())
         .route("/coupons/claim", handler)
-        .route_layer(LockLayer::new(backend, key));
+        .route_layer(LockLayer::new(Locker::new(backend), key));
     let long = "x".repeat(10 * 1024);
     let cases = [
         (

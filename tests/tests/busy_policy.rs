@@ -8,18 +8,16 @@ use axum::routing::post;
 use http::StatusCode;
 use integration_tests::{Gate, RedisServer, post as post_request, send};
 use tower_lock::key::KeyTemplate;
-use tower_lock::{LockLayer, RedisBackend};
+use tower_lock::{LockLayer, Locker, LockerBuilder, RedisBackend};
 
 async fn gated_app(
     redis: &RedisServer,
-    configure: impl FnOnce(LockLayer<RedisBackend, KeyTemplate>) -> LockLayer<RedisBackend, KeyTemplate>,
+    configure: impl FnOnce(LockerBuilder<RedisBackend>) -> LockerBuilder<RedisBackend>,
 ) -> (Router, integration_tests::GateControl) {
     let (gate, control) = Gate::new();
     let backend = RedisBackend::connect(redis.url()).await.unwrap();
-    let layer = configure(LockLayer::new(
-        backend,
-        KeyTemplate::parse("coupon:{path id}").unwrap(),
-    ));
+    let locker = configure(Locker::builder(backend)).build().unwrap();
+    let layer = LockLayer::new(locker, KeyTemplate::parse("coupon:{path id}").unwrap());
     let app = Router::new()
         .route(
             "/coupons/{id}/claim",
@@ -37,7 +35,7 @@ fn claim(app: &Router, id: &str) -> tokio::task::JoinHandle<StatusCode> {
 #[tokio::test]
 async fn a_busy_key_is_rejected_while_other_keys_run_concurrently() {
     let redis = RedisServer::start();
-    let (app, mut gate) = gated_app(&redis, LockLayer::reject).await;
+    let (app, mut gate) = gated_app(&redis, LockerBuilder::reject).await;
     let holder = claim(&app, "7");
     assert_eq!(gate.entered().await, "7");
 
@@ -62,7 +60,7 @@ async fn a_busy_key_is_rejected_while_other_keys_run_concurrently() {
 #[tokio::test]
 async fn a_waiter_gets_the_lock_soon_after_the_holder_releases() {
     let redis = RedisServer::start();
-    let (app, mut gate) = gated_app(&redis, |layer| layer.wait(Duration::from_secs(10))).await;
+    let (app, mut gate) = gated_app(&redis, |locker| locker.wait(Duration::from_secs(10))).await;
     let holder = claim(&app, "7");
     gate.entered().await;
     let waiter = claim(&app, "7");
@@ -91,7 +89,7 @@ async fn a_waiter_gets_the_lock_soon_after_the_holder_releases() {
 #[tokio::test]
 async fn a_waiter_whose_timeout_passes_gets_409() {
     let redis = RedisServer::start();
-    let (app, mut gate) = gated_app(&redis, |layer| layer.wait(Duration::from_millis(400))).await;
+    let (app, mut gate) = gated_app(&redis, |locker| locker.wait(Duration::from_millis(400))).await;
     let holder = claim(&app, "7");
     gate.entered().await;
     let started = Instant::now();

@@ -14,6 +14,7 @@ use http::StatusCode;
 use integration_tests::{MariadbServer, PostgresServer, post as post_request, send};
 use tokio::time::{Instant, sleep};
 use tower_lock::LockLayer;
+use tower_lock::Locker;
 use tower_lock::backend::LockBackend;
 use tower_lock::backend::mysql::MysqlBackend;
 use tower_lock::backend::postgres::PostgresBackend;
@@ -137,10 +138,15 @@ async fn blocking<S: Restartable>(mut server: S, change: fn(&mut S)) -> S {
 }
 
 fn counting_app<B: LockBackend>(backend: B, runs: Arc<AtomicUsize>) -> Router {
-    let layer = LockLayer::new(backend, KeyTemplate::parse("coupon:{path id}").unwrap())
-        .ttl(TTL)
-        .wait(Duration::from_secs(3))
-        .store_timeout(STORE_TIMEOUT);
+    let layer = LockLayer::new(
+        Locker::builder(backend)
+            .ttl(TTL)
+            .wait(Duration::from_secs(3))
+            .store_timeout(STORE_TIMEOUT)
+            .build()
+            .unwrap(),
+        KeyTemplate::parse("coupon:{path id}").unwrap(),
+    );
     Router::new()
         .route(
             "/coupons/{id}/claim",

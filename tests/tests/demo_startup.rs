@@ -3,7 +3,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use http::StatusCode;
+use integration_tests::{DemoReplica, Http, ZookeeperEnsemble};
+use serde_json::json;
 
 const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
 
@@ -105,4 +110,106 @@ fn optimistic_without_a_sql_store_is_one_line_saying_what_it_needs() {
         "{stderr}"
     );
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
+
+/// Runs the demo with `args`, which it must refuse: its output once it exited, or a failure
+/// when it still runs after 20 s (it started instead).
+fn refused(args: &[&str]) -> Output {
+    let mut demo = Command::new(DEMO)
+        .args(args)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the demo runs");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while demo.try_wait().expect("the demo's status").is_none() {
+        if std::time::Instant::now() > deadline {
+            demo.kill().ok();
+            panic!("the demo started with {args:?} instead of refusing them");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    demo.wait_with_output().expect("the demo's output")
+}
+
+/// Asserts that `output` is a start-up failure of one line on stderr that contains `needle`,
+/// not a panic.
+fn one_line_naming(output: &Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains(needle), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn lease_ttls_out_of_range_are_one_line_naming_the_option_and_its_bounds() {
+    let cases = [
+        ("0", "at least 10 ms"),
+        ("1", "at least 10 ms"),
+        ("86400001", "at most 86400000 ms"),
+        ("18446744073709551615", "at most 86400000 ms"),
+    ];
+    for (ttl, bound) in cases {
+        let output = refused(&["--lock-ttl-ms", ttl]);
+
+        one_line_naming(&output, &format!("--lock-ttl-ms {ttl}: "));
+        one_line_naming(&output, bound);
+    }
+}
+
+#[test]
+fn a_lock_store_that_vouches_for_less_than_the_ttl_asked_names_what_it_allows() {
+    let zookeeper = ZookeeperEnsemble::granting_sessions_up_to(1, Duration::from_secs(10));
+
+    let output = refused(&["--lock-store", &zookeeper.url(), "--lock-ttl-ms", "10000"]);
+
+    one_line_naming(
+        &output,
+        "--lock-ttl-ms 10000: ZooKeeper vouches for leases of at most 6666 ms",
+    );
+    one_line_naming(&output, "use --lock-ttl-ms 6666 or less");
+}
+
+#[test]
+fn without_a_ttl_the_demo_takes_the_longest_the_lock_store_vouches_for_and_says_so() {
+    let zookeeper = ZookeeperEnsemble::granting_sessions_up_to(1, Duration::from_secs(10));
+    let port = integration_tests::free_port();
+    let mut demo = Command::new(DEMO)
+        .args(["--lock-store", &zookeeper.url()])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the demo runs");
+    let log = BufReader::new(demo.stdout.take().unwrap());
+    // The ZooKeeper client logs its session first.
+    let listening = log
+        .lines()
+        .map_while(Result::ok)
+        .find(|line| line.contains("coupon service listening"));
+    demo.kill().unwrap();
+    demo.wait().unwrap();
+
+    let listening = listening.expect("the demo started");
+    assert!(
+        listening.contains("6666 (the longest the lock store vouches for"),
+        "{listening}"
+    );
+}
+
+#[tokio::test]
+async fn a_wait_too_long_for_the_clock_serves_claims() {
+    let demo = DemoReplica::start(DEMO, &["--lock-wait-ms", "18446744073709551615"]);
+    let http = Http::default();
+    let coupon = format!("{}/coupons/c1", demo.url());
+
+    let seeded = http.put(&coupon, json!({ "stock": 1 })).await;
+    let claim = http
+        .post(&format!("{coupon}/claim"), json!({ "user_id": "u1" }))
+        .await;
+
+    assert_eq!(seeded.status, StatusCode::OK, "{}", seeded.body);
+    assert_eq!(claim.status, StatusCode::CREATED, "{}", claim.body);
 }

@@ -18,7 +18,7 @@ use tower_lock::backend::{
 };
 use tower_lock::key::header;
 use tower_lock::testing::CountingBackend;
-use tower_lock::{Hold, LockLayer, RedisBackend};
+use tower_lock::{Hold, LockLayer, Locker, RedisBackend};
 
 const LEASE: Duration = Duration::from_secs(3);
 /// A ticket that outlives a lease.
@@ -163,7 +163,13 @@ async fn a_queued_request_holds_the_lock_on_hearing_its_release_without_asking()
     let backend = CountingBackend::new(RedisBackend::connect(redis.url()).await.unwrap());
     let app = Router::new()
         .route("/", post(|| async {}))
-        .route_layer(LockLayer::new(backend.clone(), header("x-key")).wait(LEASE * 2));
+        .route_layer(LockLayer::new(
+            Locker::builder(backend.clone())
+                .wait(LEASE * 2)
+                .build()
+                .unwrap(),
+            header("x-key"),
+        ));
     let holder = OwnerToken::new();
     take(backend.inner(), holder).await;
     let request = Request::post("/")

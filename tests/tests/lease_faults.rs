@@ -12,9 +12,18 @@ use http::StatusCode;
 use integration_tests::{Gate, RedisServer, post as post_request, send};
 use tokio::time::Instant;
 use tower_lock::key::{KeyTemplate, header};
-use tower_lock::{LockBackend, LockGuard, LockLayer, OnLost, RedisBackend};
+use tower_lock::{LockBackend, LockGuard, LockLayer, Locker, LockerBuilder, OnLost, RedisBackend};
 
 const TTL: Duration = Duration::from_millis(300);
+
+/// The coupon lock on `redis`, its locker configured by `configure`.
+async fn coupon_lock(
+    redis: &RedisServer,
+    configure: impl FnOnce(LockerBuilder<RedisBackend>) -> LockerBuilder<RedisBackend>,
+) -> LockLayer<RedisBackend, KeyTemplate> {
+    let locker = configure(Locker::builder(backend(redis).await)).build();
+    LockLayer::new(locker.expect("valid settings"), coupon_key())
+}
 
 fn coupon_key() -> KeyTemplate {
     KeyTemplate::parse("coupon:{path id}").unwrap()
@@ -52,10 +61,10 @@ async fn probe_while_holding(holder_app: Router, prober: Router) -> (Vec<StatusC
 #[tokio::test]
 async fn a_handler_running_three_ttls_keeps_its_lock_by_renewal() {
     let redis = RedisServer::start();
-    let holder = slow_route(TTL * 3)
-        .route_layer(LockLayer::new(backend(&redis).await, coupon_key()).ttl(TTL));
-    let prober = slow_route(Duration::ZERO)
-        .route_layer(LockLayer::new(backend(&redis).await, coupon_key()).reject());
+    let holder =
+        slow_route(TTL * 3).route_layer(coupon_lock(&redis, |locker| locker.ttl(TTL)).await);
+    let prober =
+        slow_route(Duration::ZERO).route_layer(coupon_lock(&redis, |locker| locker.reject()).await);
 
     let (probes, holder) = probe_while_holding(holder, prober).await;
 
@@ -70,13 +79,13 @@ async fn a_handler_running_three_ttls_keeps_its_lock_by_renewal() {
 #[tokio::test]
 async fn without_renewal_a_second_request_gets_in_after_the_ttl() {
     let redis = RedisServer::start();
-    let layer = LockLayer::new(backend(&redis).await, coupon_key())
-        .ttl(TTL)
-        .renew(false)
-        .on_lost(OnLost::Continue);
+    let layer = coupon_lock(&redis, |locker| {
+        locker.ttl(TTL).renew(false).on_lost(OnLost::Continue)
+    })
+    .await;
     let holder = slow_route(TTL * 3).route_layer(layer);
-    let prober = slow_route(Duration::ZERO)
-        .route_layer(LockLayer::new(backend(&redis).await, coupon_key()).reject());
+    let prober =
+        slow_route(Duration::ZERO).route_layer(coupon_lock(&redis, |locker| locker.reject()).await);
 
     let (probes, _) = probe_while_holding(holder, prober).await;
 
@@ -108,7 +117,7 @@ async fn a_killed_redis_makes_the_lease_lost_by_its_deadline_and_aborts_the_hand
                 }
             }),
         )
-        .route_layer(LockLayer::new(backend(&redis).await, coupon_key()).ttl(TTL));
+        .route_layer(coupon_lock(&redis, |locker| locker.ttl(TTL)).await);
     let request = tokio::spawn({
         let app = app.clone();
         async move { send(&app, post_request("/coupons/7/claim")).await }
@@ -164,8 +173,7 @@ async fn evalsha_calls(redis: &RedisServer) -> u64 {
 #[tokio::test]
 async fn nothing_is_renewed_after_release_or_cancellation() {
     let redis = RedisServer::start();
-    let app = slow_route(TTL * 2)
-        .route_layer(LockLayer::new(backend(&redis).await, coupon_key()).ttl(TTL));
+    let app = slow_route(TTL * 2).route_layer(coupon_lock(&redis, |locker| locker.ttl(TTL)).await);
     let before = evalsha_calls(&redis).await;
 
     assert_eq!(
@@ -202,7 +210,10 @@ async fn a_hundred_thousand_requests_over_ten_thousand_keys_leave_nothing_behind
     const WORKERS: usize = 64;
     let redis = RedisServer::start();
     let backend = backend(&redis).await;
-    let layer = LockLayer::new(backend.clone(), header("x-key")).ttl(TTL);
+    let layer = LockLayer::new(
+        Locker::builder(backend.clone()).ttl(TTL).build().unwrap(),
+        header("x-key"),
+    );
     let slow = Arc::new(AtomicUsize::new(0));
     let app = Router::new()
         .route(
@@ -241,7 +252,7 @@ async fn a_hundred_thousand_requests_over_ten_thousand_keys_leave_nothing_behind
     // Waiters' lines for a lock linger 2 s after their last member left.
     tokio::time::sleep(Duration::from_millis(2500)).await;
 
-    assert_eq!(layer.active_leases(), 0);
+    assert_eq!(layer.locker().held_locks(), 0);
     assert_eq!(
         backend.wait_queue().unwrap().room().waiting_names(),
         0,

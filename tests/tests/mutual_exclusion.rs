@@ -8,7 +8,7 @@ use axum::routing::post;
 use http::StatusCode;
 use integration_tests::{Occupancy, RedisServer, post as post_request, send};
 use tower_lock::key::KeyTemplate;
-use tower_lock::{LockLayer, RedisBackend};
+use tower_lock::{LockLayer, Locker, RedisBackend};
 
 const REQUESTS: usize = 64;
 const WORK: Duration = Duration::from_millis(2);
@@ -22,8 +22,13 @@ fn claim_route(occupancy: Arc<Occupancy>) -> Router {
 
 async fn replica(redis: &RedisServer, occupancy: Arc<Occupancy>) -> Router {
     let backend = RedisBackend::connect(redis.url()).await.unwrap();
-    let lock = LockLayer::new(backend, KeyTemplate::parse("coupon:{path id}").unwrap())
-        .wait(Duration::from_secs(60));
+    let lock = LockLayer::new(
+        Locker::builder(backend)
+            .wait(Duration::from_secs(60))
+            .build()
+            .unwrap(),
+        KeyTemplate::parse("coupon:{path id}").unwrap(),
+    );
     claim_route(occupancy).route_layer(lock)
 }
 

@@ -8,7 +8,7 @@ use axum::routing::post;
 use integration_tests::{Gate, RedisServer, fence_of, hold, post as post_request, send};
 use redis::AsyncCommands;
 use tower_lock::key::KeyTemplate;
-use tower_lock::{LockBackend, LockLayer, RedisBackend};
+use tower_lock::{LockBackend, LockLayer, Locker, RedisBackend};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -79,10 +79,13 @@ async fn a_cancelled_request_releases_its_lock_well_before_the_ttl() {
             "/coupons/{id}/claim",
             post(move || async move { gate.pass("holder".into()).await }),
         )
-        .route_layer(
-            LockLayer::new(backend, KeyTemplate::parse("coupon:{path id}").unwrap())
-                .ttl(Duration::from_secs(30)),
-        );
+        .route_layer(LockLayer::new(
+            Locker::builder(backend)
+                .ttl(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            KeyTemplate::parse("coupon:{path id}").unwrap(),
+        ));
     let request = tokio::spawn({
         let app = app.clone();
         async move { send(&app, post_request("/coupons/7/claim")).await }

@@ -6,13 +6,22 @@ use std::future::Future;
 use futures_util::StreamExt;
 use integration_tests::{RedisServer, post, send};
 use tower_lock::key::KeyTemplate;
-use tower_lock::{LockGuard, LockLayer, RedisBackend};
+use tower_lock::{LockGuard, LockLayer, Locker, LockerBuilder, RedisBackend};
 
 const REQUESTS: usize = 10;
 const SENTINEL: &str = "end-of-test";
 
 fn coupon_lock(backend: RedisBackend) -> LockLayer<RedisBackend, KeyTemplate> {
-    LockLayer::new(backend, KeyTemplate::parse("coupon:{path id}").unwrap())
+    coupon_lock_with(backend, |locker| locker)
+}
+
+/// The coupon lock, with a locker configured by `configure`.
+fn coupon_lock_with(
+    backend: RedisBackend,
+    configure: fn(LockerBuilder<RedisBackend>) -> LockerBuilder<RedisBackend>,
+) -> LockLayer<RedisBackend, KeyTemplate> {
+    let locker = configure(Locker::builder(backend)).build().unwrap();
+    LockLayer::new(locker, KeyTemplate::parse("coupon:{path id}").unwrap())
 }
 
 /// A claim route under `lock` that answers with its fencing token; one request has already
@@ -257,7 +266,7 @@ async fn a_waiting_writer_asks_with_one_script_not_a_failing_transaction_first()
 /// configured with `second`, finds it busy and answers `second_status` (it gives up, or
 /// waits); then the holder finishes. The commands Redis ran from the second request on.
 async fn holder_release_after(
-    second: fn(LockLayer<RedisBackend, KeyTemplate>) -> LockLayer<RedisBackend, KeyTemplate>,
+    second: fn(LockerBuilder<RedisBackend>) -> LockerBuilder<RedisBackend>,
     second_status: u16,
 ) -> Vec<String> {
     use integration_tests::Gate;
@@ -270,7 +279,7 @@ async fn holder_release_after(
             axum::routing::post(move || async move { gate.pass("holder".into()).await }),
         )
         .route_layer(coupon_lock(backend.clone()));
-    let other = claims(second(coupon_lock(backend))).await;
+    let other = claims(coupon_lock_with(backend, second)).await;
     let holding = tokio::spawn(async move { send(&holder, post("/coupons/7/claim")).await.status });
     control.entered().await;
 
@@ -296,7 +305,7 @@ async fn holder_release_after(
 
 #[tokio::test]
 async fn a_rejected_request_costs_the_holders_release_nothing() {
-    let lines = holder_release_after(LockLayer::reject, 409).await;
+    let lines = holder_release_after(LockerBuilder::reject, 409).await;
 
     assert_eq!(
         client_commands(&lines),
@@ -313,8 +322,8 @@ async fn a_rejected_request_costs_the_holders_release_nothing() {
 
 #[tokio::test]
 async fn a_polling_waiter_costs_the_holders_release_nothing() {
-    let poll = |layer: LockLayer<RedisBackend, KeyTemplate>| {
-        layer.wait_polling(std::time::Duration::from_secs(5))
+    let poll = |locker: LockerBuilder<RedisBackend>| {
+        locker.wait_polling(std::time::Duration::from_secs(5))
     };
     let lines = holder_release_after(poll, 200).await;
 
@@ -335,8 +344,7 @@ async fn a_polling_waiter_costs_the_holders_release_nothing() {
 
 #[tokio::test]
 async fn a_listening_waiter_has_the_holders_release_announced() {
-    let wait =
-        |layer: LockLayer<RedisBackend, KeyTemplate>| layer.wait(std::time::Duration::from_secs(5));
+    let wait = |locker: LockerBuilder<RedisBackend>| locker.wait(std::time::Duration::from_secs(5));
     let lines = holder_release_after(wait, 200).await;
 
     assert!(

@@ -12,9 +12,10 @@ use http::{Method, Request, StatusCode};
 use integration_tests::{RedisServer, granted, request, send};
 use tower_lock::backend::{Attempt, LockBackend, Patience, SharedLocks};
 use tower_lock::key::header;
-use tower_lock::{Hold, LockGuard, LockLayer, RedisBackend};
+use tower_lock::{Hold, LockGuard, LockLayer, Locker, LockerBuilder, RedisBackend};
 
 const TTL: Duration = Duration::from_secs(10);
+const TWO: std::num::NonZeroU32 = std::num::NonZeroU32::new(2).expect("two");
 
 /// Who is inside, by hold, and the worst seen.
 #[derive(Debug, Default)]
@@ -60,9 +61,13 @@ async fn replica(
     };
     Router::new()
         .route("/", get(handler.clone()).post(handler))
-        .route_layer(configure(
-            LockLayer::new(backend, header("x-key")).wait(Duration::from_secs(30)),
-        ))
+        .route_layer(configure(LockLayer::new(
+            Locker::builder(backend)
+                .wait(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            header("x-key"),
+        )))
 }
 
 fn send_as(app: &Router, method: Method) -> tokio::task::JoinHandle<StatusCode> {
@@ -135,8 +140,8 @@ async fn a_semaphore_across_two_replicas_admits_exactly_its_permits() {
     let redis = RedisServer::start();
     let inside = Arc::new(Inside::default());
     let replicas = [
-        replica(&redis, inside.clone(), |layer| layer.semaphore(2)).await,
-        replica(&redis, inside.clone(), |layer| layer.semaphore(2)).await,
+        replica(&redis, inside.clone(), |layer| layer.semaphore(TWO)).await,
+        replica(&redis, inside.clone(), |layer| layer.semaphore(TWO)).await,
     ];
 
     let requests: Vec<_> = (0..30)
@@ -257,9 +262,7 @@ async fn a_writer_that_waited_withdraws_its_intent_when_it_gets_in() {
 /// POST writes, and both handlers wait at `gate` (reporting their method) until let out.
 async fn gated_coupon(
     redis: &RedisServer,
-    configure: impl FnOnce(
-        LockLayer<RedisBackend, tower_lock::key::KeyTemplate>,
-    ) -> LockLayer<RedisBackend, tower_lock::key::KeyTemplate>,
+    configure: impl FnOnce(LockerBuilder<RedisBackend>) -> LockerBuilder<RedisBackend>,
     gate: integration_tests::Gate,
 ) -> Router {
     let backend = RedisBackend::connect(redis.url()).await.unwrap();
@@ -270,7 +273,9 @@ async fn gated_coupon(
     };
     Router::new()
         .route("/coupons/{id}", get(handler.clone()).post(handler))
-        .route_layer(configure(LockLayer::new(backend, key).read_write()))
+        .route_layer(
+            LockLayer::new(configure(Locker::builder(backend)).build().unwrap(), key).read_write(),
+        )
 }
 
 fn coupon(app: &Router, method: Method) -> tokio::task::JoinHandle<StatusCode> {
@@ -286,15 +291,13 @@ fn coupon(app: &Router, method: Method) -> tokio::task::JoinHandle<StatusCode> {
 /// A claim holds `coupon:r`; a second claim, made through a layer configured by `second`, is
 /// refused; the first finishes. What three reads in a row answer right after.
 async fn reads_after_a_refused_writer(
-    second: fn(
-        LockLayer<RedisBackend, tower_lock::key::KeyTemplate>,
-    ) -> LockLayer<RedisBackend, tower_lock::key::KeyTemplate>,
+    second: fn(LockerBuilder<RedisBackend>) -> LockerBuilder<RedisBackend>,
 ) -> Vec<StatusCode> {
     let redis = RedisServer::start();
     let (gate, mut control) = integration_tests::Gate::new();
-    let holding = gated_coupon(&redis, |layer| layer.reject(), gate.clone()).await;
+    let holding = gated_coupon(&redis, LockerBuilder::reject, gate.clone()).await;
     let refused = gated_coupon(&redis, second, gate.clone()).await;
-    let readers = gated_coupon(&redis, |layer| layer.reject(), gate).await;
+    let readers = gated_coupon(&redis, LockerBuilder::reject, gate).await;
     let holder = coupon(&holding, Method::POST);
     assert_eq!(control.entered().await, "POST");
 
@@ -315,7 +318,7 @@ async fn reads_after_a_refused_writer(
 
 #[tokio::test]
 async fn a_rejected_writer_leaves_nothing_that_keeps_readers_out() {
-    let reads = reads_after_a_refused_writer(LockLayer::reject).await;
+    let reads = reads_after_a_refused_writer(LockerBuilder::reject).await;
 
     assert_eq!(
         reads,
@@ -326,7 +329,8 @@ async fn a_rejected_writer_leaves_nothing_that_keeps_readers_out() {
 
 #[tokio::test]
 async fn a_writer_that_gave_up_waiting_leaves_nothing_that_keeps_readers_out() {
-    let reads = reads_after_a_refused_writer(|layer| layer.wait(Duration::from_millis(300))).await;
+    let reads =
+        reads_after_a_refused_writer(|locker| locker.wait(Duration::from_millis(300))).await;
 
     assert_eq!(
         reads,

@@ -11,7 +11,7 @@ use http::StatusCode;
 use integration_tests::{RedisServer, post as post_request, send};
 use redis::AsyncCommands;
 use tower_lock::key::KeyTemplate;
-use tower_lock::{LockLayer, RedisBackend};
+use tower_lock::{LockLayer, Locker, RedisBackend};
 
 const WAIT: Duration = Duration::from_secs(3);
 
@@ -22,9 +22,10 @@ async fn counting_app(redis: &RedisServer, runs: Arc<AtomicUsize>) -> Router {
             "/coupons/{id}/claim",
             post(move || async move { runs.fetch_add(1, Ordering::SeqCst).to_string() }),
         )
-        .route_layer(
-            LockLayer::new(backend, KeyTemplate::parse("coupon:{path id}").unwrap()).wait(WAIT),
-        )
+        .route_layer(LockLayer::new(
+            Locker::builder(backend).wait(WAIT).build().unwrap(),
+            KeyTemplate::parse("coupon:{path id}").unwrap(),
+        ))
 }
 
 /// Claims until one succeeds, for at most `limit`.

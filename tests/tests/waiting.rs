@@ -13,7 +13,7 @@ use redis::AsyncCommands;
 use tokio::sync::mpsc;
 use tower_lock::backend::{LockBackend, LockRequest, OwnerToken, QueuedAttempt, TokenLease};
 use tower_lock::key::header;
-use tower_lock::{LockLayer, RedisBackend};
+use tower_lock::{LockLayer, Locker, RedisBackend};
 
 const HOLD_TTL: Duration = Duration::from_secs(3);
 
@@ -33,12 +33,13 @@ async fn process(
     order: mpsc::UnboundedSender<String>,
 ) -> Router {
     let backend = RedisBackend::connect(redis.url()).await.unwrap();
-    let mut layer = LockLayer::new(backend, header("x-key"))
+    let mut locker = Locker::builder(backend)
         .ttl(HOLD_TTL)
         .wait(Duration::from_secs(20));
     if let Some(ticket_ttl) = fair {
-        layer = layer.fair(ticket_ttl);
+        locker = locker.fair(ticket_ttl);
     }
+    let layer = LockLayer::new(locker.build().unwrap(), header("x-key"));
     Router::new()
         .route(
             "/",
@@ -273,9 +274,13 @@ async fn sixty_four_notified_contenders_across_two_processes_never_overlap() {
                     "/",
                     post(move || async move { occupancy.visit(Duration::from_millis(1)).await }),
                 )
-                .route_layer(
-                    LockLayer::new(backend, header("x-key")).wait(Duration::from_secs(30)),
-                ),
+                .route_layer(LockLayer::new(
+                    Locker::builder(backend)
+                        .wait(Duration::from_secs(30))
+                        .build()
+                        .unwrap(),
+                    header("x-key"),
+                )),
         );
     }
 

@@ -34,7 +34,7 @@ mod queue;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod request;
-mod shapes;
+pub(crate) mod shapes;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod sql;
 #[cfg(test)]

@@ -120,6 +120,7 @@ macro_rules! __conformance_cases {
             a_writer_that_asks_once_leaves_nothing_behind,
             a_writer_that_gives_up_waiting_leaves_nothing_behind,
             waiting_writers_in_two_processes_take_turns,
+            writers_alone_hand_over_like_a_mutex,
         );
     };
     (semaphore, $store:ty) => {

@@ -2,7 +2,7 @@
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use tokio::time::sleep;
@@ -12,6 +12,7 @@ use super::support::{
     LONG, Occupancy, SHORT, SLACK, busy, granted, locker, request, two_processes,
 };
 use crate::LockBackend;
+use crate::backend::shapes::WRITER_INTENT_TTL;
 use crate::backend::{Attempt, Patience, Semaphores, SharedLocks};
 
 /// Readers share a key; a writer, and a mutex, wait for every reader and exclude readers
@@ -214,6 +215,81 @@ where
     assert!(unlocked.most() > 1, "without the lock they overlap");
 }
 
+/// Eight writers in two processes, and no reader, take one read-write lock 25 times each,
+/// holding it 2 ms: they hand it over as mutex waiters do. The same loop of mutexes, run first
+/// on the same store, is the baseline: no writer waits much longer than the longest mutex wait —
+/// never the 2 s a waiting writer's intent lives after its writer stopped asking.
+pub async fn writers_alone_hand_over_like_a_mutex<S: Store>(store: &S)
+where
+    S::Backend: SharedLocks,
+{
+    let mutexes = longest_of_eight_in_turn(store, Take::Mutex).await;
+    let writers = longest_of_eight_in_turn(store, Take::Write).await;
+    // A stale intent bars the next writer for its whole 2 s life; a store slower than the
+    // baseline's run-to-run spread would need three quarters of that to look the same.
+    let bound = mutexes + WRITER_INTENT_TTL * 3 / 4;
+    assert!(
+        writers < bound,
+        "a writer waited {writers:?}, mutexes at most {mutexes:?} in the same loop"
+    );
+}
+
+/// How [`longest_of_eight_in_turn`] takes the lock.
+#[derive(Clone, Copy)]
+enum Take {
+    Mutex,
+    Write,
+}
+
+/// Eight tasks in two processes take `k` 25 times each as `take` says, holding it 2 ms; the
+/// longest any of them waited. Asserts that none held it beside another.
+async fn longest_of_eight_in_turn<S: Store>(store: &S, take: Take) -> Duration
+where
+    S::Backend: SharedLocks,
+{
+    let (a, b) = two_processes(store).await;
+    let wait = |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG);
+    let lockers = [locker(a, wait), locker(b, wait)];
+    let inside = Arc::new(Occupancy::default());
+    let longest_micros = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..8)
+        .map(|task| {
+            let (locker, inside, longest_micros) = (
+                lockers[task % 2].clone(),
+                inside.clone(),
+                longest_micros.clone(),
+            );
+            tokio::spawn(async move {
+                for _ in 0..25 {
+                    let asked = tokio::time::Instant::now();
+                    let held = match take {
+                        Take::Mutex => locker.lock("k").await?,
+                        Take::Write => locker.write("k").await?,
+                    };
+                    let waited = u64::try_from(asked.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    longest_micros.fetch_max(waited, SeqCst);
+                    inside.visit(Duration::from_millis(2)).await;
+                    held.release().await?;
+                }
+                Ok::<_, crate::LockError>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        let done = task.await.expect("a contender panicked");
+        done.expect("every contender gets the lock each time");
+    }
+    assert_eq!(inside.most(), 1, "two holders inside at once");
+    Duration::from_micros(longest_micros.load(SeqCst))
+}
+
+/// Whether `backend` announces releases to its waiters (else they poll).
+fn announces<B: LockBackend>(backend: &B) -> bool {
+    backend
+        .wait_queue()
+        .is_some_and(|queue| queue.room().hears_announcements())
+}
+
 /// Each reader's lease runs out on its own: a crashed reader holds up writers only until then,
 /// while the others keep theirs.
 pub async fn a_readers_lease_expires_on_its_own<S: Store>(store: &S)
@@ -336,9 +412,7 @@ where
 {
     let (a, b) = two_processes(store).await;
     let wait = |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG);
-    let announced = b
-        .wait_queue()
-        .is_some_and(|queue| queue.room().hears_announcements());
+    let announced = announces(&b);
     let (holders, waiter) = (locker(a, wait), locker(b, wait));
     let earlier = holders.permit("k", permits(2)).await.expect("a permit");
     let later = holders

@@ -28,7 +28,7 @@ use crate::backend::{FencingToken, Hold};
 ///
 /// ```
 /// use axum::{Router, routing::post};
-/// use tower_lock::{LockGuard, LockLayer, MemoryBackend, key::KeyTemplate};
+/// use tower_lock::{LockGuard, LockLayer, Locker, MemoryBackend, key::KeyTemplate};
 ///
 /// async fn claim(lock: LockGuard) -> String {
 ///     // Pass the fence to the store you write to, so a stale holder's writes are refused.
@@ -39,7 +39,7 @@ use crate::backend::{FencingToken, Hold};
 /// let key = KeyTemplate::parse("coupon:{path id}").unwrap();
 /// let app: Router = Router::new()
 ///     .route("/coupons/{id}/claim", post(claim))
-///     .route_layer(LockLayer::new(MemoryBackend::new(), key));
+///     .route_layer(LockLayer::new(Locker::new(MemoryBackend::new()), key));
 /// ```
 #[derive(Clone)]
 pub struct LockGuard {

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use tracing::Instrument;
 
@@ -18,7 +19,7 @@ use super::lease::Lease;
 use super::leases::Leases;
 use super::names::LockNames;
 use super::reentry::{self, Reentry};
-use super::settings::{ConfigError, LockerBuilder, Settings};
+use super::settings::{LockerBuilder, Settings};
 use super::telemetry::{Instruments, Meters, Outcome, Shape, Tally};
 use crate::OwnerToken;
 use crate::backend::{LockBackend, Semaphores, SharedLocks};
@@ -95,21 +96,6 @@ impl<B: LockBackend> Locker<B> {
         }
     }
 
-    /// This locker with `change` applied to its settings, checked again; it shares the
-    /// backend and the count of held locks.
-    pub(crate) fn reconfigured(
-        &self,
-        change: impl FnOnce(LockerBuilder<B>) -> LockerBuilder<B>,
-    ) -> Result<Self, ConfigError> {
-        let inner = &self.inner;
-        let builder = LockerBuilder::with_settings(
-            Arc::clone(&inner.backend),
-            (Arc::clone(&inner.held), Arc::clone(&inner.hold_times)),
-            inner.settings.clone(),
-        );
-        change(builder).build()
-    }
-
     /// The backend.
     pub fn backend(&self) -> &B {
         &self.inner.backend
@@ -119,6 +105,12 @@ impl<B: LockBackend> Locker<B> {
     /// tests that show nothing is left behind.
     pub fn held_locks(&self) -> usize {
         self.inner.held.load(Ordering::Relaxed)
+    }
+
+    /// The lease TTL of its locks: the one set, or the default (10 s, or the longest the
+    /// backend vouches for when that is shorter).
+    pub fn ttl(&self) -> Duration {
+        self.inner.settings.ttl
     }
 
     pub(crate) fn settings(&self) -> &Settings {

@@ -34,6 +34,6 @@ pub(crate) use held::Ran;
 pub use lease::LeaseLost;
 pub use locker::Locker;
 pub use names::{DEFAULT_MAX_KEY_LEN, InvalidKey, validate_key};
+pub(crate) use policy::BusyPolicy;
 pub use policy::OnLost;
-pub(crate) use policy::{BusyPolicy, WaitMode};
 pub use settings::{ConfigError, LockerBuilder};

@@ -83,10 +83,14 @@ pub(crate) enum WaitMode {
 /// # Example
 ///
 /// ```
-/// use tower_lock::{LockLayer, MemoryBackend, OnLost, key::header};
+/// use tower_lock::{LockLayer, Locker, MemoryBackend, OnLost, key::header};
 ///
 /// // Let handlers that check `LockGuard::is_held` (or write with fences) finish.
-/// let layer = LockLayer::new(MemoryBackend::new(), header("x-account")).on_lost(OnLost::Continue);
+/// let locker = Locker::builder(MemoryBackend::new())
+///     .on_lost(OnLost::Continue)
+///     .build()?;
+/// let layer = LockLayer::new(locker, header("x-account"));
+/// # Ok::<_, tower_lock::ConfigError>(())
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]

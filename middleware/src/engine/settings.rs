@@ -17,6 +17,10 @@ use crate::backend::LockBackend;
 /// The shortest lease (and fair-mode ticket) a locker accepts.
 const MIN_TTL: Duration = Duration::from_millis(10);
 
+/// The longest lease (and fair-mode ticket) a locker accepts: a crashed holder's lock stays
+/// taken that long, while renewal keeps a lock for as long as its work runs.
+const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// What a locker does: checked once, when it is built.
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
@@ -70,6 +74,11 @@ pub enum ConfigError {
     /// The lease TTL is shorter than 10 ms.
     #[error("a lease TTL needs at least 10 ms, got {0:?}")]
     TtlTooShort(Duration),
+    /// The lease TTL is longer than a day.
+    #[error(
+        "a lease TTL can be at most 24 h (renewal keeps a lock while its work runs), got {0:?}"
+    )]
+    TtlTooLong(Duration),
     /// The lease TTL is longer than the backend can vouch for ([`LockBackend::max_ttl`]).
     #[error("the backend vouches for leases of at most {max:?}, got a TTL of {ttl:?}")]
     TtlTooLongForBackend {
@@ -103,18 +112,9 @@ pub enum ConfigError {
     /// Fair mode was asked of a locker that does not wait (`reject()` or a zero wait).
     #[error("fair mode orders waiters; it needs a wait timeout longer than zero")]
     FairWithoutWaiting,
-    /// Fair mode was asked of a layer that takes shared holds (read-write, semaphore): it
-    /// orders the waiters of a mutex only.
-    #[error(
-        "fair mode orders the waiters of a mutex; read-write and semaphore layers cannot use it"
-    )]
-    FairSharedHolds,
-    /// A semaphore of zero permits would never admit anybody.
-    #[error("a semaphore needs at least one permit")]
-    NoPermits,
-    /// Fair mode's tickets would live shorter than 10 ms.
-    #[error("fair-mode tickets need to live at least 10 ms, got {0:?}")]
-    TicketTtlTooShort(Duration),
+    /// Fair mode's tickets would live shorter than 10 ms, or longer than a day.
+    #[error("fair-mode tickets need to live from 10 ms to 24 h, got {0:?}")]
+    TicketTtlOutOfRange(Duration),
     /// The prefix and the longest key do not fit the backend's longest lock name.
     #[error(
         "the prefix ({prefix} bytes) and keys of up to {max_key_len} bytes do not fit the \
@@ -198,8 +198,8 @@ impl Waiting {
             (Some(_), false) if self.timeout.is_zero() => {
                 return Err(ConfigError::FairWithoutWaiting);
             }
-            (Some(ticket_ttl), false) if ticket_ttl < MIN_TTL => {
-                return Err(ConfigError::TicketTtlTooShort(ticket_ttl));
+            (Some(ticket_ttl), false) if !(MIN_TTL..=MAX_TTL).contains(&ticket_ttl) => {
+                return Err(ConfigError::TicketTtlOutOfRange(ticket_ttl));
             }
             (Some(ticket_ttl), false) => WaitMode::Fair { ticket_ttl },
             (None, true) => WaitMode::Polling,
@@ -230,27 +230,6 @@ impl<B: LockBackend> LockerBuilder<B> {
             waiting: Waiting::of(settings.policy),
             settings,
             max_key_len: None,
-        }
-    }
-
-    /// A builder that starts from a built locker's `settings` and keeps counting its held
-    /// locks and their hold times in `tallies`.
-    pub(crate) fn with_settings(
-        backend: Arc<B>,
-        (held, hold_times): (Arc<AtomicUsize>, Arc<HoldTimes>),
-        settings: Settings,
-    ) -> Self {
-        Self {
-            backend,
-            held,
-            hold_times,
-            backoff: (
-                settings.backoff.ceiling(0),
-                settings.backoff.ceiling(u32::MAX),
-            ),
-            max_key_len: Some(settings.max_key_len),
-            waiting: Waiting::of(settings.policy),
-            settings,
         }
     }
 
@@ -286,7 +265,7 @@ impl<B: LockBackend> LockerBuilder<B> {
         self
     }
 
-    /// How long a lease lasts unless renewed (default 10 s, at least 10 ms): how long a
+    /// How long a lease lasts unless renewed (default 10 s; from 10 ms to 24 h): how long a
     /// crashed, paused or partitioned holder blocks the key. While a lock is held it is renewed
     /// every TTL/3; without renewal, choose it longer than the slowest work.
     pub fn ttl(mut self, ttl: Duration) -> Self {
@@ -351,7 +330,7 @@ impl<B: LockBackend> LockerBuilder<B> {
 
     /// Serve waiters first come, first served across all processes, however long they wait
     /// ([`wait`](Self::wait); a fair locker must wait). A waiter's ticket expires after
-    /// `ticket_ttl` (at least 10 ms; 3 s is a good start) unless refreshed, so a crashed waiter
+    /// `ticket_ttl` (from 10 ms to 24 h; 3 s is a good start) unless refreshed, so a crashed waiter
     /// holds up the line at most that long. Needs a backend with a wait queue.
     ///
     /// When `ticket_ttl` is a little over 1.5 × the lease TTL (the ticket is renewed every third
@@ -386,6 +365,9 @@ impl<B: LockBackend> LockerBuilder<B> {
         let settings = &mut self.settings;
         if settings.ttl < MIN_TTL {
             return Err(ConfigError::TtlTooShort(settings.ttl));
+        }
+        if settings.ttl > MAX_TTL {
+            return Err(ConfigError::TtlTooLong(settings.ttl));
         }
         if let Some(max) = self.backend.max_ttl()
             && settings.ttl > max

@@ -76,9 +76,9 @@ pub trait KeyExtractor: Send + Sync + 'static {
 /// A transfer between two accounts named in headers:
 ///
 /// ```
-/// use tower_lock::{LockLayer, MemoryBackend, key::{KeyError, many}};
+/// use tower_lock::{LockLayer, Locker, MemoryBackend, key::{KeyError, many}};
 ///
-/// let transfers = LockLayer::new(MemoryBackend::new(), many(|parts| {
+/// let transfers = LockLayer::new(Locker::new(MemoryBackend::new()), many(|parts| {
 ///     ["x-from", "x-to"]
 ///         .iter()
 ///         .map(|name| match parts.headers.get(*name).map(|value| value.to_str()) {

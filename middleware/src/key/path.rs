@@ -40,11 +40,11 @@ pub struct PathParam {
 ///
 /// ```
 /// use axum::{Router, routing::post};
-/// use tower_lock::{LockLayer, MemoryBackend, key::path};
+/// use tower_lock::{LockLayer, Locker, MemoryBackend, key::path};
 ///
 /// let app: Router = Router::new()
 ///     .route("/coupons/{id}/claim", post(|| async { "claimed" }))
-///     .route_layer(LockLayer::new(MemoryBackend::new(), path("id")));
+///     .route_layer(LockLayer::new(Locker::new(MemoryBackend::new()), path("id")));
 /// ```
 pub fn path(name: impl Into<String>) -> PathParam {
     PathParam { name: name.into() }

@@ -18,7 +18,7 @@ use crate::LockGuard;
 /// use http::Request;
 /// use http_body_util::BodyExt;
 /// use tower::ServiceExt;
-/// use tower_lock::{LockGuards, LockLayer, MemoryBackend, key::KeyTemplate};
+/// use tower_lock::{LockGuards, LockLayer, Locker, MemoryBackend, key::KeyTemplate};
 ///
 /// async fn claim(locks: LockGuards) -> String {
 ///     let keys: Vec<&str> = locks.iter().map(|lock| lock.key()).collect();
@@ -33,8 +33,8 @@ use crate::LockGuard;
 /// let tenant = KeyTemplate::parse("tenant:{header x-tenant}").unwrap();
 /// let app = Router::new()
 ///     .route("/coupons/{id}/claim", post(claim))
-///     .route_layer(LockLayer::new(store.clone(), coupon))
-///     .layer(LockLayer::new(store, tenant));
+///     .route_layer(LockLayer::new(Locker::new(store.clone()), coupon))
+///     .layer(LockLayer::new(Locker::new(store), tenant));
 ///
 /// let request = Request::post("/coupons/42/claim")
 ///     .header("x-tenant", "acme")

@@ -1,8 +1,8 @@
 //! [`LockLayer`]: the builder, and the configuration its services share.
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
@@ -12,37 +12,71 @@ use super::mode::{Mode, safe_methods_read};
 use super::rejection::Rejection;
 use super::request_body::{DEFAULT_BODY_LIMIT, RequestBody};
 use super::service::LockService;
+use crate::Locker;
 use crate::backend::{LockBackend, Semaphores, SharedLocks};
 use crate::engine::Ask;
-use crate::engine::{BusyPolicy, WaitMode};
 use crate::key::KeyExtractor;
-use crate::{ConfigError, Locker, LockerBuilder, OnLost};
 
 /// Runs each request under a distributed lock on the key its [`KeyExtractor`] finds: an
 /// adapter of a [`Locker`] to HTTP.
 ///
-/// Defaults (the locker's, see [`LockerBuilder`]): prefix `lock:`, lease TTL 10 s renewed
-/// every TTL/3 while the handler runs, abort the handler with 503 if the lease is lost, wait up
-/// to 3 s for a busy lock, then answer 409; answer 503 when the store does not answer within
-/// 1 s (fail closed); keys up to 256 bytes.
+/// The locker says how locks are taken — TTL, renewal, waiting, store timeout; its settings
+/// were checked when it was built ([`LockerBuilder::build`](crate::LockerBuilder::build)), so
+/// a layer never fails to apply. The layer adds what only HTTP needs: the lock's shape per
+/// request, the answers, the request body. By default it answers a lock still busy after the
+/// locker's wait with 409, and 503 when the store does not answer (fail closed).
 ///
-/// With axum, apply it with `route_layer` (or `Router::layer`) so that path parameters are
-/// visible to the extractor; cloning the layer is cheap, as its configuration is shared.
+/// Cloning the layer is cheap, as its configuration is shared.
+///
+/// # Applying it
+///
+/// * **axum, per route or for every route**: `Router::route_layer(lock)` or
+///   `Router::layer(lock)`. The layer runs after routing, so keys may come from path
+///   parameters (`{path id}`), and axum turns its response body into its own. The example
+///   below.
+/// * **Around a whole service** (a `Router` as one service, or any tower service): the layer
+///   runs before routing, so keys come from headers or the query; a path key answers 500. Its
+///   responses carry a [`ResponseBody`](crate::ResponseBody) (the lock is held until the body
+///   ends), which `axum::serve` does not take as it is: map it into axum's `Body`.
+///
+/// ```no_run
+/// use axum::{Router, ServiceExt, body::Body, routing::post};
+/// use http::{Request, Response};
+/// use tower::ServiceBuilder;
+/// use tower_lock::{LockLayer, Locker, MemoryBackend, key::header};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let app = Router::new().route("/debit", post(|| async { "debited" }));
+/// let lock = LockLayer::new(Locker::new(MemoryBackend::new()), header("x-account"));
+/// let service = ServiceBuilder::new()
+///     .map_response(|response: Response<_>| response.map(Body::new))
+///     .layer(lock)
+///     .service(app);
+///
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+/// let service = ServiceExt::<Request<Body>>::into_make_service(service);
+/// axum::serve(listener, service).await?;
+/// # Ok(()) }
+/// ```
 ///
 /// # Example
 ///
 /// ```
 /// use std::time::Duration;
 /// use axum::{Router, routing::post};
-/// use tower_lock::{LockLayer, MemoryBackend, key::KeyTemplate};
+/// use tower_lock::{LockLayer, Locker, MemoryBackend, key::KeyTemplate};
 ///
-/// let lock = LockLayer::new(MemoryBackend::new(), KeyTemplate::parse("coupon:{path id}").unwrap())
+/// let locker = Locker::builder(MemoryBackend::new())
 ///     .ttl(Duration::from_secs(10))
-///     .wait(Duration::from_millis(500));
+///     .wait(Duration::from_millis(500))
+///     .build()?;
+/// let lock = LockLayer::new(locker, KeyTemplate::parse("coupon:{path id}")?);
 ///
 /// let app: Router = Router::new()
 ///     .route("/coupons/{id}/claim", post(|| async { "claimed" }))
 ///     .route_layer(lock);
+/// # Ok::<_, Box<dyn std::error::Error>>(())
 /// ```
 pub struct LockLayer<B: LockBackend, K> {
     config: Arc<Config<B, K>>,
@@ -57,23 +91,16 @@ pub(crate) struct Config<B: LockBackend, K> {
     pub(crate) busy_status: StatusCode,
     pub(crate) request_body: RequestBody,
     pub(crate) on_rejection: Option<Respond>,
-    /// The first setting refused.
-    pub(crate) invalid: Option<ConfigError>,
 }
 
 /// An application's own answer to a rejection.
 pub(crate) type Respond = Arc<dyn Fn(Rejection) -> Response<Bytes> + Send + Sync>;
 
 impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
-    /// A layer locking in `backend` on the key `extractor` finds, with the defaults above.
-    pub fn new(backend: B, extractor: K) -> Self {
-        Self::from_locker(Locker::new(backend), extractor)
-    }
-
-    /// A layer taking its locks with `locker`, whose settings it starts from: the same locks,
-    /// the same count of held locks, for HTTP and for code that locks without it (background
-    /// jobs). A setting changed on the layer applies to the layer only.
-    pub fn from_locker(locker: Locker<B>, extractor: K) -> Self {
+    /// A layer taking its locks with `locker` on the key `extractor` finds: the same locks,
+    /// the same count of held locks, as code that locks without HTTP (background jobs) through
+    /// the same locker.
+    pub fn new(locker: Locker<B>, extractor: K) -> Self {
         Self {
             config: Arc::new(Config {
                 locker,
@@ -85,7 +112,6 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
                     limit: DEFAULT_BODY_LIMIT,
                 },
                 on_rejection: None,
-                invalid: None,
             }),
         }
     }
@@ -97,141 +123,9 @@ impl<B: LockBackend, K> LockLayer<B, K> {
         self
     }
 
-    /// Changes the locker's settings; a change the locker refuses is kept as the layer's
-    /// [`error`](Self::validate), and the settings stay as they were.
-    fn locking(self, change: impl FnOnce(LockerBuilder<B>) -> LockerBuilder<B>) -> Self {
-        match self.config.locker.reconfigured(change) {
-            Ok(locker) => self.with(|config| config.locker = locker),
-            Err(error) => self.refused(error),
-        }
-    }
-
-    /// Keeps `error` as the layer's first configuration error.
-    fn refused(self, error: ConfigError) -> Self {
-        self.with(|config| {
-            config.invalid.get_or_insert(error);
-        })
-    }
-
-    /// Whether the settings work together: `Err` with the first one refused — a value out of
-    /// range (a TTL under 10 ms, a zero store timeout), or a combination that contradicts
-    /// itself (fair and polling, fair and never waiting, fairness for shared holds).
-    ///
-    /// Settings are checked as they are made and never panic there; applying a layer whose
-    /// settings were refused panics with this error's message (as tower-http's CORS layer
-    /// does), so call this first to handle it as an error.
-    ///
-    /// # Example
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_lock::{ConfigError, LockLayer, MemoryBackend, key::header};
-    ///
-    /// let layer = LockLayer::new(MemoryBackend::new(), header("x-account"))
-    ///     .fair(Duration::from_secs(3))
-    ///     .wait_polling(Duration::from_secs(1));
-    /// assert_eq!(layer.validate(), Err(ConfigError::FairPolling));
-    /// ```
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        if let Some(error) = &self.config.invalid {
-            return Err(error.clone());
-        }
-        let fair = matches!(
-            self.config.locker.settings().policy,
-            BusyPolicy::Wait {
-                mode: WaitMode::Fair { .. },
-                ..
-            }
-        );
-        if fair && !matches!(self.config.mode, Mode::Mutex) {
-            return Err(ConfigError::FairSharedHolds);
-        }
-        Ok(())
-    }
-
     /// The locker the layer takes its locks with.
     pub fn locker(&self) -> &Locker<B> {
         &self.config.locker
-    }
-
-    /// Prepended to every key to name the lock in the store (default `lock:`).
-    pub fn prefix(self, prefix: impl Into<String>) -> Self {
-        let prefix = prefix.into();
-        self.locking(|locker| locker.prefix(prefix))
-    }
-
-    /// How long a lease lasts unless renewed (default 10 s).
-    ///
-    /// A lock is released as soon as its request finishes, and renewed every TTL/3 while it
-    /// runs; the TTL bounds how long a crashed, paused or partitioned holder blocks the key.
-    /// Without renewal, choose it longer than your slowest handler.
-    pub fn ttl(self, ttl: Duration) -> Self {
-        self.locking(|locker| locker.ttl(ttl))
-    }
-
-    /// Whether the lease is renewed every TTL/3 while the handler runs (default `true`).
-    ///
-    /// Each renewal is one owner-checked extend command; none is sent once the lock is
-    /// released or the request dropped. Without renewal the lease simply ends after the TTL,
-    /// and a slower handler loses its lock (see [`on_lost`](Self::on_lost)).
-    pub fn renew(self, renew: bool) -> Self {
-        self.locking(|locker| locker.renew(renew))
-    }
-
-    /// What happens to a handler whose lease is lost (default [`OnLost::Abort`]).
-    pub fn on_lost(self, on_lost: OnLost) -> Self {
-        self.locking(|locker| locker.on_lost(on_lost))
-    }
-
-    /// Answer busy at once when the lock is held.
-    pub fn reject(self) -> Self {
-        self.locking(LockerBuilder::reject)
-    }
-
-    /// How long to wait for a held lock (default: 3 s) before answering busy; a zero timeout
-    /// rejects at once. It changes nothing else: waiters are woken when the release is
-    /// announced (backends without a wait queue poll), or poll, or queue fairly, as
-    /// [`wait_polling`](Self::wait_polling) and [`fair`](Self::fair) say.
-    pub fn wait(self, timeout: Duration) -> Self {
-        self.locking(|locker| locker.wait(timeout))
-    }
-
-    /// Wait up to `timeout` for a held lock by retrying on a timer with the
-    /// [`backoff`](Self::backoff): no announcements needed.
-    pub fn wait_polling(self, timeout: Duration) -> Self {
-        self.locking(|locker| locker.wait_polling(timeout))
-    }
-
-    /// Serve waiters first come, first served across all processes, keeping the wait timeout.
-    /// A waiter's ticket expires after `ticket_ttl` (3 s is a good start) unless refreshed, so
-    /// a crashed waiter holds up the line at most that long. See [`LockerBuilder::fair`]. For
-    /// mutex layers on a backend with a wait queue, with a wait timeout, without polling:
-    /// anything else is refused ([`validate`](Self::validate)).
-    pub fn fair(self, ticket_ttl: Duration) -> Self {
-        self.locking(|locker| locker.fair(ticket_ttl))
-    }
-
-    /// The bounds of the exponential backoff with full jitter between polling attempts
-    /// (default 10 ms to 250 ms). See [`LockerBuilder::backoff`].
-    pub fn backoff(self, initial: Duration, max: Duration) -> Self {
-        self.locking(|locker| locker.backoff(initial, max))
-    }
-
-    /// How long one store call may take before the store counts as unavailable (default 1 s).
-    pub fn store_timeout(self, timeout: Duration) -> Self {
-        self.locking(|locker| locker.store_timeout(timeout))
-    }
-
-    /// The longest key accepted, in bytes, the prefix not counted (default 256). Longer keys
-    /// are answered 400.
-    pub fn max_key_len(self, max: usize) -> Self {
-        self.locking(|locker| locker.max_key_len(max))
-    }
-
-    /// The `group` label of the layer's lock metrics, instead of the route's pattern (see
-    /// [`LockerBuilder::metrics_group`] and [`telemetry`](crate::telemetry)).
-    pub fn metrics_group(self, group: impl Into<std::borrow::Cow<'static, str>>) -> Self {
-        self.locking(|locker| locker.metrics_group(group))
     }
 
     /// When the store is unavailable, run the handler without a lock instead of answering 503.
@@ -274,9 +168,10 @@ impl<B: LockBackend, K> LockLayer<B, K> {
     ///
     /// ```
     /// use http::Response;
-    /// use tower_lock::{LockLayer, MemoryBackend, Rejection, key::header};
+    /// use tower_lock::{LockLayer, Locker, MemoryBackend, Rejection, key::header};
     ///
-    /// let layer = LockLayer::new(MemoryBackend::new(), header("x-account")).on_rejection(
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// let layer = LockLayer::new(locker, header("x-account")).on_rejection(
     ///     |rejection: Rejection| {
     ///         let mut response = Response::new(format!("try again later: {rejection}"));
     ///         *response.status_mut() = rejection.status();
@@ -292,19 +187,14 @@ impl<B: LockBackend, K> LockLayer<B, K> {
         let respond: Respond = Arc::new(move |rejection| respond(rejection).map(Into::into));
         self.with(|config| config.on_rejection = Some(respond))
     }
-
-    /// How many locks this layer's locker holds right now (each with its renewal). For
-    /// metrics, and for tests that show nothing is left behind once requests finish.
-    pub fn active_leases(&self) -> usize {
-        self.config.locker.held_locks()
-    }
 }
 
 impl<B: SharedLocks, K> LockLayer<B, K> {
     /// Read-write mode: GET, HEAD and OPTIONS take a shared read lock, other methods an
     /// exclusive write lock. Many readers hold the key at once; a writer holds it alone, and
     /// once a writer waits, new readers queue behind it. Each reader's lease expires on its
-    /// own, so a crashed reader blocks writers for at most its TTL.
+    /// own, so a crashed reader blocks writers for at most its TTL. A fair locker's order
+    /// is for mutexes: readers and writers wait as in notified mode.
     pub fn read_write(self) -> Self {
         self.read_write_with(safe_methods_read())
     }
@@ -333,14 +223,10 @@ impl<B: Semaphores, K> LockLayer<B, K> {
     /// Semaphore mode: at most `permits` requests per key run at once, across every process
     /// sharing the store — a cluster-wide concurrency limit (per tenant, per report). Each
     /// permit has its own token and lease, renewed like a lock's. Busy answers 409, or what
-    /// [`busy_status`](Self::busy_status) says (429 for a rate-style limit).
-    pub fn semaphore(self, permits: u32) -> Self {
-        match std::num::NonZeroU32::new(permits) {
-            Some(permits) => {
-                self.with(|config| config.mode = Mode::Semaphore(Ask::permit(permits)))
-            }
-            None => self.refused(ConfigError::NoPermits),
-        }
+    /// [`busy_status`](Self::busy_status) says (429 for a rate-style limit). A fair locker's
+    /// order is for mutexes: permit holders wait as in notified mode.
+    pub fn semaphore(self, permits: NonZeroU32) -> Self {
+        self.with(|config| config.mode = Mode::Semaphore(Ask::permit(permits)))
     }
 }
 
@@ -362,7 +248,6 @@ impl<B: LockBackend, K> Clone for Config<B, K> {
             busy_status: self.busy_status,
             request_body: self.request_body,
             on_rejection: self.on_rejection.clone(),
-            invalid: self.invalid.clone(),
         }
     }
 }
@@ -389,13 +274,7 @@ impl<B: LockBackend + fmt::Debug, K> fmt::Debug for Config<B, K> {
 impl<S, B: LockBackend, K> Layer<S> for LockLayer<B, K> {
     type Service = LockService<S, B, K>;
 
-    /// # Panics
-    ///
-    /// When a setting was refused: see [`validate`](LockLayer::validate).
     fn layer(&self, inner: S) -> Self::Service {
-        if let Err(error) = self.validate() {
-            panic!("invalid LockLayer settings: {error}");
-        }
         LockService::new(inner, Arc::clone(&self.config))
     }
 }

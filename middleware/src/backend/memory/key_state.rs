@@ -260,12 +260,14 @@ impl KeyState {
         fences: &mut FenceCounter,
         now: Instant,
     ) -> Option<Announcement> {
-        if self.intent.is_some_and(|(owner, _)| owner == token) {
+        // A withdrawn intent lets in the readers it barred.
+        let intent = self.intent.is_some_and(|(owner, _)| owner == token);
+        if intent {
             self.intent = None;
         }
         let shared = self.release_shared(token, now);
         self.release_exclusive(token, fences, now)
-            .or(shared.then_some(Announcement::Free))
+            .or((shared || intent).then_some(Announcement::Free))
     }
 
     /// Queued attempt: the lock if it is free and `token` is first in line (or already holds

@@ -55,13 +55,16 @@ impl<B: LockBackend> Attempts<'_, B> {
         self.ask(how, self.request).await
     }
 
+    /// One attempt that leaves nothing behind when busy (no intent, no mark): a look.
+    pub(super) async fn look(&self) -> Result<Answer<B::Lease>, NotObtained> {
+        self.ask(How::Plain, self.request.patience(Patience::Once))
+            .await
+    }
+
     /// The wait is over: one last look, for an accurate `Retry-After`, by a caller that will
     /// not listen for the release.
     pub(super) async fn once_more_busy(&self) -> Result<Obtained<B::Lease>, NotObtained> {
-        match self
-            .ask(How::Plain, self.request.patience(Patience::Once))
-            .await?
-        {
+        match self.look().await? {
             Answer::Acquired(obtained) => Ok(obtained),
             Answer::Busy { holder_ttl, .. } => Err(NotObtained::Busy { holder_ttl }),
         }

@@ -24,7 +24,9 @@ pub(super) async fn acquire_all<B: LockBackend>(
     tally: &Tally,
 ) -> Result<Obtained<B::Lease>, NotObtained> {
     let deadline = match settings.policy {
-        BusyPolicy::Wait { timeout, .. } if !timeout.is_zero() => Some(Instant::now() + timeout),
+        BusyPolicy::Wait { timeout, .. } if !timeout.is_zero() => {
+            Some(super::deadline_after(timeout))
+        }
         _ => None,
     };
     let patience = deadline.map_or(Patience::Once, |_| Patience::Polls);

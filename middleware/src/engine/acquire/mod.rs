@@ -87,7 +87,7 @@ pub(crate) async fn acquire<B: LockBackend>(
     if timeout.is_zero() {
         return attempts.once_more_busy().await;
     }
-    let deadline = Instant::now() + timeout;
+    let deadline = deadline_after(timeout);
     match (ask, mode, queue) {
         (Ask::Mutex, WaitMode::Fair { ticket_ttl }, Some(queue)) => {
             let place = queue.room().take_ticket(name, token);
@@ -101,6 +101,13 @@ pub(crate) async fn acquire<B: LockBackend>(
         (Ask::Mutex, ..) => attempts.wait(None, deadline, None, How::Plain).await,
         (_, _, queue) => wait_shared(&attempts, queue, deadline).await,
     }
+}
+
+/// When a wait of `timeout` from now ends; a wait too long for the clock ends in 30 years.
+pub(crate) fn deadline_after(timeout: Duration) -> Instant {
+    const FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
+    let now = Instant::now();
+    now.checked_add(timeout).unwrap_or(now + FOREVER)
 }
 
 /// How a caller waits under `policy`, when announcements can reach it or not.
@@ -150,9 +157,13 @@ async fn wait_in_line<B: LockBackend>(
 /// only the head of a process's line asks the store, so a release wakes one writer per process
 /// instead of every one (each then asks once more). Only a caller that found the lock busy
 /// enters the waiting room (which subscribes to the lock's announcements); its first wait
-/// attempt asks again, so no release between the two is missed. A writer that gives up
-/// withdraws its intent before it answers, so that readers are not barred by a writer that
-/// left.
+/// attempt asks again, so no release between the two is missed.
+///
+/// A writer's intent (which bars new readers) is only ever left by the head of its line, the
+/// one writer of the process that keeps asking: a writer's first look leaves nothing, since a
+/// writer that then queued behind another head would leave its intent standing, unrenewed,
+/// barring the head until it lapsed (2 s). A writer that gives up withdraws its intent before
+/// it answers, so that readers are not barred by a writer that left.
 async fn wait_shared<B: LockBackend>(
     attempts: &Attempts<'_, B>,
     queue: Option<&dyn WaitQueue<B::Lease>>,
@@ -166,11 +177,18 @@ async fn wait_shared<B: LockBackend>(
     });
     let room = queue.map(WaitQueue::room);
     let lined_up = is_writer && room.is_some_and(|room| room.has_line(name));
-    if !lined_up && let Answer::Acquired(obtained) = attempts.once(How::Plain).await? {
-        if let Some(writer) = writer {
-            writer.disarm();
+    if !lined_up {
+        let first_look = if is_writer {
+            attempts.look().await?
+        } else {
+            attempts.once(How::Plain).await?
+        };
+        if let Answer::Acquired(obtained) = first_look {
+            if let Some(writer) = writer {
+                writer.disarm();
+            }
+            return Ok(obtained);
         }
-        return Ok(obtained);
     }
     attempts.tally.waiting();
     let place = match room {

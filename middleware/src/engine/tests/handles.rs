@@ -220,8 +220,7 @@ fn a_backend_that_vouches_for_short_leases_shortens_the_default_and_refuses_long
     let backend = MutexOnly::vouching_for(short);
 
     let defaulted = Locker::builder(backend.clone()).build();
-    let longer = Locker::builder(backend.clone()).ttl(short * 2).build();
-    let layer = crate::LockLayer::new(backend, crate::key::header("x-k")).wait(TTL);
+    let longer = Locker::builder(backend).ttl(short * 2).build();
 
     assert_eq!(defaulted.map(|locker| locker.settings().ttl), Ok(short));
     assert_eq!(
@@ -230,11 +229,6 @@ fn a_backend_that_vouches_for_short_leases_shortens_the_default_and_refuses_long
             ttl: short * 2,
             max: short
         })
-    );
-    assert_eq!(
-        layer.validate(),
-        Ok(()),
-        "a layer's later settings keep the default"
     );
 }
 
@@ -250,6 +244,11 @@ fn settings_that_cannot_work_are_refused_when_the_locker_is_built() {
     assert_eq!(
         build(|l| l.ttl(ms(1))),
         Err(ConfigError::TtlTooShort(ms(1)))
+    );
+    assert_eq!(
+        build(|l| l.ttl(Duration::MAX)),
+        Err(ConfigError::TtlTooLong(Duration::MAX)),
+        "a lease past the clock's end cannot be counted"
     );
     assert_eq!(
         build(|l| l.prefix("a{")),
@@ -272,7 +271,28 @@ fn settings_that_cannot_work_are_refused_when_the_locker_is_built() {
         "a backend without a wait queue cannot serve waiters in order"
     );
     let memory = Locker::builder(MemoryBackend::new()).fair(ms(1)).build();
-    assert_eq!(memory.map(drop), Err(ConfigError::TicketTtlTooShort(ms(1))));
+    assert_eq!(
+        memory.map(drop),
+        Err(ConfigError::TicketTtlOutOfRange(ms(1)))
+    );
+}
+
+#[tokio::test]
+async fn a_wait_longer_than_the_clock_can_count_waits_without_end() {
+    let store = MemoryBackend::new();
+    let holder = Locker::new(store.clone());
+    let waiter = Locker::builder(store)
+        .wait(Duration::MAX)
+        .build()
+        .expect("any wait is a valid wait");
+    let held = holder.lock("k").await.expect("free");
+
+    let waiting = tokio::spawn(async move { waiter.lock("k").await.map(drop) });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    held.release().await.expect("released");
+
+    let waited = waiting.await.expect("the waiter did not panic");
+    assert!(waited.is_ok(), "it took the lock once released: {waited:?}");
 }
 
 #[test]
@@ -309,7 +329,7 @@ fn waiting_settings_combine_in_any_order_and_contradictions_are_refused() {
     );
     assert_eq!(
         policy(|l| l.fair(Duration::ZERO)),
-        Err(ConfigError::TicketTtlTooShort(Duration::ZERO)),
+        Err(ConfigError::TicketTtlOutOfRange(Duration::ZERO)),
         "a zero ticket TTL would ask the store every millisecond"
     );
 }

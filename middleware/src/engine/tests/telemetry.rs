@@ -136,10 +136,11 @@ fn a_waiter_is_counted_among_the_waiters_while_it_waits() {
 #[test]
 fn a_refusal_and_a_wait_that_timed_out_are_outcomes_of_their_own() {
     let samples = recorded(|_| async move {
-        let waiting = locker(MemoryBackend::new(), |builder| {
+        let store = MemoryBackend::new();
+        let waiting = locker(store.clone(), |builder| {
             builder.wait(Duration::from_secs(1)).metrics_group("jobs")
         });
-        let rejecting = waiting.reconfigured(|builder| builder.reject()).unwrap();
+        let rejecting = locker(store, |builder| builder.reject().metrics_group("jobs"));
         let held = waiting.lock("job:7").await.unwrap();
         let busy = rejecting.lock("job:7").await;
         assert!(matches!(busy, Err(LockError::Busy { .. })), "{busy:?}");

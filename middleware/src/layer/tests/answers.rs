@@ -18,7 +18,10 @@ fn working_app(layer: LockLayer<MemoryBackend, Header>, work: Duration) -> Route
 async fn retry_after_once_requests_held_for(work: Duration) -> String {
     let store = MemoryBackend::new();
     let app = working_app(
-        LockLayer::new(store.clone(), header("x-key")).reject(),
+        LockLayer::new(
+            Locker::builder(store.clone()).reject().build().unwrap(),
+            header("x-key"),
+        ),
         work,
     );
     assert_eq!(
@@ -52,14 +55,16 @@ async fn retry_after_grows_with_longer_holds() {
 #[tokio::test]
 async fn the_application_can_answer_rejections_its_own_way() {
     let store = MemoryBackend::new();
-    let layer = LockLayer::new(store.clone(), header("x-key"))
-        .reject()
-        .on_rejection(|rejection: Rejection| {
-            let busy = matches!(rejection, Rejection::Lock(LockError::Busy { .. }));
-            let mut response = http::Response::new(format!("busy: {busy}"));
-            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-            response
-        });
+    let layer = LockLayer::new(
+        Locker::builder(store.clone()).reject().build().unwrap(),
+        header("x-key"),
+    )
+    .on_rejection(|rejection: Rejection| {
+        let busy = matches!(rejection, Rejection::Lock(LockError::Busy { .. }));
+        let mut response = http::Response::new(format!("busy: {busy}"));
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        response
+    });
     let app = working_app(layer, Duration::ZERO);
     hold(&store, "lock:a", TTL).await;
 
@@ -90,7 +95,13 @@ fn instant() -> impl tower::Service<
 async fn free_key_latency_beside_a_waiter(limit_below: bool) -> Duration {
     let store = MemoryBackend::new();
     hold(&store, "lock:busy", TTL).await;
-    let lock = LockLayer::new(store.clone(), header("x-key")).wait(Duration::from_secs(2));
+    let lock = LockLayer::new(
+        Locker::builder(store.clone())
+            .wait(Duration::from_secs(2))
+            .build()
+            .unwrap(),
+        header("x-key"),
+    );
     let service = if limit_below {
         ServiceBuilder::new()
             .layer(lock)

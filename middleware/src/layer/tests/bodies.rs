@@ -50,7 +50,7 @@ fn streamed_claim(id: &str) -> (mpsc::Sender<&'static str>, Request<Body>) {
 #[tokio::test]
 async fn a_slow_upload_holds_no_lock_while_it_is_sent() {
     let store = MemoryBackend::new();
-    let app = upload_app(LockLayer::new(store.clone(), coupon_key()));
+    let app = upload_app(LockLayer::new(Locker::new(store.clone()), coupon_key()));
     let (upload, request) = streamed_claim("7");
     let claiming = tokio::spawn(async move { send(&app, request).await });
 
@@ -67,7 +67,8 @@ async fn a_slow_upload_holds_no_lock_while_it_is_sent() {
 #[tokio::test]
 async fn with_streamed_request_bodies_the_upload_is_read_under_the_lock() {
     let store = MemoryBackend::new();
-    let app = upload_app(LockLayer::new(store.clone(), coupon_key()).stream_request_body());
+    let app =
+        upload_app(LockLayer::new(Locker::new(store.clone()), coupon_key()).stream_request_body());
     let (upload, request) = streamed_claim("7");
     let claiming = tokio::spawn(async move { send(&app, request).await });
 
@@ -86,7 +87,7 @@ async fn with_streamed_request_bodies_the_upload_is_read_under_the_lock() {
 #[tokio::test]
 async fn a_body_over_the_limit_is_answered_413_and_never_locks_or_runs() {
     let store = MemoryBackend::new();
-    let app = upload_app(LockLayer::new(store.clone(), coupon_key()).body_limit(8));
+    let app = upload_app(LockLayer::new(Locker::new(store.clone()), coupon_key()).body_limit(8));
     let (upload, request) = streamed_claim("7");
     let claiming = tokio::spawn(async move { send(&app, request).await });
     upload.send("12345").await.unwrap();
@@ -115,7 +116,7 @@ fn streaming_app(layer: LockLayer<MemoryBackend, Header>) -> (mpsc::Sender<&'sta
 #[tokio::test]
 async fn the_lock_is_held_until_a_streamed_response_ends() {
     let store = MemoryBackend::new();
-    let (stream, app) = streaming_app(LockLayer::new(store.clone(), header("x-key")));
+    let (stream, app) = streaming_app(LockLayer::new(Locker::new(store.clone()), header("x-key")));
     let response = app.oneshot(keyed(Method::POST, "a", 0)).await.unwrap();
     let mut body = response.into_body();
 
@@ -142,7 +143,7 @@ async fn the_lock_is_held_until_a_streamed_response_ends() {
 #[tokio::test]
 async fn a_response_body_dropped_mid_stream_releases_the_lock() {
     let store = MemoryBackend::new();
-    let (_stream, app) = streaming_app(LockLayer::new(store.clone(), header("x-key")));
+    let (_stream, app) = streaming_app(LockLayer::new(Locker::new(store.clone()), header("x-key")));
     let response = app.oneshot(keyed(Method::POST, "a", 0)).await.unwrap();
     assert!(!is_free(&store, "lock:a").await);
 
@@ -156,9 +157,14 @@ async fn a_response_body_dropped_mid_stream_releases_the_lock() {
 async fn a_streamed_response_outliving_its_lease_is_cut_off() {
     let store = MemoryBackend::new();
     let ttl = Duration::from_millis(300);
-    let layer = LockLayer::new(store.clone(), header("x-key"))
-        .ttl(ttl)
-        .renew(false);
+    let layer = LockLayer::new(
+        Locker::builder(store.clone())
+            .ttl(ttl)
+            .renew(false)
+            .build()
+            .unwrap(),
+        header("x-key"),
+    );
     let (_stream, app) = streaming_app(layer);
     let response = app.oneshot(keyed(Method::POST, "a", 0)).await.unwrap();
 
@@ -172,7 +178,7 @@ async fn a_streamed_response_outliving_its_lease_is_cut_off() {
 #[tokio::test]
 async fn a_renewing_lock_streams_past_its_ttl() {
     let store = MemoryBackend::new();
-    let (stream, app) = streaming_app(LockLayer::new(store.clone(), header("x-key")));
+    let (stream, app) = streaming_app(LockLayer::new(Locker::new(store.clone()), header("x-key")));
     let response = app.oneshot(keyed(Method::POST, "a", 0)).await.unwrap();
     let mut body = response.into_body();
     tokio::time::pause();
@@ -194,7 +200,7 @@ async fn any_inner_body_type_is_accepted() {
         Ok::<_, Infallible>(http::Response::new(body))
     });
     let service = ServiceBuilder::new()
-        .layer(LockLayer::new(store.clone(), header("x-key")))
+        .layer(LockLayer::new(Locker::new(store.clone()), header("x-key")))
         .service(boxed);
 
     let response = service.oneshot(keyed(Method::POST, "a", 0)).await.unwrap();
@@ -207,7 +213,7 @@ async fn any_inner_body_type_is_accepted() {
 #[tokio::test]
 async fn a_whole_response_comes_back_with_its_lock_released_and_its_body_ready() {
     let store = MemoryBackend::new();
-    let app = hold_app(LockLayer::new(store.clone(), header("x-key")));
+    let app = hold_app(LockLayer::new(Locker::new(store.clone()), header("x-key")));
 
     let response = app.oneshot(keyed(Method::POST, "a", 0)).await.unwrap();
 
@@ -234,7 +240,7 @@ async fn a_large_body_that_is_all_ready_streams_under_the_lock_instead_of_being_
     };
     let app = Router::new()
         .route("/", post(endless_enough))
-        .route_layer(LockLayer::new(store.clone(), header("x-key")));
+        .route_layer(LockLayer::new(Locker::new(store.clone()), header("x-key")));
 
     let response = app.oneshot(keyed(Method::POST, "a", 0)).await.unwrap();
 

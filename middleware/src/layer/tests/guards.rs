@@ -8,9 +8,12 @@ use crate::{LockGuards, NoLockGuard};
 fn tenant_and_coupon(store: &MemoryBackend, handler: axum::routing::MethodRouter) -> Router {
     Router::new()
         .route("/coupons/{id}/claim", handler)
-        .route_layer(LockLayer::new(store.clone(), coupon_key()).reject())
+        .route_layer(LockLayer::new(
+            Locker::builder(store.clone()).reject().build().unwrap(),
+            coupon_key(),
+        ))
         .layer(LockLayer::new(
-            store.clone(),
+            Locker::new(store.clone()),
             KeyTemplate::parse("tenant:{header x-tenant}").unwrap(),
         ))
 }
@@ -59,8 +62,8 @@ async fn a_layer_passing_through_an_outer_lock_adds_no_second_guard() {
     let handler = |locks: LockGuards| async move { locks.len().to_string() };
     let app = Router::new()
         .route("/coupons/{id}/claim", post(handler))
-        .route_layer(LockLayer::new(store.clone(), coupon_key()))
-        .layer(LockLayer::new(store, coupon_key()));
+        .route_layer(LockLayer::new(Locker::new(store.clone()), coupon_key()))
+        .layer(LockLayer::new(Locker::new(store), coupon_key()));
 
     assert_eq!(send(&app, claim("7")).await.body, "1");
 }
@@ -75,11 +78,15 @@ async fn an_inner_layer_wanting_more_keys_than_the_outer_holds_is_refused_at_onc
         many(|_: &http::request::Parts| Ok(vec!["tenant:acme".into(), "coupon:7".into()]));
     let app = Router::new()
         .route("/coupons/{id}/claim", handler)
-        .route_layer(
-            LockLayer::new(store.clone(), tenant_and_coupon).wait(Duration::from_secs(600)),
-        )
+        .route_layer(LockLayer::new(
+            Locker::builder(store.clone())
+                .wait(Duration::from_secs(600))
+                .build()
+                .unwrap(),
+            tenant_and_coupon,
+        ))
         .layer(LockLayer::new(
-            store,
+            Locker::new(store),
             KeyTemplate::parse("tenant:{header x-tenant}").unwrap(),
         ));
 
@@ -100,7 +107,10 @@ async fn the_guard_is_an_extractor() {
     let handler = |lock: LockGuard| async move { format!("{} {:?}", lock.key(), lock.hold()) };
     let app = Router::new()
         .route("/coupons/{id}/claim", post(handler))
-        .route_layer(LockLayer::new(MemoryBackend::new(), coupon_key()));
+        .route_layer(LockLayer::new(
+            Locker::new(MemoryBackend::new()),
+            coupon_key(),
+        ));
 
     assert_eq!(send(&app, claim("7")).await.body, "coupon:7 Mutex");
 }
@@ -138,7 +148,10 @@ async fn an_optional_guard_is_none_when_the_request_has_no_key() {
         |parts: &http::request::Parts| Ok(parts.headers.get("x-key").map(|_| "a".to_owned()));
     let app = Router::new()
         .route("/", get(handler))
-        .route_layer(LockLayer::new(MemoryBackend::new(), key_if_given));
+        .route_layer(LockLayer::new(
+            Locker::new(MemoryBackend::new()),
+            key_if_given,
+        ));
 
     assert_eq!(
         send(&app, request(Method::GET, "/")).await.body,

@@ -16,7 +16,7 @@ use tower::{ServiceBuilder, ServiceExt, service_fn};
 use crate::backend::LockBackend;
 use crate::key::{Header, KeyTemplate, header, many, path};
 use crate::test_support::{Hanging, hold, is_free};
-use crate::{LockGuard, LockLayer, MemoryBackend, OnLost};
+use crate::{LockGuard, LockLayer, Locker, MemoryBackend, OnLost};
 
 mod answers;
 mod bodies;
@@ -115,7 +115,7 @@ async fn the_handler_runs_holding_the_lock_and_it_is_released_afterwards() {
             "/coupons/{id}/claim",
             post(move || async move { is_free(&probe, "lock:coupon:7").await.to_string() }),
         )
-        .route_layer(LockLayer::new(store.clone(), coupon_key()));
+        .route_layer(LockLayer::new(Locker::new(store.clone()), coupon_key()));
 
     let reply = send(&app, claim("7")).await;
 
@@ -129,7 +129,7 @@ async fn the_handler_runs_holding_the_lock_and_it_is_released_afterwards() {
 #[tokio::test]
 async fn the_handler_sees_its_guard_with_key_and_fence() {
     let app = claim_app(
-        LockLayer::new(MemoryBackend::new(), coupon_key()),
+        LockLayer::new(Locker::new(MemoryBackend::new()), coupon_key()),
         Arc::default(),
     );
 
@@ -142,7 +142,10 @@ async fn a_busy_lock_is_rejected_with_409_and_retry_after() {
     let store = MemoryBackend::new();
     let runs = Arc::new(AtomicUsize::new(0));
     let app = claim_app(
-        LockLayer::new(store.clone(), coupon_key()).reject(),
+        LockLayer::new(
+            Locker::builder(store.clone()).reject().build().unwrap(),
+            coupon_key(),
+        ),
         runs.clone(),
     );
     hold(&store, "lock:coupon:7", TTL).await;
@@ -164,9 +167,11 @@ async fn a_busy_lock_is_rejected_with_409_and_retry_after() {
 #[tokio::test]
 async fn the_busy_status_is_configurable() {
     let store = MemoryBackend::new();
-    let layer = LockLayer::new(store.clone(), coupon_key())
-        .reject()
-        .busy_status(StatusCode::TOO_MANY_REQUESTS);
+    let layer = LockLayer::new(
+        Locker::builder(store.clone()).reject().build().unwrap(),
+        coupon_key(),
+    )
+    .busy_status(StatusCode::TOO_MANY_REQUESTS);
     let app = claim_app(layer, Arc::default());
     hold(&store, "lock:coupon:7", TTL).await;
 
@@ -180,7 +185,13 @@ async fn the_busy_status_is_configurable() {
 async fn a_waiter_gives_up_with_409_when_its_timeout_passes() {
     let store = MemoryBackend::new();
     let runs = Arc::new(AtomicUsize::new(0));
-    let layer = LockLayer::new(store.clone(), coupon_key()).wait(Duration::from_secs(2));
+    let layer = LockLayer::new(
+        Locker::builder(store.clone())
+            .wait(Duration::from_secs(2))
+            .build()
+            .unwrap(),
+        coupon_key(),
+    );
     let app = claim_app(layer, runs.clone());
     hold(&store, "lock:coupon:7", TTL).await;
     let started = tokio::time::Instant::now();
@@ -202,7 +213,10 @@ async fn a_request_without_a_key_runs_unlocked() {
             "/",
             post(|lock: Option<Extension<LockGuard>>| async move { lock.is_some().to_string() }),
         )
-        .route_layer(LockLayer::new(MemoryBackend::new(), only_with_header));
+        .route_layer(LockLayer::new(
+            Locker::new(MemoryBackend::new()),
+            only_with_header,
+        ));
     let marked = Request::post("/")
         .header("x-lock", "1")
         .body(Body::empty())
@@ -216,7 +230,7 @@ async fn a_request_without_a_key_runs_unlocked() {
 async fn invalid_keys_are_answered_400_naming_the_problem() {
     let runs = Arc::new(AtomicUsize::new(0));
     let app = claim_app(
-        LockLayer::new(MemoryBackend::new(), coupon_key()),
+        LockLayer::new(Locker::new(MemoryBackend::new()), coupon_key()),
         runs.clone(),
     );
     let cases = [
@@ -236,7 +250,13 @@ async fn invalid_keys_are_answered_400_naming_the_problem() {
 
 #[tokio::test]
 async fn the_key_limit_is_configurable() {
-    let layer = LockLayer::new(MemoryBackend::new(), coupon_key()).max_key_len(10);
+    let layer = LockLayer::new(
+        Locker::builder(MemoryBackend::new())
+            .max_key_len(10)
+            .build()
+            .unwrap(),
+        coupon_key(),
+    );
     let app = claim_app(layer, Arc::default());
 
     assert_eq!(send(&app, claim("123")).await.status, StatusCode::OK);
@@ -250,7 +270,10 @@ async fn the_key_limit_is_configurable() {
 async fn the_path_parameter_is_seen_under_router_layer_too() {
     let app = Router::new()
         .route("/coupons/{id}/claim", post(|| async { "claimed" }))
-        .layer(LockLayer::new(MemoryBackend::new(), path("id")));
+        .layer(LockLayer::new(
+            Locker::new(MemoryBackend::new()),
+            path("id"),
+        ));
 
     assert_eq!(send(&app, claim("7")).await.status, StatusCode::OK);
 }
@@ -259,10 +282,16 @@ async fn the_path_parameter_is_seen_under_router_layer_too() {
 async fn nested_layers_on_the_same_lock_pass_through() {
     let store = MemoryBackend::new();
     let app = claim_app(
-        LockLayer::new(store.clone(), coupon_key()).reject(),
+        LockLayer::new(
+            Locker::builder(store.clone()).reject().build().unwrap(),
+            coupon_key(),
+        ),
         Arc::default(),
     )
-    .layer(LockLayer::new(store.clone(), coupon_key()).reject());
+    .layer(LockLayer::new(
+        Locker::builder(store.clone()).reject().build().unwrap(),
+        coupon_key(),
+    ));
 
     let reply = send(&app, claim("7")).await;
 
@@ -287,9 +316,12 @@ async fn nested_layers_on_different_locks_take_both() {
                 format!("{tenant} {coupon}")
             }),
         )
-        .route_layer(LockLayer::new(store.clone(), coupon_key()).reject())
+        .route_layer(LockLayer::new(
+            Locker::builder(store.clone()).reject().build().unwrap(),
+            coupon_key(),
+        ))
         .layer(LockLayer::new(
-            store.clone(),
+            Locker::new(store.clone()),
             KeyTemplate::parse("tenant:{header x-tenant}").unwrap(),
         ));
     let request = Request::post("/coupons/7/claim")
@@ -306,8 +338,11 @@ async fn nested_layers_on_different_locks_take_both() {
 async fn an_inner_writer_under_an_outer_reader_of_the_same_key_is_refused_not_run_shared() {
     let store = MemoryBackend::new();
     let runs = Arc::new(AtomicUsize::new(0));
-    let inner = LockLayer::new(store.clone(), coupon_key()).reject();
-    let outer = LockLayer::new(store, coupon_key()).read_write_by(|_| true);
+    let inner = LockLayer::new(
+        Locker::builder(store.clone()).reject().build().unwrap(),
+        coupon_key(),
+    );
+    let outer = LockLayer::new(Locker::new(store), coupon_key()).read_write_by(|_| true);
     let app = claim_app(inner, runs.clone()).layer(outer);
 
     let reply = send(&app, claim("7")).await;
@@ -335,7 +370,7 @@ async fn the_lock_is_released_when_the_inner_service_fails() {
     let store = MemoryBackend::new();
     let failing = service_fn(|_: Request<Body>| async { Err::<http::Response<String>, _>("boom") });
     let service = ServiceBuilder::new()
-        .layer(LockLayer::new(store.clone(), header("x-key")))
+        .layer(LockLayer::new(Locker::new(store.clone()), header("x-key")))
         .service(failing);
 
     assert_eq!(
@@ -360,7 +395,7 @@ async fn a_dropped_request_releases_its_lock() {
         }
     });
     let service = ServiceBuilder::new()
-        .layer(LockLayer::new(store.clone(), header("x-key")))
+        .layer(LockLayer::new(Locker::new(store.clone()), header("x-key")))
         .service(forever);
     let in_flight = tokio::spawn(service.oneshot(keyed(Method::POST, "a", 0)));
     inside.recv().await.unwrap();
@@ -373,11 +408,18 @@ async fn a_dropped_request_releases_its_lock() {
     assert!(is_free(&store, "lock:a").await);
 }
 
+/// The coupon lock in a store that never answers, given up on after 300 ms.
+fn lock_in_a_silent_store() -> LockLayer<Hanging, KeyTemplate> {
+    let locker = Locker::builder(Hanging)
+        .store_timeout(Duration::from_millis(300))
+        .build();
+    LockLayer::new(locker.expect("valid settings"), coupon_key())
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_store_that_does_not_answer_is_503_after_the_store_timeout_and_never_runs_the_handler() {
     let runs = Arc::new(AtomicUsize::new(0));
-    let layer = LockLayer::new(Hanging, coupon_key()).store_timeout(Duration::from_millis(300));
-    let app = claim_app(layer, runs.clone());
+    let app = claim_app(lock_in_a_silent_store(), runs.clone());
     let started = tokio::time::Instant::now();
 
     let reply = send(&app, claim("7")).await;
@@ -396,10 +438,7 @@ async fn a_store_that_does_not_answer_is_503_after_the_store_timeout_and_never_r
 #[tokio::test(start_paused = true)]
 async fn fail_open_runs_the_handler_when_the_store_is_down() {
     let runs = Arc::new(AtomicUsize::new(0));
-    let layer = LockLayer::new(Hanging, coupon_key())
-        .store_timeout(Duration::from_millis(300))
-        .fail_open();
-    let app = claim_app(layer, runs.clone());
+    let app = claim_app(lock_in_a_silent_store().fail_open(), runs.clone());
 
     let reply = send(&app, claim("7")).await;
 
@@ -428,9 +467,14 @@ fn slow_app(
 async fn without_renewal_a_slow_handler_loses_its_lock_and_is_answered_503() {
     let ttl = Duration::from_millis(300);
     let finished = Arc::new(AtomicBool::new(false));
-    let layer = LockLayer::new(MemoryBackend::new(), header("x-key"))
-        .ttl(ttl)
-        .renew(false);
+    let layer = LockLayer::new(
+        Locker::builder(MemoryBackend::new())
+            .ttl(ttl)
+            .renew(false)
+            .build()
+            .unwrap(),
+        header("x-key"),
+    );
     let app = slow_app(layer.clone(), ttl * 2, finished.clone());
 
     let reply = send(&app, keyed(Method::POST, "a", 0)).await;
@@ -446,17 +490,22 @@ async fn without_renewal_a_slow_handler_loses_its_lock_and_is_answered_503() {
         !finished.load(Ordering::SeqCst),
         "no step after the loss ran"
     );
-    assert_eq!(layer.active_leases(), 0);
+    assert_eq!(layer.locker().held_locks(), 0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn with_on_lost_continue_the_handler_finishes_and_sees_the_loss() {
     let ttl = Duration::from_millis(300);
     let finished = Arc::new(AtomicBool::new(false));
-    let layer = LockLayer::new(MemoryBackend::new(), header("x-key"))
-        .ttl(ttl)
-        .renew(false)
-        .on_lost(OnLost::Continue);
+    let layer = LockLayer::new(
+        Locker::builder(MemoryBackend::new())
+            .ttl(ttl)
+            .renew(false)
+            .on_lost(OnLost::Continue)
+            .build()
+            .unwrap(),
+        header("x-key"),
+    );
     let app = slow_app(layer, ttl * 2, finished.clone());
 
     let reply = send(&app, keyed(Method::POST, "a", 0)).await;
@@ -470,7 +519,8 @@ async fn with_on_lost_continue_the_handler_finishes_and_sees_the_loss() {
 
 #[tokio::test]
 async fn the_guard_says_which_hold_it_has() {
-    let app = hold_app(LockLayer::new(MemoryBackend::new(), header("x-key")).read_write());
+    let app =
+        hold_app(LockLayer::new(Locker::new(MemoryBackend::new()), header("x-key")).read_write());
 
     assert_eq!(send(&app, keyed(Method::GET, "k", 0)).await.body, "Read");
     assert_eq!(send(&app, keyed(Method::POST, "k", 0)).await.body, "Write");
@@ -478,7 +528,10 @@ async fn the_guard_says_which_hold_it_has() {
 
 #[tokio::test]
 async fn the_mutex_stays_the_default() {
-    let app = hold_app(LockLayer::new(MemoryBackend::new(), header("x-key")));
+    let app = hold_app(LockLayer::new(
+        Locker::new(MemoryBackend::new()),
+        header("x-key"),
+    ));
 
     assert_eq!(send(&app, keyed(Method::GET, "k", 0)).await.body, "Mutex");
 }
@@ -487,7 +540,7 @@ async fn the_mutex_stays_the_default() {
 async fn several_keys_are_held_exclusively_and_released_even_in_read_write_mode() {
     let store = MemoryBackend::new();
     let both = many(|_: &http::request::Parts| Ok(vec!["b".to_owned(), "a".to_owned()]));
-    let app = hold_app(LockLayer::new(store.clone(), both).read_write());
+    let app = hold_app(LockLayer::new(Locker::new(store.clone()), both).read_write());
 
     assert_eq!(send(&app, request(Method::GET, "/")).await.body, "Mutex");
     assert_eq!(store.held_locks(), 0, "both keys were released");
@@ -495,10 +548,15 @@ async fn several_keys_are_held_exclusively_and_released_even_in_read_write_mode(
 
 #[tokio::test(start_paused = true)]
 async fn a_full_semaphore_is_answered_with_the_busy_status() {
-    let layer = LockLayer::new(MemoryBackend::new(), header("x-key"))
-        .semaphore(2)
-        .reject()
-        .busy_status(StatusCode::TOO_MANY_REQUESTS);
+    let layer = LockLayer::new(
+        Locker::builder(MemoryBackend::new())
+            .reject()
+            .build()
+            .unwrap(),
+        header("x-key"),
+    )
+    .semaphore(std::num::NonZeroU32::new(2).expect("two"))
+    .busy_status(StatusCode::TOO_MANY_REQUESTS);
     let app = Router::new()
         .route("/", post(|| tokio::time::sleep(Duration::from_secs(1))))
         .route_layer(layer);
@@ -537,11 +595,17 @@ async fn exclusive_holds_while_a_reader_holds() -> [StatusCode; 2] {
                     release.notified().await;
                 }),
             )
-            .route_layer(LockLayer::new(store.clone(), header("x-key")).read_write())
+            .route_layer(LockLayer::new(Locker::new(store.clone()), header("x-key")).read_write())
     };
-    let mutex = hold_app(LockLayer::new(store.clone(), header("x-key")).reject());
+    let mutex = hold_app(LockLayer::new(
+        Locker::builder(store.clone()).reject().build().unwrap(),
+        header("x-key"),
+    ));
     let both = many(|_: &http::request::Parts| Ok(vec!["k".to_owned(), "z".to_owned()]));
-    let multi = hold_app(LockLayer::new(store, both).reject());
+    let multi = hold_app(LockLayer::new(
+        Locker::builder(store).reject().build().unwrap(),
+        both,
+    ));
     let reading = spawn_send(&reader, keyed(Method::GET, "k", 0));
     gate_rx.recv().await;
 

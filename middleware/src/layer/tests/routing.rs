@@ -6,8 +6,14 @@ use super::*;
 #[tokio::test]
 async fn under_router_layer_a_request_matching_no_route_is_answered_404_by_axum() {
     let runs = Arc::new(AtomicUsize::new(0));
-    let app = claim_app(LockLayer::new(MemoryBackend::new(), coupon_key()), runs)
-        .layer(LockLayer::new(MemoryBackend::new(), path("id")));
+    let app = claim_app(
+        LockLayer::new(Locker::new(MemoryBackend::new()), coupon_key()),
+        runs,
+    )
+    .layer(LockLayer::new(
+        Locker::new(MemoryBackend::new()),
+        path("id"),
+    ));
 
     let reply = send(&app, request(Method::POST, "/zzz")).await;
 
@@ -18,7 +24,10 @@ async fn under_router_layer_a_request_matching_no_route_is_answered_404_by_axum(
 async fn a_layer_around_the_whole_router_says_it_runs_before_routing() {
     let router: Router = Router::new().route("/coupons/{id}/claim", post(|| async { "claimed" }));
     let app = ServiceBuilder::new()
-        .layer(LockLayer::new(MemoryBackend::new(), path("id")))
+        .layer(LockLayer::new(
+            Locker::new(MemoryBackend::new()),
+            path("id"),
+        ))
         .service(router);
 
     let response = app.oneshot(claim("7")).await.unwrap();
@@ -40,7 +49,10 @@ fn two_resources(store: &MemoryBackend, key: impl crate::key::KeyExtractor) -> R
     Router::new()
         .route("/items/{id}", post(handler))
         .route("/orders/{id}", post(handler))
-        .route_layer(LockLayer::new(store.clone(), key).reject())
+        .route_layer(LockLayer::new(
+            Locker::builder(store.clone()).reject().build().unwrap(),
+            key,
+        ))
 }
 
 #[tokio::test]
@@ -85,7 +97,10 @@ async fn routes_of_one_resource_share_its_lock() {
     let app = Router::new()
         .route("/coupons/{id}", get(handler))
         .route("/coupons/{id}/claim", post(handler))
-        .route_layer(LockLayer::new(store.clone(), path("id")).reject());
+        .route_layer(LockLayer::new(
+            Locker::builder(store.clone()).reject().build().unwrap(),
+            path("id"),
+        ));
     hold(&store, "lock:coupons:42", TTL).await;
 
     assert_eq!(send(&app, claim("42")).await.status, StatusCode::CONFLICT);
