@@ -98,9 +98,9 @@ pub trait LockBackend: Send + Sync + 'static {
 
     /// An attempt by `request.token` on `name` ended without the lock reaching its caller:
     /// its answer was lost (the store failed or was too slow, or the caller was dropped before
-    /// the answer came), or a writer gave up waiting. Undo what it may have left: a lock or a
-    /// shared hold the store granted it, a writer's intent. Must be harmless when it left
-    /// nothing.
+    /// the answer came), or a writer or reader gave up waiting. Undo what it may have left: a
+    /// lock or a shared hold the store granted it, a writer's intent, a reader's claim. Must be
+    /// harmless when it left nothing.
     fn abandon(
         &self,
         name: &str,

@@ -117,6 +117,8 @@ macro_rules! __conformance_cases {
             readers_share_and_exclude_writers_and_mutexes,
             a_multi_key_hold_excludes_readers,
             a_waiting_writer_bars_new_readers_only_while_it_waits,
+            readers_and_writers_take_turns,
+            a_reader_that_gives_up_waiting_leaves_nothing_behind,
             a_writer_that_asks_once_leaves_nothing_behind,
             a_writer_that_gives_up_waiting_leaves_nothing_behind,
             waiting_writers_in_two_processes_take_turns,

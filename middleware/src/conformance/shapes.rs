@@ -112,6 +112,92 @@ where
     );
 }
 
+/// Phase-fair turns: readers that waited for a writer come in when it leaves, ahead of the
+/// writers waiting behind it; a writer that waited for readers comes in when they leave, ahead
+/// of the readers that came meanwhile. Neither side waits longer than the other's turn.
+pub async fn readers_and_writers_take_turns<S: Store>(store: &S)
+where
+    S::Backend: SharedLocks,
+{
+    let (a, b) = two_processes(store).await;
+    let asks_again = |ttl| request(ttl).patience(Patience::Polls);
+    let first_writer = granted(a.acquire_write("lock:k", request(LONG)).await, "a writer");
+    let next_writer = asks_again(LONG);
+    busy(
+        b.acquire_write("lock:k", next_writer).await,
+        "a writer holds it",
+    );
+    let reader = asks_again(LONG);
+    busy(b.acquire_read("lock:k", reader).await, "a writer holds it");
+
+    a.release("lock:k", &first_writer.lease)
+        .await
+        .expect("released");
+    busy(
+        b.acquire_write("lock:k", next_writer).await,
+        "the reader that waited goes first",
+    );
+    let reading = granted(
+        b.acquire_read("lock:k", reader).await,
+        "the writer left: the waiting reader comes in",
+    );
+    busy(
+        b.acquire_write("lock:k", next_writer).await,
+        "the reader holds it",
+    );
+    let late_reader = asks_again(LONG);
+    busy(
+        a.acquire_read("lock:k", late_reader).await,
+        "barred: the writer waited for the readers in",
+    );
+
+    b.release("lock:k", &reading.lease).await.expect("released");
+    let writing = granted(
+        b.acquire_write("lock:k", next_writer).await,
+        "the readers left: the waiting writer comes in",
+    );
+    let last_writer = asks_again(LONG);
+    busy(
+        a.acquire_write("lock:k", last_writer).await,
+        "a writer holds it",
+    );
+    busy(
+        a.acquire_read("lock:k", late_reader).await,
+        "a writer holds it",
+    );
+    b.release("lock:k", &writing.lease).await.expect("released");
+    busy(
+        a.acquire_write("lock:k", last_writer).await,
+        "the reader that waited goes first",
+    );
+    granted(
+        a.acquire_read("lock:k", late_reader).await,
+        "the writer left: the late reader comes in",
+    );
+}
+
+/// A reader that gives up waiting (the locker's wait timed out) leaves nothing that holds
+/// back the next writer.
+pub async fn a_reader_that_gives_up_waiting_leaves_nothing_behind<S: Store>(store: &S)
+where
+    S::Backend: SharedLocks,
+{
+    let (a, b) = two_processes(store).await;
+    let writer = granted(a.acquire_write("lock:k", request(LONG)).await, "a writer");
+    let readers = locker(b, |builder| builder.wait(SHORT).ttl(LONG));
+    let gave_up = readers.read("k").await;
+    assert!(
+        matches!(gave_up, Err(crate::LockError::Busy { .. })),
+        "the reader gave up: {gave_up:?}"
+    );
+
+    a.release("lock:k", &writer.lease).await.expect("released");
+    granted(
+        a.acquire_write("lock:k", request(LONG)).await,
+        "no reader waits",
+    );
+}
+
 /// A writer that asks once and finds readers leaves nothing that bars the next reader.
 pub async fn a_writer_that_asks_once_leaves_nothing_behind<S: Store>(store: &S)
 where

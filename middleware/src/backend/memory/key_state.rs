@@ -35,10 +35,21 @@ pub(super) struct KeyState {
     holder: Option<Holder>,
     readers: Shared,
     permits: Shared,
-    /// A waiting writer's intent, barring new readers until it expires.
-    intent: Option<(OwnerToken, Instant)>,
+    /// A waiting writer's intent (see `take_write`), until it expires.
+    intent: Option<Intent>,
+    /// Readers that found a writer in their way and wait: the next turn is theirs.
+    claims: Shared,
     /// Tickets in arrival order (see `WaitQueue::acquire_queued`).
     tickets: VecDeque<Ticket>,
+}
+
+/// A waiting writer's intent: the next writer's turn is its own; once it waited for readers,
+/// it also bars new readers.
+#[derive(Clone, Copy, Debug)]
+struct Intent {
+    token: OwnerToken,
+    bars_readers: bool,
+    expires_at: Instant,
 }
 
 #[derive(Debug)]
@@ -116,14 +127,16 @@ impl KeyState {
                 .permits
                 .iter()
                 .all(|(_, expires_at)| *expires_at <= now)
-            && self.intent.is_none_or(|(_, expires_at)| expires_at <= now)
+            && self.claims.iter().all(|(_, expires_at)| *expires_at <= now)
+            && self.intent.is_none_or(|intent| intent.expires_at <= now)
     }
 
-    /// Drops expired shared holds and a lapsed writer intent.
+    /// Drops expired shared holds and readers' claims, and a lapsed writer intent.
     pub(super) fn forget_expired(&mut self, now: Instant) {
         self.readers.retain(|(_, expires_at)| *expires_at > now);
         self.permits.retain(|(_, expires_at)| *expires_at > now);
-        if self.intent.is_some_and(|(_, expires_at)| expires_at <= now) {
+        self.claims.retain(|(_, expires_at)| *expires_at > now);
+        if self.intent.is_some_and(|intent| intent.expires_at <= now) {
             self.intent = None;
         }
     }
@@ -154,20 +167,29 @@ impl KeyState {
         self.exclusive_wait(now)
     }
 
+    /// A reader: free of an exclusive holder and of a writer's intent that bars readers. A busy
+    /// reader that will ask again claims the next turn for readers, ahead of waiting writers.
     pub(super) fn take_read(
         &mut self,
-        (token, ttl): (OwnerToken, Duration),
+        (token, ttl, patience): (OwnerToken, Duration, Patience),
         now: Instant,
     ) -> Taken {
         self.forget_expired(now);
-        if let Some(wait) = self.holder_ttl(now) {
-            return busy(wait);
+        let barred = self.intent.filter(|intent| intent.bars_readers);
+        let wait = self
+            .holder_ttl(now)
+            .or_else(|| barred.map(|intent| intent.expires_at - now));
+        let Some(wait) = wait else {
+            remove_shared(&mut self.claims, token);
+            self.readers.push((token, now + ttl));
+            return Attempt::Acquired(None);
+        };
+        if patience != Patience::Once
+            && !extend_shared(&mut self.claims, token, now + WRITER_INTENT_TTL)
+        {
+            self.claims.push((token, now + WRITER_INTENT_TTL));
         }
-        if let Some((_, expires_at)) = self.intent {
-            return busy(expires_at - now);
-        }
-        self.readers.push((token, now + ttl));
-        Attempt::Acquired(None)
+        busy(wait)
     }
 
     pub(super) fn take_permit(
@@ -184,8 +206,10 @@ impl KeyState {
         busy(first_expiry(&self.permits, now).unwrap_or_default())
     }
 
-    /// A writer: free of holders, readers, and other writers' intent. A busy writer that will
-    /// ask again queues its intent, which bars new readers.
+    /// A writer: free of holders, readers, other writers' intent, and — unless its own intent
+    /// bars readers — of readers' claims. A busy writer that will ask again leaves its intent:
+    /// the next writer's turn; once readers held it back, it bars new readers too (sticky
+    /// until it takes the lock). So each side waits for at most the other's current turn.
     pub(super) fn take_write(
         &mut self,
         (token, ttl, patience): (OwnerToken, Duration, Patience),
@@ -193,17 +217,29 @@ impl KeyState {
         now: Instant,
     ) -> Taken {
         self.forget_expired(now);
-        let others_intent = self.intent.filter(|(owner, _)| *owner != token);
+        let own = self.intent.filter(|intent| intent.token == token);
+        let others = self.intent.filter(|intent| intent.token != token);
+        let claims_count = !own.is_some_and(|intent| intent.bars_readers);
         let wait = self
             .holder_ttl(now)
             .or_else(|| first_expiry(&self.readers, now))
-            .or_else(|| others_intent.map(|(_, expires_at)| expires_at - now));
+            .or_else(|| others.map(|intent| intent.expires_at - now))
+            .or_else(|| {
+                claims_count
+                    .then(|| first_expiry(&self.claims, now))
+                    .flatten()
+            });
         let Some(wait) = wait else {
             self.intent = None;
             return Attempt::Acquired(Some(self.take(token, ttl, fences, now)));
         };
-        if others_intent.is_none() && patience != Patience::Once {
-            self.intent = Some((token, now + WRITER_INTENT_TTL));
+        if others.is_none() && patience != Patience::Once {
+            let readers_hold = !self.readers.is_empty();
+            self.intent = Some(Intent {
+                token,
+                bars_readers: readers_hold || own.is_some_and(|intent| intent.bars_readers),
+                expires_at: now + WRITER_INTENT_TTL,
+            });
         }
         busy(wait)
     }
@@ -260,14 +296,15 @@ impl KeyState {
         fences: &mut FenceCounter,
         now: Instant,
     ) -> Option<Announcement> {
-        // A withdrawn intent lets in the readers it barred.
-        let intent = self.intent.is_some_and(|(owner, _)| owner == token);
+        // A withdrawn intent lets in the readers it barred; a withdrawn claim, the writers.
+        let intent = self.intent.is_some_and(|intent| intent.token == token);
         if intent {
             self.intent = None;
         }
+        let claim = remove_shared(&mut self.claims, token);
         let shared = self.release_shared(token, now);
         self.release_exclusive(token, fences, now)
-            .or((shared || intent).then_some(Announcement::Free))
+            .or((shared || intent || claim).then_some(Announcement::Free))
     }
 
     /// Queued attempt: the lock if it is free and `token` is first in line (or already holds

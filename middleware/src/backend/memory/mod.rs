@@ -261,7 +261,7 @@ impl SharedLocks for MemoryBackend {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        let terms = (request.token, request.ttl);
+        let terms = (request.token, request.ttl, request.patience);
         let taken = self.with_key(name, |entry, _, now| entry.take_read(terms, now));
         Ok(granted(taken, request.token, Hold::Read))
     }

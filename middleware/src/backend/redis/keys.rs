@@ -30,11 +30,20 @@ impl<'a> LockKey<'a> {
         }
     }
 
-    /// A waiting writer's intent, which bars new readers while it lives.
+    /// A waiting writer's intent: its token, the next writer's turn; followed by `!` once
+    /// readers held it back, when it also bars new readers.
     pub(super) fn intent(name: &'a str) -> Self {
         Self {
             name,
             suffix: ":intent",
+        }
+    }
+
+    /// Readers' claims on the next turn: a sorted set of waiting reader's token → expiry.
+    pub(super) fn claims(name: &'a str) -> Self {
+        Self {
+            name,
+            suffix: ":claims",
         }
     }
 

@@ -254,6 +254,7 @@ impl RedisBackend {
             LockKey::shared(name).into(),
             LockKey::intent(name).into(),
             FenceCounter::of_lock(name).into(),
+            LockKey::claims(name).into(),
         ];
         self.run_op(&self.scripts.shared, &keys, (op, token), args)
             .await

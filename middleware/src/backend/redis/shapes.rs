@@ -41,6 +41,7 @@ impl SharedLocks for RedisBackend {
         let args = [
             ScriptArg::Int(millis(request.ttl)),
             ScriptArg::Word(patience_arg(request.patience)),
+            ScriptArg::Int(millis(WRITER_INTENT_TTL)),
         ];
         let reply = self.run_shared(name, "read", request.token, &args).await?;
         granted(reply, request, Hold::Read)
@@ -48,9 +49,10 @@ impl SharedLocks for RedisBackend {
 
     /// Like a mutex, a plain `SET NX PX` (readers hold the lock key too, so it fails while
     /// anybody holds the lock), pipelined with the fencing counter's `INCR` (trusted as in
-    /// `take`) and a look at the waiting writers' intent. Only a writer that finds its own
-    /// intent standing (it waited) sends a second command, which withdraws the intent and has
-    /// its release announced to the readers it held back. A busy writer that will ask again
+    /// `take`) and a look at the waiting writers' intent and readers' claims. Only a writer
+    /// that finds its own intent standing (it waited) or readers waiting sends a second
+    /// command: it withdraws the intent and has its release announced to the readers it held
+    /// back, or gives the lock back when it is the waiting readers' turn. A busy writer that will ask again
     /// goes to `shared.lua`, which queues its intent; one that asks once only reads how long
     /// the lock is held. While this process has waiters for the lock (it is contended), a
     /// waiting writer asks `shared.lua` straight away: one round trip instead of a pipeline
@@ -85,7 +87,9 @@ impl RedisBackend {
         let (token, ttl) = (request.token, request.ttl);
         let mut intent = Cmd::with_capacity(2, 16 + name.len());
         intent.arg("GET").arg(LockKey::intent(name));
-        let mut pipeline = redis::Pipeline::with_capacity(3);
+        let mut claims = Cmd::with_capacity(2, 16 + name.len());
+        claims.arg("ZCARD").arg(LockKey::claims(name));
+        let mut pipeline = redis::Pipeline::with_capacity(4);
         pipeline.add_command(set_nx(name, token, ttl));
         if self.fencing {
             pipeline.add_command(fence_incr(name));
@@ -93,12 +97,13 @@ impl RedisBackend {
         let sent = Instant::now();
         let replies: Vec<Value> = pipeline
             .add_command(intent)
+            .add_command(claims)
             .query_async(&mut self.connection.clone())
             .await
             .map_err(BackendError::new)?;
-        let (taken, fence, intent) = match &replies[..] {
-            [taken, intent] => (taken, None, intent),
-            [taken, fence, intent] => (taken, Some(fence), intent),
+        let (taken, fence, intent, claims) = match &replies[..] {
+            [taken, intent, claims] => (taken, None, intent, claims),
+            [taken, fence, intent, claims] => (taken, Some(fence), intent, claims),
             _ => return Err(BackendError::new("unexpected reply to the write acquire")),
         };
         if matches!(taken, Value::Nil) {
@@ -113,10 +118,13 @@ impl RedisBackend {
             None => None,
         };
         let mut buf = [0; 32];
-        if let Value::BulkString(intent) = intent
-            && intent[..] == *token.encode(&mut buf).as_bytes()
+        let own_intent = matches!(intent, Value::BulkString(intent)
+            if intent.starts_with(token.encode(&mut buf).as_bytes()));
+        let readers_wait = !matches!(claims, Value::Int(0));
+        if (own_intent || readers_wait)
+            && self.run_shared::<i64>(name, "wrote", token, &[]).await? == 0
         {
-            self.run_shared::<i64>(name, "wrote", token, &[]).await?;
+            return Ok(None);
         }
         Ok(Some(fence))
     }

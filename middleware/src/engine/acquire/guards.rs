@@ -1,5 +1,5 @@
 //! What an unfinished acquire leaves to the background: an attempt whose answer never came, a
-//! writer's intent, a ticket in the store's queue. Each is a guard armed while the acquire
+//! writer's intent or a reader's claim, a ticket in the store's queue. Each is a guard armed while the acquire
 //! runs and disarmed when it ends well; dropped armed, it cleans up in the background.
 
 use std::sync::Arc;
@@ -12,7 +12,8 @@ use crate::engine::names::LockNames;
 
 /// Abandons `request` on `names` (see [`LockBackend::abandon`]) when dropped armed: an attempt
 /// whose answer was lost (an error, a timeout, or the acquire dropped mid-flight) may have
-/// taken the lock, and a writer that stopped waiting leaves an intent that bars readers.
+/// taken the lock, a writer that stopped waiting leaves an intent that bars others, a reader
+/// a claim that bars writers.
 pub(super) struct Abandon<'a, B: LockBackend> {
     backend: &'a Arc<B>,
     names: &'a LockNames,
@@ -43,7 +44,7 @@ impl<'a, B: LockBackend> Abandon<'a, B> {
     }
 
     /// Abandons now, before the caller answers (a reader sent right after a writer gave up
-    /// must not find its intent), bounded by the store timeout.
+    /// must not find its intent, nor a writer a reader's claim), bounded by the store timeout.
     pub(super) async fn now(mut self) {
         self.armed = false;
         let abandoned = tokio::time::timeout(self.store_timeout, async {

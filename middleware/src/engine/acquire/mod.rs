@@ -159,11 +159,12 @@ async fn wait_in_line<B: LockBackend>(
 /// enters the waiting room (which subscribes to the lock's announcements); its first wait
 /// attempt asks again, so no release between the two is missed.
 ///
-/// A writer's intent (which bars new readers) is only ever left by the head of its line, the
-/// one writer of the process that keeps asking: a writer's first look leaves nothing, since a
-/// writer that then queued behind another head would leave its intent standing, unrenewed,
-/// barring the head until it lapsed (2 s). A writer that gives up withdraws its intent before
-/// it answers, so that readers are not barred by a writer that left.
+/// A writer's intent (the next writer's turn; once readers held it back, a bar to new readers)
+/// is only ever left by the head of its line, the one writer of the process that keeps asking:
+/// a writer's first look leaves nothing, since a writer that then queued behind another head
+/// would leave its intent standing, unrenewed, barring the head until it lapsed (2 s). A reader
+/// that waits claims the next turn for readers. A writer or reader that gives up withdraws its
+/// intent or claim before it answers, so that nobody is held back by a caller that left.
 async fn wait_shared<B: LockBackend>(
     attempts: &Attempts<'_, B>,
     queue: Option<&dyn WaitQueue<B::Lease>>,
@@ -171,7 +172,8 @@ async fn wait_shared<B: LockBackend>(
 ) -> Result<Obtained<B::Lease>, NotObtained> {
     let (request, name) = (attempts.request, attempts.name);
     let is_writer = matches!(attempts.ask, Ask::Write(_));
-    let writer = is_writer.then(|| {
+    let leaves_marks = is_writer || matches!(attempts.ask, Ask::Read(_));
+    let marks = leaves_marks.then(|| {
         let store_timeout = attempts.settings.store_timeout;
         Abandon::new(attempts.backend, attempts.names, request, store_timeout)
     });
@@ -184,8 +186,8 @@ async fn wait_shared<B: LockBackend>(
             attempts.once(How::Plain).await?
         };
         if let Answer::Acquired(obtained) = first_look {
-            if let Some(writer) = writer {
-                writer.disarm();
+            if let Some(marks) = marks {
+                marks.disarm();
             }
             return Ok(obtained);
         }
@@ -208,9 +210,9 @@ async fn wait_shared<B: LockBackend>(
                 .await
         }
     };
-    match (writer, &waited) {
-        (Some(writer), Err(NotObtained::Busy { .. })) => writer.now().await,
-        (Some(writer), Ok(_)) => writer.disarm(),
+    match (marks, &waited) {
+        (Some(marks), Err(NotObtained::Busy { .. })) => marks.now().await,
+        (Some(marks), Ok(_)) => marks.disarm(),
         // A store failure: the guard abandons in the background.
         (Some(_), Err(NotObtained::Store(_))) | (None, _) => {}
     }

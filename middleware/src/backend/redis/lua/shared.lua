@@ -3,28 +3,36 @@
 --          readers hold the lock, expiring with the last of them; so a plain `SET NX`, which is
 --          how a writer first asks (no script), fails while anybody holds the lock
 -- KEYS[2]  shared holders: a sorted set of owner token -> lease expiry (ms, Redis server time)
--- KEYS[3]  a waiting writer's intent (its token), which bars new readers while it lives
+-- KEYS[3]  a waiting writer's intent: its token, the next writer's turn (other writers wait for
+--          it); followed by '!' once readers held the writer back: it then bars new readers too
 -- KEYS[4]  the fencing counter of the lock's slot (writers only)
+-- KEYS[5]  readers' claims on the next turn: a sorted set of waiting reader's token -> expiry
+--          (ms); while one lives, a writer waits unless its intent bars readers
 -- ARGV[1]  operation: 'read', 'permit', 'write', 'wrote', 'extend', 'release' or 'abandon'
 -- ARGV[2]  owner token
 -- ARGV[3]  lease TTL in ms                                  (read, permit, write, extend)
 -- ARGV[4]  permits (permit); how the caller waits when busy (read): 'once', 'polls' or
 --          'listens'; writer intent TTL in ms (write)
--- ARGV[5]  '1' to issue a fencing token, else the fence is 0   (write)
+-- ARGV[5]  '1' to issue a fencing token, else the fence is 0   (write); a reader's claim TTL
+--          in ms (read)
 -- ARGV[6]  how the caller waits when busy: 'polls' or 'listens' (write; a writer that asks
 --          once never comes here)
 -- returns  read / permit / write: {1, fence} when held (fence 0 for shared holds);
 --                                 {0, ms} when busy: wait at most ms before asking again
---          wrote:                 1 (a writer that took KEYS[1] with `SET NX` while its own
---                                 intent stood: the intent is withdrawn, and the readers it held
---                                 back hear the writer's release)
+--          wrote:                 1 when a writer that took KEYS[1] with `SET NX` (finding its
+--                                 own intent or readers' claims) keeps it: its intent is
+--                                 withdrawn, and the readers it held back hear its release;
+--                                 0 when readers' claims come first: KEYS[1] is given back
 --          extend / release:      1 when the caller's shared hold was extended / released, else 0
---          abandon:               1 when the caller's shared hold or intent was dropped, else 0
+--          abandon:               1 when the caller's shared hold, intent or claim was dropped,
+--                                 else 0
 -- Expired shared holds are dropped before every decision, so a crashed reader or permit
 -- holder blocks nobody past its lease. Every shared release is announced on the lock key's
 -- channel (the key followed by ':free'); a writer releases through release.lua like a mutex.
 -- A busy exclusive holder is marked as waited for (so its release is announced) only for a
--- caller that listens; a busy writer queues its intent only when it will ask again.
+-- caller that listens; a busy writer leaves its intent, and a busy reader its claim, only when
+-- it will ask again. So readers and writers take turns: readers that waited for a writer come
+-- in before the next writer, a writer that waited for readers before the readers after it.
 local op, token = ARGV[1], ARGV[2]
 
 local function fence()
@@ -34,14 +42,31 @@ end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
 
--- how long until the first shared hold expires (0 when there is none)
-local function first_expiry()
-  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+-- how long until the first member of sorted set `key` expires (0 when there is none)
+local function first_expiry(key)
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if first[2] then
     return math.max(tonumber(first[2]) - now, 1)
   end
   return 0
+end
+
+-- the caller's intent, whether it bars readers, and whether another writer's stands instead
+local function intents()
+  local intent = redis.call('GET', KEYS[3])
+  local own = intent == token or intent == token .. '!'
+  return own, own and string.sub(intent, -1) == '!', intent and not own
+end
+
+-- a waiting reader claims the next turn
+local function claim()
+  local ttl = tonumber(ARGV[5])
+  redis.call('ZADD', KEYS[5], now + ttl, token)
+  if redis.call('PTTL', KEYS[5]) < ttl then
+    redis.call('PEXPIRE', KEYS[5], ttl)
+  end
 end
 
 -- the lock key while readers hold it (marked or not)
@@ -85,16 +110,22 @@ end
 
 if op == 'read' then
   local holder = redis.call('GET', KEYS[1])
+  local wait
   if holder and not is_readers(holder) then
     if ARGV[4] == 'listens' then
       mark_waited(holder)
     end
-    return {0, redis.call('PTTL', KEYS[1])}
+    wait = redis.call('PTTL', KEYS[1])
+  elseif string.sub(redis.call('GET', KEYS[3]) or '', -1) == '!' then
+    wait = redis.call('PTTL', KEYS[3])
   end
-  local intent = redis.call('PTTL', KEYS[3])
-  if intent >= 0 then
-    return {0, intent}
+  if wait then
+    if ARGV[4] ~= 'once' then
+      claim()
+    end
+    return {0, wait}
   end
+  redis.call('ZREM', KEYS[5], token)
   local ttl = tonumber(ARGV[3])
   if not holder then
     redis.call('SET', KEYS[1], 'readers', 'PX', ttl)
@@ -106,16 +137,19 @@ elseif op == 'permit' then
   if redis.call('ZCARD', KEYS[2]) < tonumber(ARGV[4]) then
     return hold_shared()
   end
-  return {0, first_expiry()}
+  return {0, first_expiry(KEYS[2])}
 elseif op == 'write' then
   local holder = redis.call('GET', KEYS[1])
   local writer = holder and not is_readers(holder)
   local readers = redis.call('ZCARD', KEYS[2])
-  local intent = redis.call('GET', KEYS[3])
-  if writer or readers > 0 or (intent and intent ~= token) then
-    -- the first waiting writer bars new readers, so a stream of them cannot starve it
-    if not intent or intent == token then
-      redis.call('SET', KEYS[3], token, 'PX', ARGV[4])
+  local own, bars, others = intents()
+  local claimed = not bars and redis.call('ZCARD', KEYS[5]) > 0
+  if writer or readers > 0 or others or claimed then
+    -- the first waiting writer takes the next writer's turn; once readers hold it back, it
+    -- bars new readers, so a stream of them cannot starve it
+    if not others then
+      local mark = (bars or readers > 0) and '!' or ''
+      redis.call('SET', KEYS[3], token .. mark, 'PX', ARGV[4])
     end
     if writer then
       if ARGV[6] == 'listens' then
@@ -124,19 +158,34 @@ elseif op == 'write' then
       return {0, redis.call('PTTL', KEYS[1])}
     end
     if readers > 0 then
-      return {0, first_expiry()}
+      return {0, first_expiry(KEYS[2])}
     end
-    return {0, redis.call('PTTL', KEYS[3])}
+    if others then
+      return {0, redis.call('PTTL', KEYS[3])}
+    end
+    return {0, first_expiry(KEYS[5])}
   end
   -- readers held back by our intent wait for this writer's release: have it announced
-  local announce = intent and '*' or ''
+  local announce = own and '*' or ''
   redis.call('DEL', KEYS[3])
   redis.call('SET', KEYS[1], token .. announce, 'PX', ARGV[3])
   return {1, fence()}
 elseif op == 'wrote' then
-  if redis.call('GET', KEYS[3]) == token then
+  local own, bars = intents()
+  local holder = redis.call('GET', KEYS[1])
+  if not bars and redis.call('ZCARD', KEYS[5]) > 0 then
+    -- waiting readers' turn: give the lock back, and wake whoever found it taken meanwhile
+    if holder and string.sub(holder, 1, #token) == token then
+      redis.call('DEL', KEYS[1])
+      if holder ~= token then
+        redis.call('PUBLISH', KEYS[1] .. ':free', '')
+      end
+    end
+    return 0
+  end
+  if own then
     redis.call('DEL', KEYS[3])
-    if redis.call('GET', KEYS[1]) == token then
+    if holder == token then
       redis.call('APPEND', KEYS[1], '*')
     end
   end
@@ -159,9 +208,12 @@ elseif op == 'release' then
   return drop_shared()
 elseif op == 'abandon' then
   local dropped = drop_shared()
-  if redis.call('GET', KEYS[3]) == token then
-    -- a writer that stopped waiting: the readers it held back may come in
-    redis.call('DEL', KEYS[3])
+  local own = intents()
+  if own or redis.call('ZREM', KEYS[5], token) == 1 then
+    -- a writer or reader that stopped waiting: those it held back may come in
+    if own then
+      redis.call('DEL', KEYS[3])
+    end
     redis.call('PUBLISH', KEYS[1] .. ':free', '')
     dropped = 1
   end
