@@ -31,9 +31,10 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 ///
 /// Each lock name that was ever taken has one row holding all of its state: the exclusive
 /// holder's owner token and the lease's expiry (both `NULL` when free), a fencing counter that
-/// survives releases, the readers or permit holders with an expiry each, and a waiting
-/// writer's intent. Every acquire is one statement: an `INSERT … ON CONFLICT (name) DO UPDATE
-/// … WHERE` the row allows it (free or expired for a mutex; no writer nor intent for a reader;
+/// survives releases, the readers or permit holders with an expiry each, a waiting writer's
+/// intent and waiting readers' claims. Every acquire is one statement: an `INSERT … ON CONFLICT
+/// (name) DO UPDATE … WHERE` the row allows it (free or expired for a mutex; no writer nor
+/// barring intent for a reader; no reader and no readers' claim for a writer, unless its intent bars readers;
 /// fewer holders than permits for a semaphore), which PostgreSQL checks with the row locked;
 /// a mutex or writer gets the bumped counter as its fencing token, and a busy acquire learns
 /// from the same statement how long until the lock may change. Extending and releasing are one
@@ -41,7 +42,8 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 /// (`clock_timestamp()`), never a client's, so replicas with skewed clocks agree on who holds
 /// a lock.
 ///
-/// The table is created on connect when it is missing (idempotent):
+/// The table is created on connect when it is missing, and the columns added since 0.1 when
+/// an older table lacks them (idempotent):
 ///
 /// ```sql
 /// CREATE TABLE IF NOT EXISTS tower_lock_leases (
@@ -51,8 +53,11 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 ///     fence          bigint NOT NULL,  -- the last fencing token issued for this name
 ///     shared         jsonb NOT NULL DEFAULT '{}', -- readers or permit holders:
 ///                                      -- owner token -> expiry, ms since the epoch
-///     intent         text,             -- a waiting writer, which bars new readers
+///     intent         text,             -- a waiting writer: the next writer's turn
 ///     intent_expires timestamptz,
+///     intent_bars    boolean NOT NULL DEFAULT false, -- it bars new readers too
+///     claims         jsonb NOT NULL DEFAULT '{}', -- waiting readers: the next turn is theirs
+///                                      -- owner token -> expiry, ms since the epoch
 ///     waited         boolean NOT NULL DEFAULT false, -- releases go through the queue
 ///     tickets        text NOT NULL DEFAULT ''       -- the queue of waiters' tickets
 /// );
@@ -119,6 +124,10 @@ impl PostgresBackend {
         if create().await.is_err() {
             create().await.map_err(BackendError::new)?;
         }
+        sqlx::query(&statements.add_columns)
+            .execute(&pool)
+            .await
+            .map_err(BackendError::new)?;
         let channel = listener::channel(table);
         let room = listener::waiting_room(&pool, &channel).await?;
         // The listening connection is one of the pool's for good.
@@ -133,8 +142,9 @@ impl PostgresBackend {
     }
 
     /// One acquire statement for `hold`: taken (with a fence when exclusive), or busy with
-    /// how long until the lock may change. A busy writer that will ask again queues its
-    /// intent with a second statement; a busy caller that listens marks the lock as waited
+    /// how long until the lock may change. A busy writer that will ask again leaves its
+    /// intent, a busy reader its claim, with a second statement; a busy caller that listens
+    /// marks the lock as waited
     /// for (unless it is already), and then asks once more: a release between the answer and
     /// the mark was not announced, every one after it is.
     async fn try_acquire(
@@ -148,8 +158,13 @@ impl PostgresBackend {
             return Ok(answer);
         }
         let statements = &self.statements;
-        if hold == Hold::Write && request.patience != Patience::Once {
-            sqlx::query(&statements.write_intent)
+        let mark = match hold {
+            Hold::Write => Some(&statements.write_intent),
+            Hold::Read => Some(&statements.claim),
+            Hold::Mutex | Hold::Permit { .. } => None,
+        };
+        if let Some(mark) = mark.filter(|_| request.patience != Patience::Once) {
+            sqlx::query(mark)
                 .bind(name)
                 .bind(request.token.to_string())
                 .execute(&self.pool)

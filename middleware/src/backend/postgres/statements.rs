@@ -22,8 +22,13 @@ pub(super) struct Statements {
     pub(super) acquire_write: String,
     /// → (0 if taken, ms until the first permit's lease ends if busy, waited for).
     pub(super) acquire_permit: String,
-    /// A busy writer that will ask again queues its intent, unless another writer's stands.
+    /// Columns a table made by an earlier version lacks.
+    pub(super) add_columns: String,
+    /// A busy writer that will ask again leaves its intent, unless another writer's stands:
+    /// the next writer's turn, barring new readers once readers held it back.
     pub(super) write_intent: String,
+    /// A busy reader that will ask again claims the next turn for readers.
+    pub(super) claim: String,
     /// One row changed if the exclusive lease was still held.
     pub(super) extend: String,
     /// One row changed if the exclusive lease was still held.
@@ -32,7 +37,7 @@ pub(super) struct Statements {
     pub(super) extend_shared: String,
     /// One row changed if the shared hold was still held.
     pub(super) release_shared: String,
-    /// Drops whatever `$2` holds or intends on `$1`: exclusive lease, shared hold, intent;
+    /// Drops whatever `$2` holds or intends on `$1`: exclusive lease, shared hold, intent, claim;
     /// → whether the lock is waited for.
     pub(super) abandon: String,
     /// A busy caller that listens marks the lock as waited for, so its release is announced.
@@ -70,6 +75,14 @@ const EXCLUSIVE_FREE: &str = "(lease.owner IS NULL OR lease.expires_at <= clock_
 /// No waiting writer's intent stands.
 const NO_INTENT: &str = "(lease.intent IS NULL OR lease.intent_expires <= clock_timestamp())";
 
+/// No waiting writer's intent bars readers.
+const NO_BAR: &str = "(NOT lease.intent_bars OR lease.intent IS NULL \
+    OR lease.intent_expires <= clock_timestamp())";
+
+/// `$2`'s intent stands and bars readers: readers' claims do not hold it back.
+const OWN_BAR: &str = "(lease.intent = $2 AND lease.intent_bars \
+    AND lease.intent_expires > clock_timestamp())";
+
 impl Statements {
     /// The statements on `table`: one or two plain identifiers (`name` or `schema.name`).
     pub(super) fn for_table(table: &str) -> Result<Self, BackendError> {
@@ -85,6 +98,13 @@ impl Statements {
              WHERE value::bigint > {NOW_MS})"
         );
         let held_shared = format!("(lease.shared ->> $2)::bigint > {NOW_MS}");
+        let no_claims = format!(
+            "NOT EXISTS (SELECT FROM jsonb_each(lease.claims) WHERE value::bigint > {NOW_MS})"
+        );
+        let live_claims = format!(
+            "(SELECT coalesce(jsonb_object_agg(key, value), '{{}}') FROM jsonb_each(lease.claims) \
+             WHERE value::bigint > {NOW_MS})"
+        );
         let intent_expiry = format!(
             "clock_timestamp() + interval '{} milliseconds'",
             WRITER_INTENT_TTL.as_millis()
@@ -109,7 +129,7 @@ impl Statements {
                     "(name, fence, shared) \
                      SELECT $1, 0, jsonb_build_object($2::text, {NOW_MS} + $3::bigint)"
                 ),
-                &format!("shared = {live_shared} || excluded.shared"),
+                &format!("shared = {live_shared} || excluded.shared, claims = lease.claims - $2"),
                 "0::bigint",
             )
         };
@@ -125,19 +145,35 @@ impl Statements {
                     shared jsonb NOT NULL DEFAULT '{{}}', \
                     intent text, \
                     intent_expires timestamptz, \
+                    intent_bars boolean NOT NULL DEFAULT false, \
+                    claims jsonb NOT NULL DEFAULT '{{}}', \
                     waited boolean NOT NULL DEFAULT false, \
                     tickets text NOT NULL DEFAULT '')"
             ),
+            add_columns: format!(
+                "ALTER TABLE {table} \
+                    ADD COLUMN IF NOT EXISTS intent_bars boolean NOT NULL DEFAULT false, \
+                    ADD COLUMN IF NOT EXISTS claims jsonb NOT NULL DEFAULT '{{}}'"
+            ),
             acquire: exclusive(&free, ""),
             acquire_write: exclusive(
-                &format!("{free} AND ({NO_INTENT} OR lease.intent = $2)"),
-                ", intent = NULL, intent_expires = NULL",
+                &format!(
+                    "{free} AND ({NO_INTENT} OR lease.intent = $2) AND ({no_claims} OR {OWN_BAR})"
+                ),
+                ", intent = NULL, intent_expires = NULL, intent_bars = false",
             ),
-            acquire_read: shared(&format!("{EXCLUSIVE_FREE} AND {NO_INTENT}")),
+            acquire_read: shared(&format!("{EXCLUSIVE_FREE} AND {NO_BAR}")),
             acquire_permit: shared(&format!("{EXCLUSIVE_FREE} AND {live_count} < $4")),
             write_intent: format!(
-                "UPDATE {table} AS lease SET intent = $2, intent_expires = {intent_expiry} \
+                "UPDATE {table} AS lease SET intent = $2, intent_expires = {intent_expiry}, \
+                    intent_bars = {OWN_BAR} OR NOT {no_shared} \
                  WHERE name = $1 AND ({NO_INTENT} OR lease.intent = $2)"
+            ),
+            claim: format!(
+                "UPDATE {table} AS lease \
+                 SET claims = {live_claims} || jsonb_build_object($2::text, {NOW_MS} + {}) \
+                 WHERE name = $1",
+                WRITER_INTENT_TTL.as_millis()
             ),
             extend: format!(
                 "UPDATE {table} AS lease SET expires_at = {EXPIRY} \
@@ -163,11 +199,13 @@ impl Statements {
                     owner = CASE WHEN lease.owner = $2 THEN NULL ELSE lease.owner END, \
                     expires_at = CASE WHEN lease.owner = $2 THEN NULL ELSE lease.expires_at END, \
                     shared = lease.shared - $2::text, \
+                    claims = lease.claims - $2::text, \
                     intent = CASE WHEN lease.intent = $2 THEN NULL ELSE lease.intent END, \
                     intent_expires = \
-                        CASE WHEN lease.intent = $2 THEN NULL ELSE lease.intent_expires END \
-                 WHERE name = $1 \
-                    AND (lease.owner = $2 OR lease.shared ? $2 OR lease.intent = $2) \
+                        CASE WHEN lease.intent = $2 THEN NULL ELSE lease.intent_expires END, \
+                    intent_bars = lease.intent_bars AND lease.intent IS DISTINCT FROM $2 \
+                 WHERE name = $1 AND (lease.owner = $2 OR lease.shared ? $2 \
+                    OR lease.claims ? $2 OR lease.intent = $2) \
                  RETURNING waited"
             ),
             mark_waited: format!("UPDATE {table} SET waited = true WHERE name = $1 AND NOT waited"),
@@ -215,8 +253,8 @@ impl Statements {
 /// One acquire statement: the row `insert`s (columns and a `SELECT` of their values) when
 /// the name has none, or is updated as `update` says (and returns `returning`) when
 /// `condition` holds on it; when busy, it answers how many milliseconds until the lock may
-/// change: the soonest end of the exclusive lease, of a shared hold, or of a waiting writer's
-/// intent; and whether the lock is waited for already.
+/// change: the soonest end of the exclusive lease, of a shared hold, of a waiting writer's
+/// intent or of a reader's claim; and whether the lock is waited for already.
 ///
 /// A busy lock is seen on the row as it stood when the statement began, without locking it,
 /// and the insert is then not even tried: only an acquire that may succeed waits for the row
@@ -235,6 +273,8 @@ fn acquire(table: &str, condition: &str, insert: &str, update: &str, returning: 
                     CASE WHEN expires_at > clock_timestamp() THEN expires_at END, \
                     CASE WHEN intent_expires > clock_timestamp() THEN intent_expires END, \
                     (SELECT to_timestamp(min(value::bigint) / 1000.0) FROM jsonb_each(shared) \
+                     WHERE value::bigint > {NOW_MS}), \
+                    (SELECT to_timestamp(min(value::bigint) / 1000.0) FROM jsonb_each(claims) \
                      WHERE value::bigint > {NOW_MS})) - clock_timestamp()) * 1000)::bigint \
                  FROM previous), \
                 (SELECT waited FROM previous)"
