@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use integration_tests::{MysqlDatabase, granted, request};
 use tower_lock::backend::mysql::{MysqlBackend, NowaitBackend};
-use tower_lock::backend::{Attempt, LockBackend};
+use tower_lock::backend::{Attempt, LockBackend, Patience, SharedLocks};
 use tower_lock::conformance::Store;
 
 mod mysql {
@@ -101,4 +101,41 @@ async fn replicas_starting_together_all_find_their_table() {
     for backend in backends {
         backend.expect("the table is there, whoever created it");
     }
+}
+
+/// A lease table made by tower-lock 0.1 (without the columns readers' turns keep) gets them
+/// on connect: a waiting reader's claim then holds the next writer back.
+#[tokio::test]
+async fn a_table_made_by_version_0_1_gets_the_columns_for_readers_turns() {
+    let database = MysqlDatabase::create().await;
+    let table = database.table("leases");
+    sqlx::query(&format!(
+        "CREATE TABLE {table} (name VARBINARY(512) NOT NULL PRIMARY KEY, owner CHAR(32) NULL, \
+            expires_at DATETIME(6) NULL, fence BIGINT UNSIGNED NOT NULL, shared JSON NOT NULL, \
+            intent CHAR(32) NULL, intent_expires DATETIME(6) NULL, \
+            waited BOOLEAN NOT NULL DEFAULT FALSE, tickets MEDIUMTEXT NULL) ENGINE = InnoDB"
+    ))
+    .execute(&database.pool().await)
+    .await
+    .expect("the 0.1 table is made");
+    let backend = MysqlBackend::with_table(database.pool().await, &table)
+        .await
+        .expect("the table gets its new columns");
+    let ttl = Duration::from_secs(30);
+
+    let writer = granted(backend.acquire_write("lock:k", request(ttl)).await);
+    let reader = request(ttl).patience(Patience::Polls);
+    let reading = backend.acquire_read("lock:k", reader).await;
+    assert!(matches!(reading, Ok(Attempt::Busy { .. })), "{reading:?}");
+    backend
+        .release("lock:k", &writer.lease)
+        .await
+        .expect("released");
+
+    let next = backend.acquire_write("lock:k", request(ttl)).await;
+    assert!(
+        matches!(next, Ok(Attempt::Busy { .. })),
+        "the waiting reader goes first: {next:?}"
+    );
+    granted(backend.acquire_read("lock:k", reader).await);
 }

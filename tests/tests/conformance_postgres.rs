@@ -6,7 +6,7 @@ use std::time::Duration;
 use integration_tests::{PostgresSchema, granted, request};
 use tower_lock::Locker;
 use tower_lock::backend::postgres::{AdvisoryBackend, PostgresBackend};
-use tower_lock::backend::{Attempt, LockBackend};
+use tower_lock::backend::{Attempt, LockBackend, Patience, SharedLocks};
 use tower_lock::conformance::Store;
 use tower_lock::testing::CountingBackend;
 
@@ -135,4 +135,41 @@ async fn a_release_wakes_one_waiting_writer_not_all() {
         handoffs <= 3 * WRITERS,
         "{handoffs} write attempts for {WRITERS} handoffs: releases woke every waiter"
     );
+}
+
+/// A lease table made by tower-lock 0.1 (without the columns readers' turns keep) gets them
+/// on connect: a waiting reader's claim then holds the next writer back.
+#[tokio::test]
+async fn a_table_made_by_version_0_1_gets_the_columns_for_readers_turns() {
+    let schema = PostgresSchema::create().await;
+    let table = schema.table("leases");
+    sqlx::query(&format!(
+        "CREATE TABLE {table} (name text PRIMARY KEY, owner text, expires_at timestamptz, \
+            fence bigint NOT NULL, shared jsonb NOT NULL DEFAULT '{{}}', intent text, \
+            intent_expires timestamptz, waited boolean NOT NULL DEFAULT false, \
+            tickets text NOT NULL DEFAULT '')"
+    ))
+    .execute(&schema.pool().await)
+    .await
+    .expect("the 0.1 table is made");
+    let backend = PostgresBackend::with_table(schema.pool().await, &table)
+        .await
+        .expect("the table gets its new columns");
+    let ttl = Duration::from_secs(30);
+
+    let writer = granted(backend.acquire_write("lock:k", request(ttl)).await);
+    let reader = request(ttl).patience(Patience::Polls);
+    let reading = backend.acquire_read("lock:k", reader).await;
+    assert!(matches!(reading, Ok(Attempt::Busy { .. })), "{reading:?}");
+    backend
+        .release("lock:k", &writer.lease)
+        .await
+        .expect("released");
+
+    let next = backend.acquire_write("lock:k", request(ttl)).await;
+    assert!(
+        matches!(next, Ok(Attempt::Busy { .. })),
+        "the waiting reader goes first: {next:?}"
+    );
+    granted(backend.acquire_read("lock:k", reader).await);
 }

@@ -37,12 +37,13 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 /// is one `INSERT … ON DUPLICATE KEY UPDATE` that takes the row only if it allows it and
 /// returns the new version through `LAST_INSERT_ID`; when the lock is busy, a second query asks
 /// how long until it may change. Readers and permit holders are kept in the same row (a JSON
-/// array with an expiry each), beside a waiting writer's intent, so read-write locks and
-/// semaphores are one statement too. Extending and releasing are one owner-checked `UPDATE`
+/// array with an expiry each), beside a waiting writer's intent and waiting readers' claims
+/// (readers and writers take turns), so read-write locks and semaphores are one statement too. Extending and releasing are one owner-checked `UPDATE`
 /// each. Expiry is measured by the server's UTC clock (`UTC_TIMESTAMP(6)`), never a client's,
 /// and whatever the session's time zone. Needs `JSON_TABLE`: MariaDB 10.6 or MySQL 8.
 ///
-/// The table is created on connect when it is missing (idempotent):
+/// The table is created on connect when it is missing, and the columns added since 0.1 when
+/// an older table lacks them (idempotent):
 ///
 /// ```sql
 /// CREATE TABLE IF NOT EXISTS tower_lock_leases (
@@ -52,8 +53,11 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 ///     fence          BIGINT UNSIGNED NOT NULL, -- the version: the last fencing token issued
 ///     shared         JSON NOT NULL,    -- readers or permit holders:
 ///                                      -- [{"t": owner token, "e": expiry, µs since the epoch}]
-///     intent         CHAR(32) NULL,    -- a waiting writer, which bars new readers
+///     intent         CHAR(32) NULL,    -- a waiting writer: the next writer's turn
 ///     intent_expires DATETIME(6) NULL,
+///     intent_bars    BOOLEAN NOT NULL DEFAULT FALSE, -- it bars new readers too
+///     claims         JSON NULL,        -- waiting readers, the next turn is theirs:
+///                                      -- [{"t": owner token, "e": expiry, µs since the epoch}]
 ///     waited         BOOLEAN NOT NULL DEFAULT FALSE, -- releases go through the queue
 ///     tickets        MEDIUMTEXT NULL   -- the queue of waiters' tickets
 /// ) ENGINE = InnoDB;
@@ -112,6 +116,7 @@ impl MysqlBackend {
             .execute(&pool)
             .await
             .map_err(BackendError::new)?;
+        add_new_columns(&pool, &statements, table).await?;
         Ok(Self {
             slots: AcquireSlots::of_pool(pool.options().get_max_connections()),
             pool,
@@ -330,6 +335,31 @@ impl Semaphores for MysqlBackend {
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
         self.acquire_detached(name, request, Hold::Permit { permits })
             .await
+    }
+}
+
+/// Adds the columns added since 0.1 to a table an earlier version made. Replicas starting
+/// together may both find them missing: the second `ALTER` fails with a duplicate column.
+async fn add_new_columns(
+    pool: &MySqlPool,
+    statements: &Statements,
+    table: &str,
+) -> Result<(), BackendError> {
+    const DUPLICATE_COLUMN: &str = "42S21";
+    let table_name = table.rsplit('.').next().unwrap_or(table);
+    let present: i64 = sqlx::query_scalar(&statements.has_new_columns)
+        .bind(table_name)
+        .fetch_one(pool)
+        .await
+        .map_err(BackendError::new)?;
+    if present > 0 {
+        return Ok(());
+    }
+    match sqlx::query(&statements.add_columns).execute(pool).await {
+        Err(sqlx::Error::Database(error)) if error.code().as_deref() == Some(DUPLICATE_COLUMN) => {
+            Ok(())
+        }
+        added => added.map(drop).map_err(BackendError::new),
     }
 }
 

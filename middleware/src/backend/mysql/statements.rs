@@ -25,7 +25,8 @@ pub(super) enum Param {
     Ttl,
     /// How many permits the semaphore has.
     Permits,
-    /// Whether a busy caller will ask again (a writer then queues its intent).
+    /// Whether a busy caller will ask again (a writer then leaves its intent, a reader its
+    /// claim).
     Patient,
 }
 
@@ -41,12 +42,16 @@ pub(super) struct Statement {
 pub(super) struct Statements {
     pub(super) table: String,
     pub(super) create_table: String,
+    /// `?` table name → whether it has the columns added since 0.1.
+    pub(super) has_new_columns: String,
+    /// Adds the columns added since 0.1 to a table made by an earlier version.
+    pub(super) add_columns: String,
     pub(super) acquire: Statement,
     pub(super) acquire_read: Statement,
     pub(super) acquire_write: Statement,
     pub(super) acquire_permit: Statement,
-    /// → µs until the lock may change: the soonest end of the exclusive lease, a shared hold
-    /// or a waiting writer's intent.
+    /// → µs until the lock may change: the soonest end of the exclusive lease, a shared hold,
+    /// a waiting writer's intent or a waiting reader's claim.
     pub(super) holder_left: Statement,
     /// One row matched if the exclusive lease was still held.
     pub(super) extend: Statement,
@@ -79,9 +84,20 @@ const EXCLUSIVE_FREE: &str = "(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6))"
 /// No waiting writer's intent stands.
 const NO_INTENT: &str = "(intent IS NULL OR intent_expires <= UTC_TIMESTAMP(6))";
 
+/// No waiting writer's intent bars readers.
+const NO_BAR: &str = "(NOT intent_bars OR intent IS NULL OR intent_expires <= UTC_TIMESTAMP(6))";
+
+/// The caller's intent stands and bars readers: readers' claims do not hold it back.
+const OWN_BAR: &str = "(intent <=> VALUES(owner) AND intent_bars \
+    AND intent_expires > UTC_TIMESTAMP(6))";
+
 /// The row's shared holds as a table of (token, expiry µs).
 const HOLDERS: &str = "JSON_TABLE(shared, '$[*]' \
     COLUMNS (token CHAR(32) PATH '$.t', expiry BIGINT PATH '$.e')) AS holder";
+
+/// The row's readers' claims as a table of (token, expiry µs).
+const CLAIMS: &str = "JSON_TABLE(COALESCE(claims, JSON_ARRAY()), '$[*]' \
+    COLUMNS (token CHAR(32) PATH '$.t', expiry BIGINT PATH '$.e')) AS claim";
 
 /// Whether the statement's first assignment took the lock.
 const TAKEN: &str = "LAST_INSERT_ID() > 0";
@@ -102,6 +118,13 @@ impl Statements {
         let held_shared =
             format!("EXISTS (SELECT 1 FROM {HOLDERS} WHERE token = ? AND expiry > {NOW_US})");
         let free = format!("{EXCLUSIVE_FREE} AND {live_count} = 0");
+        let no_claims = format!("NOT EXISTS (SELECT 1 FROM {CLAIMS} WHERE expiry > {NOW_US})");
+        // The live claims but the owner's (`?`).
+        let claims_but = format!(
+            "(SELECT COALESCE(JSON_ARRAYAGG(JSON_OBJECT('t', token, 'e', expiry)), JSON_ARRAY()) \
+             FROM {CLAIMS} WHERE expiry > {NOW_US} AND token <> ?)"
+        );
+        let claim_us = WRITER_INTENT_TTL.as_micros();
         let exclusive = |condition: &str, also: &str, params: &'static [Param]| Statement {
             sql: format!(
                 "INSERT INTO {table} (name, owner, expires_at, fence, shared) \
@@ -116,7 +139,7 @@ impl Statements {
             ),
             params,
         };
-        let shared = |condition: &str, params: &'static [Param]| Statement {
+        let shared = |condition: &str, also: &str, params: &'static [Param]| Statement {
             sql: format!(
                 "INSERT INTO {table} (name, fence, shared) \
                  VALUES (?, 0 * LAST_INSERT_ID(1), \
@@ -124,7 +147,7 @@ impl Statements {
                  ON DUPLICATE KEY UPDATE \
                     fence = fence + 0 * LAST_INSERT_ID(IF({condition}, 1, 0)), \
                     shared = IF({TAKEN}, JSON_MERGE_PRESERVE({live_shared}, VALUES(shared)), \
-                        shared)"
+                        shared){also}"
             ),
             params,
         };
@@ -145,35 +168,66 @@ impl Statements {
                     shared JSON NOT NULL, \
                     intent CHAR(32) NULL, \
                     intent_expires DATETIME(6) NULL, \
+                    intent_bars BOOLEAN NOT NULL DEFAULT FALSE, \
+                    claims JSON NULL, \
                     waited BOOLEAN NOT NULL DEFAULT FALSE, \
                     tickets MEDIUMTEXT NULL) ENGINE = InnoDB"
             ),
+            has_new_columns: format!(
+                "SELECT COUNT(*) FROM information_schema.COLUMNS \
+                 WHERE TABLE_SCHEMA = {} AND TABLE_NAME = ? AND COLUMN_NAME = 'claims'",
+                table
+                    .split_once('.')
+                    .map_or("DATABASE()".to_owned(), |(database, _)| format!(
+                        "'{database}'"
+                    ))
+            ),
+            add_columns: format!(
+                "ALTER TABLE {table} \
+                    ADD COLUMN intent_bars BOOLEAN NOT NULL DEFAULT FALSE AFTER intent_expires, \
+                    ADD COLUMN claims JSON NULL AFTER intent_bars"
+            ),
             acquire: exclusive(&free, "", &[Name, Owner, Ttl]),
-            // `intent` is assigned before `intent_expires`, which then reads whether the
-            // intent is the caller's.
+            // `intent_bars` is assigned before `intent`, and `intent` before `intent_expires`:
+            // each then reads whether the intent is the caller's. A waiting writer's intent
+            // bars readers once readers held it back.
             acquire_write: exclusive(
-                &format!("{free} AND ({NO_INTENT} OR intent = VALUES(owner))"),
                 &format!(
-                    ", intent = IF({TAKEN}, NULL, \
+                    "{free} AND ({NO_INTENT} OR intent = VALUES(owner)) \
+                     AND ({no_claims} OR {OWN_BAR})"
+                ),
+                &format!(
+                    ", intent_bars = IF({TAKEN}, FALSE, \
+                        IF(? AND ({NO_INTENT} OR intent = VALUES(owner)), \
+                            {OWN_BAR} OR {live_count} > 0, intent_bars)), \
+                     intent = IF({TAKEN}, NULL, \
                         IF(? AND ({NO_INTENT} OR intent = VALUES(owner)), VALUES(owner), intent)), \
                      intent_expires = IF({TAKEN}, NULL, IF(intent <=> VALUES(owner), \
                         UTC_TIMESTAMP(6) + INTERVAL {} MICROSECOND, intent_expires))",
                     WRITER_INTENT_TTL.as_micros()
                 ),
-                &[Name, Owner, Ttl, Patient],
+                &[Name, Owner, Ttl, Patient, Patient],
             ),
+            // A reader that waits claims the next turn; once in, its claim goes.
             acquire_read: shared(
-                &format!("{EXCLUSIVE_FREE} AND {NO_INTENT}"),
-                &[Name, Owner, Ttl],
+                &format!("{EXCLUSIVE_FREE} AND {NO_BAR}"),
+                &format!(
+                    ", claims = IF({TAKEN}, {claims_but}, IF(?, JSON_ARRAY_APPEND({claims_but}, \
+                        '$', JSON_OBJECT('t', ?, 'e', {NOW_US} + {claim_us})), claims))"
+                ),
+                &[Name, Owner, Ttl, Owner, Patient, Owner, Owner],
             ),
             acquire_permit: shared(
                 &format!("{EXCLUSIVE_FREE} AND {live_count} < ?"),
+                "",
                 &[Name, Owner, Ttl, Permits],
             ),
             holder_left: Statement {
                 sql: format!(
                     "SELECT NULLIF(LEAST({}, {}, \
                         COALESCE((SELECT MIN(expiry) FROM {HOLDERS} WHERE expiry > {NOW_US}) \
+                            - {NOW_US}, {FOREVER}), \
+                        COALESCE((SELECT MIN(expiry) FROM {CLAIMS} WHERE expiry > {NOW_US}) \
                             - {NOW_US}, {FOREVER})), {FOREVER}) \
                      FROM {table} WHERE name = ?",
                     left("expires_at"),
@@ -217,8 +271,8 @@ impl Statements {
                 ),
                 params: &[Owner, Name, Owner],
             },
-            // `expires_at` is assigned before `owner`, and `intent_expires` before `intent`:
-            // each still reads whether the old value was the caller's.
+            // `expires_at` is assigned before `owner`, and `intent_bars` and `intent_expires`
+            // before `intent`: each still reads whether the old value was the caller's.
             abandon: Statement {
                 sql: format!(
                     "UPDATE {table} SET \
@@ -228,11 +282,13 @@ impl Statements {
                             SELECT COALESCE(JSON_ARRAYAGG(JSON_OBJECT('t', token, 'e', expiry)), \
                                 JSON_ARRAY()) \
                             FROM {HOLDERS} WHERE token <> ?), \
+                        claims = {claims_but}, \
+                        intent_bars = intent_bars AND NOT intent <=> ?, \
                         intent_expires = IF(intent <=> ?, NULL, intent_expires), \
                         intent = IF(intent <=> ?, NULL, intent) \
                      WHERE name = ?"
                 ),
-                params: &[Owner, Owner, Owner, Owner, Owner, Name],
+                params: &[Owner, Owner, Owner, Owner, Owner, Owner, Owner, Name],
             },
             ensure_row: format!(
                 "INSERT INTO {table} (name, fence, shared) VALUES (?, 0, JSON_ARRAY()) \
