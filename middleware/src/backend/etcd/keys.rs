@@ -3,7 +3,8 @@
 //! exclusive hold (mutex, writer) or a place in line for one, `<namespace><name>/s/<token>`
 //! for a shared hold (reader, permit). A waiting writer's intent, which bars new readers and
 //! holds no place in line, lies outside the lock's prefix, `<namespace>%intent/<name>/<token>`,
-//! so that "nothing under the lock's prefix" means free for a mutex in one comparison.
+//! so that "nothing under the lock's prefix" means free for a mutex in one comparison; so does
+//! a waiting reader's claim on the next turn, `<namespace>%claim/<name>/<token>`.
 //!
 //! The name is escaped (`%` as `%25`, `/` as `%2F`), so one lock's keys never fall under
 //! another lock's prefix (`a/` would otherwise hold the keys of lock `a/b`).
@@ -24,6 +25,8 @@ pub(super) struct LockKeys {
     prefix: Vec<u8>,
     /// `<namespace>%intent/<escaped name>/`: every waiting writer's intent starts with it.
     intents: Vec<u8>,
+    /// `<namespace>%claim/<escaped name>/`: every waiting reader's claim starts with it.
+    claims: Vec<u8>,
 }
 
 impl LockKeys {
@@ -40,7 +43,12 @@ impl LockKeys {
         escaped.push(b'/');
         let prefix = [namespace.as_bytes(), &escaped].concat();
         let intents = [namespace.as_bytes(), b"%intent/", &escaped].concat();
-        Self { prefix, intents }
+        let claims = [namespace.as_bytes(), b"%claim/", &escaped].concat();
+        Self {
+            prefix,
+            intents,
+            claims,
+        }
     }
 
     /// The prefix every key of the lock starts with.
@@ -66,6 +74,16 @@ impl LockKeys {
     /// The key of `token`'s intent to write.
     pub(super) fn intent(&self, token: OwnerToken) -> Vec<u8> {
         [self.intents.as_slice(), token.to_string().as_bytes()].concat()
+    }
+
+    /// The prefix of the waiting readers' claims.
+    pub(super) fn claim_prefix(&self) -> &[u8] {
+        &self.claims
+    }
+
+    /// The key of `token`'s claim on the next turn, as a waiting reader.
+    pub(super) fn claim(&self, token: OwnerToken) -> Vec<u8> {
+        [self.claims.as_slice(), token.to_string().as_bytes()].concat()
     }
 
     /// The key of `token`'s exclusive hold or place in line.

@@ -280,6 +280,7 @@ impl EtcdBackend {
             keys.exclusive(token),
             keys.shared(token),
             keys.intent(token),
+            keys.claim(token),
         ];
         let mark = keys::given_up(&self.inner.namespace, token);
         let session = self.inner.session.term().lease;
@@ -342,6 +343,16 @@ fn first_under(prefix: &[u8]) -> TxnOp {
 /// No key lies under `prefix`: nobody holds the lock or waits for it.
 fn vacant(prefix: &[u8]) -> Compare {
     Compare::version(prefix, CompareOp::Equal, 0).with_prefix()
+}
+
+/// Some key starts with `prefix`.
+fn occupied(prefix: &[u8]) -> Compare {
+    Compare::version(prefix, CompareOp::Greater, 0).with_prefix()
+}
+
+/// `key` is there.
+fn present(key: &[u8]) -> Compare {
+    Compare::version(key, CompareOp::Greater, 0)
 }
 
 impl LockBackend for EtcdBackend {

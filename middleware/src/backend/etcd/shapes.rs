@@ -1,11 +1,14 @@
 //! Read-write locks and semaphores. A shared hold (a reader, a permit) is a key under the
 //! lock's `s/` prefix. A reader's is put only while no exclusive key (a holder, a place in
-//! line) and no writer's intent is there; a writer takes the lock as a mutex does, when
-//! no exclusive and no shared key is there, and a writer that will wait leaves its intent when
-//! busy, in the same transaction: it bars new readers while the writer waits, and goes when
-//! the writer takes the lock (in that transaction too) or gives up. Intents hold no place in
-//! line: each process's waiting writers line up in its waiting room, and a line in the store
-//! as well would make two orders that can disagree. A permit is held by the first `permits`
+//! line) and no writer's intent is there; a reader that will wait leaves its claim on the next
+//! turn when busy, in the same transaction. A writer takes the lock as a mutex does, when no
+//! exclusive and no shared key is there, and no reader's claim unless its own intent stands;
+//! a writer that will wait leaves its intent when readers keep it out, in the same
+//! transaction: it bars new readers while the writer waits, and goes when the writer takes the
+//! lock (in that transaction too) or gives up. So readers that waited for a writer come in
+//! before the next writer, and a writer that waited for readers before the readers after it.
+//! Intents and claims hold no place in line: each process's waiting writers line up in its
+//! waiting room, and a line in the store as well would make two orders that can disagree. A permit is held by the first `permits`
 //! shared keys by create revision; an attempt that lands behind them deletes its key again.
 //! Shared holds are not fenced.
 //!
@@ -14,11 +17,11 @@
 
 use std::num::NonZeroU32;
 
-use etcd_client::{GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+use etcd_client::{GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use tokio::time::Instant;
 
 use super::watches::Watch;
-use super::{EtcdBackend, EtcdLease, read, revision, vacant};
+use super::{EtcdBackend, EtcdLease, occupied, present, read, revision, vacant};
 use crate::backend::{
     Attempt, BackendError, Granted, LockBackend, LockRequest, Patience, Semaphores, SharedLocks,
 };
@@ -30,15 +33,25 @@ impl SharedLocks for EtcdBackend {
         request: LockRequest,
     ) -> Result<Attempt<Granted<EtcdLease>>, BackendError> {
         let keys = self.keys(name);
-        let key = keys.shared(request.token);
+        let (key, claim) = (keys.shared(request.token), keys.claim(request.token));
         let session = self.inner.session.term().lease;
-        let txn = Txn::new()
+        let mut txn = Txn::new()
             .when([
                 vacant(&keys.exclusive_prefix()),
                 vacant(keys.intent_prefix()),
                 self.not_given_up(request.token),
             ])
-            .and_then([Self::put(key.clone(), session)]);
+            .and_then([
+                Self::put(key.clone(), session),
+                TxnOp::delete(claim.clone(), None),
+            ]);
+        if request.patience != Patience::Once {
+            let leave_claim = Txn::new()
+                .when([self.not_given_up(request.token)])
+                .and_then([Self::put(claim.clone(), session)]);
+            txn = txn.or_else([TxnOp::txn(leave_claim)]);
+            self.inner.session.own(&claim);
+        }
         self.inner.session.own(&key);
         let sent = Instant::now();
         let answer = self.txn(txn).await?;
@@ -47,6 +60,7 @@ impl SharedLocks for EtcdBackend {
             self.inner.session.disown(&key);
             return Ok(self.busy(name, request, keys.prefix().to_vec(), read_at));
         }
+        self.inner.session.disown(&claim);
         self.shared_grant(key, session, read_at, sent, request)
             .await
     }
@@ -62,22 +76,35 @@ impl SharedLocks for EtcdBackend {
         let keys = self.keys(name);
         let (key, intent) = (keys.exclusive(request.token), keys.intent(request.token));
         let session = self.inner.session.term().lease;
-        let leave_intent = Txn::new()
-            .when([self.not_given_up(request.token)])
-            .and_then([Self::put(intent.clone(), session)]);
-        let txn = Txn::new()
-            .when(self.free_for_exclusive(&keys, request.token))
-            .and_then([
+        let take = || {
+            [
                 Self::put(key.clone(), session),
                 TxnOp::delete(intent.clone(), None),
+            ]
+        };
+        let leave_intent = Txn::new()
+            .when([
+                self.not_given_up(request.token),
+                occupied(&keys.shared_prefix()),
             ])
+            .and_then([Self::put(intent.clone(), session)]);
+        // Readers' claims hold back a writer, unless its intent bars readers already.
+        let [free, not_given_up] = self.free_for_exclusive(&keys, request.token);
+        let past_claims = Txn::new()
+            .when([free, not_given_up, present(&intent)])
+            .and_then(take())
             .or_else([TxnOp::txn(leave_intent)]);
+        let [free, not_given_up] = self.free_for_exclusive(&keys, request.token);
+        let txn = Txn::new()
+            .when([free, not_given_up, vacant(keys.claim_prefix())])
+            .and_then(take())
+            .or_else([TxnOp::txn(past_claims)]);
         self.inner.session.own(&key);
         self.inner.session.own(&intent);
         let sent = Instant::now();
         let answer = self.txn(txn).await?;
         let read_at = revision(&answer)?;
-        if !answer.succeeded() {
+        if !answer.succeeded() && !nested_succeeded(&answer) {
             self.inner.session.disown(&key);
             return Ok(self.busy(name, request, keys.prefix().to_vec(), read_at));
         }
@@ -186,4 +213,10 @@ impl EtcdBackend {
         }
         Attempt::Busy { holder_ttl: None }
     }
+}
+
+/// Whether the transaction `answer` answers took its first fallback: a transaction nested in
+/// its `else` that succeeded.
+fn nested_succeeded(answer: &TxnResponse) -> bool {
+    matches!(answer.op_responses().first(), Some(TxnOpResponse::Txn(nested)) if nested.succeeded())
 }

@@ -4,7 +4,8 @@
 //! deletes it once its last child is gone, so no empty directory piles up per key). Every
 //! contender creates an ephemeral sequential child named `<kind>-<owner token>-<sequence>`:
 //! `x` for an exclusive hold (mutex, writer) or a place in line for one, `s` for a shared hold
-//! (reader, permit), `i` for a waiting writer's intent. The server numbers the children of a
+//! (reader, permit), `i` for a waiting writer's intent, `c` for a waiting reader's claim on the
+//! next turn. The server numbers the children of a
 //! directory in creation order, so the sequence orders them, as in Curator's recipes.
 
 use std::fmt::Write;
@@ -20,6 +21,9 @@ pub(super) enum Kind {
     Shared,
     /// A waiting writer's intent: it bars new readers and holds no place in line.
     Intent,
+    /// A waiting reader's claim on the next turn: it holds back writers without an intent, and
+    /// holds no place in line.
+    Claim,
 }
 
 impl Kind {
@@ -28,6 +32,7 @@ impl Kind {
             Kind::Exclusive => 'x',
             Kind::Shared => 's',
             Kind::Intent => 'i',
+            Kind::Claim => 'c',
         }
     }
 
@@ -36,6 +41,7 @@ impl Kind {
             "x" => Some(Kind::Exclusive),
             "s" => Some(Kind::Shared),
             "i" => Some(Kind::Intent),
+            "c" => Some(Kind::Claim),
             _ => None,
         }
     }
@@ -192,7 +198,25 @@ impl Children {
     /// or writer's intent ahead of it.
     pub(super) fn reader_blocker(&self, sequence: i64) -> Option<&Node> {
         self.ahead_of(sequence)
-            .rfind(|node| node.kind != Kind::Shared)
+            .rfind(|node| matches!(node.kind, Kind::Exclusive | Kind::Intent))
+    }
+
+    /// Whether only shared holds are in line ahead of `sequence` (and some are): readers keep
+    /// the exclusive node numbered `sequence` out.
+    pub(super) fn only_readers_ahead(&self, sequence: i64) -> bool {
+        let mut ahead = self.ahead_of(sequence).filter(|node| node.kind.in_line());
+        let first = ahead.next();
+        first.is_some_and(|first| first.kind == Kind::Shared)
+            && ahead.all(|node| node.kind == Kind::Shared)
+    }
+
+    /// A waiting reader's claim that holds back `token`'s write, if any: readers that waited
+    /// go first, unless `token`'s intent bars readers already.
+    pub(super) fn claim_ahead_of_writer(&self, token: OwnerToken) -> Option<&Node> {
+        if self.mine(Kind::Intent, token).is_some() {
+            return None;
+        }
+        self.0.iter().find(|node| node.kind == Kind::Claim)
     }
 
     /// What keeps the permit numbered `sequence` out of a semaphore of `permits`, if anything:
@@ -311,6 +335,44 @@ mod tests {
         assert_eq!(line.reader_blocker(3).unwrap().token, "w");
         let line = children(&[&format!("s-r-{}", seq(1)), &format!("x-w-{}", seq(2))]);
         assert_eq!(line.reader_blocker(1), None, "a later writer waits for it");
+    }
+
+    #[test]
+    fn a_readers_claim_keeps_a_reader_in_and_a_writer_without_intent_out() {
+        let writer = OwnerToken::new();
+        let line = children(&[
+            &format!("x-w-{}", seq(1)),
+            &format!("c-r-{}", seq(2)),
+            &format!("s-q-{}", seq(3)),
+        ]);
+        assert_eq!(
+            line.reader_blocker(3).unwrap().token,
+            "w",
+            "claims do not bar"
+        );
+        assert_eq!(line.claim_ahead_of_writer(writer).unwrap().token, "r");
+        let barring = children(&[
+            &format!("c-r-{}", seq(1)),
+            &format!("i-{writer}-{}", seq(2)),
+        ]);
+        assert_eq!(
+            barring.claim_ahead_of_writer(writer),
+            None,
+            "its intent bars readers"
+        );
+    }
+
+    #[test]
+    fn a_writer_leaves_an_intent_only_when_readers_alone_keep_it_out() {
+        let readers = children(&[
+            &format!("s-a-{}", seq(1)),
+            &format!("i-v-{}", seq(2)),
+            &format!("s-b-{}", seq(3)),
+        ]);
+        assert!(readers.only_readers_ahead(4));
+        let writer = children(&[&format!("s-a-{}", seq(1)), &format!("x-w-{}", seq(2))]);
+        assert!(!writer.only_readers_ahead(3), "a writer ahead");
+        assert!(!writer.only_readers_ahead(1), "nothing ahead");
     }
 
     #[test]

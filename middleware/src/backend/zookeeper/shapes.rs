@@ -2,13 +2,16 @@
 //! keep them: a shared hold (a reader, a permit) is a shared node in the lock's directory.
 //!
 //! * A reader holds once no exclusive node (a holder, a place in line) and no writer's intent
-//!   is ahead of its node; else its node is deleted again.
+//!   is ahead of its node; else its node is deleted again, and a reader that will wait leaves
+//!   a claim node on the next turn (deleted once it holds, or gives up).
 //! * A writer takes the lock as a mutex does (one attempt per lock from a process at a time,
-//!   `in_flight.rs`). A writer that will wait leaves an intent node when busy: it bars readers
+//!   `in_flight.rs`), and only while no reader's claim is there, unless its own intent is. A
+//!   writer that will wait leaves an intent node when readers keep it out: it bars readers
 //!   that come after it while the writer waits, and goes when the writer takes the lock or
-//!   gives up. Intents hold no place in line: each process's waiting
-//!   writers line up in its waiting room, and a line in the store as well would make two
-//!   orders that can disagree.
+//!   gives up. So readers that waited for a writer come in before the next writer, and a
+//!   writer that waited for readers before the readers after it. Intents and claims hold no
+//!   place in line: each process's waiting writers line up in its waiting room, and a line in
+//!   the store as well would make two orders that can disagree.
 //! * A permit is held by the first `permits` shared nodes with no exclusive node ahead.
 //!
 //! Shared holds are not fenced. A reader or writer that waits for announcements watches the
@@ -53,8 +56,9 @@ impl SharedLocks for ZookeeperBackend {
         let mine = self.create(&dir, Kind::Exclusive, request.token).await?;
         let children = self.children(&dir).await?;
         let intent = children.mine(Kind::Intent, request.token).cloned();
-        let watched = match children.exclusive_standing(mine.sequence()) {
-            Standing::Holds => {
+        let claim = children.claim_ahead_of_writer(request.token);
+        let watched = match (children.exclusive_standing(mine.sequence()), claim) {
+            (Standing::Holds, None) => {
                 if let Some(intent) = intent {
                     self.delete(&dir.child(&intent)).await?;
                 }
@@ -62,11 +66,12 @@ impl SharedLocks for ZookeeperBackend {
                     self.vouched(mine, sent, request.ttl).await?,
                 ));
             }
-            Standing::Behind { predecessor, .. } => Some(Watched::Node(predecessor.clone())),
-            Standing::Gone => None,
+            (Standing::Holds, Some(claim)) => Some(Watched::Node(claim.clone())),
+            (Standing::Behind { predecessor, .. }, _) => Some(Watched::Node(predecessor.clone())),
+            (Standing::Gone, _) => None,
         };
         self.delete(&mine.path).await?;
-        if intent.is_none() {
+        if intent.is_none() && children.only_readers_ahead(mine.sequence()) {
             self.create(&dir, Kind::Intent, request.token).await?;
         }
         self.busy(name, request, &dir, watched).await
@@ -118,11 +123,19 @@ impl ZookeeperBackend {
             SharedWait::Reader => children.reader_blocker(mine.sequence()),
             SharedWait::Permit(permits) => children.permit_blocker(mine.sequence(), permits),
         };
+        let claim = children.mine(Kind::Claim, request.token).cloned();
         let Some(blocker) = blocker.cloned() else {
+            if let Some(claim) = claim {
+                self.delete(&dir.child(&claim)).await?;
+            }
             let lease = self.vouch_for(mine, sent, request.ttl).await?;
             return Ok(Attempt::Acquired(Granted { lease, fence: None }));
         };
         self.delete(&mine.path).await?;
+        let reader = matches!(wait, SharedWait::Reader);
+        if reader && claim.is_none() && request.patience != Patience::Once {
+            self.create(&dir, Kind::Claim, request.token).await?;
+        }
         let watched = match wait {
             SharedWait::Reader => Watched::Node(blocker),
             SharedWait::Permit(permits) => Watched::Permits(permits),
