@@ -72,6 +72,10 @@ fn each_acquisition_runs_in_a_span_naming_its_key_shape_wait_attempts_outcome_an
         .build()
         .unwrap();
     subscriber::with_default(subscriber, || {
+        // Whether a span is wanted is cached per call site for the whole process, asked of the
+        // subscriber of the thread that reached it first: another test's thread, without this
+        // subscriber, may have cached "never" (spans then go unseen here). Ask again.
+        tracing::callsite::rebuild_interest_cache();
         runtime.block_on(async {
             let locker = locker(MemoryBackend::new(), |builder| {
                 builder.wait(Duration::from_millis(300))
