@@ -112,9 +112,10 @@ where
     );
 }
 
-/// Phase-fair turns: readers that waited for a writer come in when it leaves, ahead of the
-/// writers waiting behind it; a writer that waited for readers comes in when they leave, ahead
-/// of the readers that came meanwhile. Neither side waits longer than the other's turn.
+/// Phase-fair turns: readers that waited for a writer come in when it leaves, all of them
+/// ahead of the writers waiting behind it; a writer that waited for readers comes in when they
+/// leave, ahead of the readers that came meanwhile. Neither side waits longer than the other's
+/// turn.
 pub async fn readers_and_writers_take_turns<S: Store>(store: &S)
 where
     S::Backend: SharedLocks,
@@ -127,23 +128,33 @@ where
         b.acquire_write("lock:k", next_writer).await,
         "a writer holds it",
     );
-    let reader = asks_again(LONG);
-    busy(b.acquire_read("lock:k", reader).await, "a writer holds it");
+    let (reader, slow_reader) = (asks_again(LONG), asks_again(LONG));
+    for waiting in [reader, slow_reader] {
+        busy(b.acquire_read("lock:k", waiting).await, "a writer holds it");
+    }
 
     a.release("lock:k", &first_writer.lease)
         .await
         .expect("released");
     busy(
         b.acquire_write("lock:k", next_writer).await,
-        "the reader that waited goes first",
+        "the readers that waited go first",
     );
     let reading = granted(
         b.acquire_read("lock:k", reader).await,
-        "the writer left: the waiting reader comes in",
+        "the writer left: a waiting reader comes in",
     );
     busy(
         b.acquire_write("lock:k", next_writer).await,
-        "the reader holds it",
+        "a reader holds it, another that waited is still to come",
+    );
+    let slow_reading = granted(
+        a.acquire_read("lock:k", slow_reader).await,
+        "every reader that waited for the writer comes in",
+    );
+    busy(
+        b.acquire_write("lock:k", next_writer).await,
+        "readers hold it",
     );
     let late_reader = asks_again(LONG);
     busy(
@@ -152,6 +163,9 @@ where
     );
 
     b.release("lock:k", &reading.lease).await.expect("released");
+    a.release("lock:k", &slow_reading.lease)
+        .await
+        .expect("released");
     let writing = granted(
         b.acquire_write("lock:k", next_writer).await,
         "the readers left: the waiting writer comes in",

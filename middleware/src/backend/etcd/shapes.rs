@@ -3,7 +3,8 @@
 //! line) and no writer's intent is there; a reader that will wait leaves its claim on the next
 //! turn when busy, in the same transaction. A writer takes the lock as a mutex does, when no
 //! exclusive and no shared key is there, and no reader's claim unless its own intent stands;
-//! a writer that will wait leaves its intent when readers keep it out, in the same
+//! a writer that will wait leaves its intent when readers alone keep it out (every reader
+//! that claimed the turn came in), in the same
 //! transaction: it bars new readers while the writer waits, and goes when the writer takes the
 //! lock (in that transaction too) or gives up. So readers that waited for a writer come in
 //! before the next writer, and a writer that waited for readers before the readers after it.
@@ -86,6 +87,7 @@ impl SharedLocks for EtcdBackend {
             .when([
                 self.not_given_up(request.token),
                 occupied(&keys.shared_prefix()),
+                vacant(keys.claim_prefix()),
             ])
             .and_then([Self::put(intent.clone(), session)]);
         // Readers' claims hold back a writer, unless its intent bars readers already.

@@ -208,8 +208,9 @@ impl KeyState {
 
     /// A writer: free of holders, readers, other writers' intent, and — unless its own intent
     /// bars readers — of readers' claims. A busy writer that will ask again leaves its intent:
-    /// the next writer's turn; once readers held it back, it bars new readers too (sticky
-    /// until it takes the lock). So each side waits for at most the other's current turn.
+    /// the next writer's turn; once readers alone held it back (every reader that claimed a
+    /// turn came in), it bars new readers too (sticky until it takes the lock). So each side
+    /// waits for at most the other's current turn.
     pub(super) fn take_write(
         &mut self,
         (token, ttl, patience): (OwnerToken, Duration, Patience),
@@ -234,10 +235,10 @@ impl KeyState {
             return Attempt::Acquired(Some(self.take(token, ttl, fences, now)));
         };
         if others.is_none() && patience != Patience::Once {
-            let readers_hold = !self.readers.is_empty();
+            let readers_alone = !self.readers.is_empty() && self.claims.is_empty();
             self.intent = Some(Intent {
                 token,
-                bars_readers: readers_hold || own.is_some_and(|intent| intent.bars_readers),
+                bars_readers: readers_alone || own.is_some_and(|intent| intent.bars_readers),
                 expires_at: now + WRITER_INTENT_TTL,
             });
         }

@@ -66,11 +66,11 @@ pub(super) struct Statements {
     /// `?` name: makes sure it has a row, to lock.
     pub(super) ensure_row: String,
     /// `?` name → its row, locked for update: now, the live exclusive holder and its µs left,
-    /// µs until the first shared hold ends, fence, tickets.
+    /// µs until the first shared hold ends, fence, tickets, whether readers wait.
     pub(super) lock_row: String,
     /// Writes a queue operation's change. `?`: action (0 keeps the holder, 1 makes the owner
     /// the holder for the lease, 2 frees the lock), lease µs, action again, owner, fence,
-    /// waited, tickets, name.
+    /// waited, tickets, name. The holder's intent goes.
     pub(super) write_row: String,
 }
 
@@ -190,7 +190,7 @@ impl Statements {
             acquire: exclusive(&free, "", &[Name, Owner, Ttl]),
             // `intent_bars` is assigned before `intent`, and `intent` before `intent_expires`:
             // each then reads whether the intent is the caller's. A waiting writer's intent
-            // bars readers once readers held it back.
+            // bars readers once readers alone held it back (every claim came in).
             acquire_write: exclusive(
                 &format!(
                     "{free} AND ({NO_INTENT} OR intent = VALUES(owner)) \
@@ -199,7 +199,7 @@ impl Statements {
                 &format!(
                     ", intent_bars = IF({TAKEN}, FALSE, \
                         IF(? AND ({NO_INTENT} OR intent = VALUES(owner)), \
-                            {OWN_BAR} OR {live_count} > 0, intent_bars)), \
+                            {OWN_BAR} OR ({live_count} > 0 AND {no_claims}), intent_bars)), \
                      intent = IF({TAKEN}, NULL, \
                         IF(? AND ({NO_INTENT} OR intent = VALUES(owner)), VALUES(owner), intent)), \
                      intent_expires = IF({TAKEN}, NULL, IF(intent <=> VALUES(owner), \
@@ -300,7 +300,7 @@ impl Statements {
                     IF(expires_at > UTC_TIMESTAMP(6), \
                         TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), NULL), \
                     (SELECT MIN(expiry) - {NOW_US} FROM {HOLDERS} WHERE expiry > {NOW_US}), \
-                    CAST(fence AS SIGNED), COALESCE(tickets, '') \
+                    CAST(fence AS SIGNED), COALESCE(tickets, ''), NOT {no_claims} \
                  FROM {table} WHERE name = ? FOR UPDATE"
             ),
             write_row: format!(
@@ -308,6 +308,9 @@ impl Statements {
                     expires_at = CASE ? WHEN 0 THEN expires_at \
                         WHEN 1 THEN UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND END, \
                     owner = CASE ? WHEN 0 THEN owner WHEN 1 THEN ? END, \
+                    intent_bars = intent_bars AND NOT intent <=> owner, \
+                    intent_expires = IF(intent <=> owner, NULL, intent_expires), \
+                    intent = IF(intent <=> owner, NULL, intent), \
                     fence = ?, waited = ?, tickets = ? \
                  WHERE name = ?"
             ),

@@ -82,7 +82,7 @@ impl QueueRows for PostgresBackend {
 const MAX_ROW_ATTEMPTS: usize = 100;
 
 /// Where the row's version follows the queue's columns in `read_row`'s answer.
-const VERSION_COLUMN: usize = 6;
+const VERSION_COLUMN: usize = 7;
 
 impl PostgresBackend {
     /// `name`'s row, and its version (`xmin` as text, after the queue's columns), if it has

@@ -25,7 +25,7 @@ pub(super) struct Statements {
     /// Columns a table made by an earlier version lacks.
     pub(super) add_columns: String,
     /// A busy writer that will ask again leaves its intent, unless another writer's stands:
-    /// the next writer's turn, barring new readers once readers held it back.
+    /// the next writer's turn, barring new readers once readers alone held it back.
     pub(super) write_intent: String,
     /// A busy reader that will ask again claims the next turn for readers.
     pub(super) claim: String,
@@ -45,16 +45,17 @@ pub(super) struct Statements {
     /// Makes sure `$1` has a row, to lock.
     pub(super) ensure_row: String,
     /// `$1`'s row as the queue sees it (`sql::queue::RowColumns`: now, the live exclusive
-    /// holder and its µs left, µs until the first shared hold ends, fence, tickets), and its
-    /// version: `xmin`, the transaction that wrote it, as text.
+    /// holder and its µs left, µs until the first shared hold ends, fence, tickets, whether
+    /// readers wait), and its version: `xmin`, the transaction that wrote it, as text.
     pub(super) read_row: String,
     /// Writes a queue operation's change if the row is still at version `$8`: `$2` 0 keeps
-    /// the holder, 1 makes `$3` the holder for `$4` µs, 2 frees the lock; `$5` fence, `$6`
-    /// waited, `$7` tickets; announces `$10` on channel `$9` unless it is `NULL`.
+    /// the holder, 1 makes `$3` the holder for `$4` µs (its intent goes), 2 frees the lock;
+    /// `$5` fence, `$6` waited, `$7` tickets; announces `$10` on channel `$9` unless it is
+    /// `NULL`.
     /// → (rows written, announcements made): (0, 0), (1, 0) or (1, 1).
     pub(super) write_row: String,
-    /// Hands `$1` from its live holder `$2` straight to `$3` for `$4` µs, if nobody has a
-    /// ticket in its queue; → the new fence, if it did.
+    /// Hands `$1` from its live holder `$2` straight to `$3` for `$4` µs (its intent goes), if
+    /// nobody has a ticket in its queue and no reader waits; → the new fence, if it did.
     pub(super) hand_over: String,
     /// Announces `$2` on channel `$1`.
     pub(super) notify: String,
@@ -101,6 +102,10 @@ impl Statements {
         let no_claims = format!(
             "NOT EXISTS (SELECT FROM jsonb_each(lease.claims) WHERE value::bigint > {NOW_MS})"
         );
+        // The intent of `$3`, given the lock by a queue operation, goes.
+        let intent_goes_to_3 = "intent_bars = intent_bars AND intent IS DISTINCT FROM $3, \
+            intent_expires = CASE WHEN intent = $3 THEN NULL ELSE intent_expires END, \
+            intent = CASE WHEN intent = $3 THEN NULL ELSE intent END";
         let live_claims = format!(
             "(SELECT coalesce(jsonb_object_agg(key, value), '{{}}') FROM jsonb_each(lease.claims) \
              WHERE value::bigint > {NOW_MS})"
@@ -166,7 +171,7 @@ impl Statements {
             acquire_permit: shared(&format!("{EXCLUSIVE_FREE} AND {live_count} < $4")),
             write_intent: format!(
                 "UPDATE {table} AS lease SET intent = $2, intent_expires = {intent_expiry}, \
-                    intent_bars = {OWN_BAR} OR NOT {no_shared} \
+                    intent_bars = {OWN_BAR} OR (NOT {no_shared} AND {no_claims}) \
                  WHERE name = $1 AND ({NO_INTENT} OR lease.intent = $2)"
             ),
             claim: format!(
@@ -220,8 +225,8 @@ impl Statements {
                     END, \
                     (SELECT min(value::bigint) * 1000 - {NOW_US} FROM jsonb_each(shared) \
                      WHERE value::bigint > {NOW_MS}), \
-                    fence, tickets, xmin::text \
-                 FROM {table} WHERE name = $1"
+                    fence, tickets, NOT {no_claims}, xmin::text \
+                 FROM {table} AS lease WHERE name = $1"
             ),
             write_row: format!(
                 "WITH written AS (\
@@ -230,7 +235,7 @@ impl Statements {
                         expires_at = CASE $2::int WHEN 0 THEN expires_at \
                             WHEN 1 THEN clock_timestamp() + $4::bigint * interval '1 microsecond' \
                         END, \
-                        fence = $5, waited = $6, tickets = $7 \
+                        fence = $5, waited = $6, tickets = $7, {intent_goes_to_3} \
                     WHERE name = $1 AND xmin = $8::text::xid \
                     RETURNING 1), \
                  announced AS (\
@@ -240,9 +245,9 @@ impl Statements {
             hand_over: format!(
                 "UPDATE {table} AS lease SET owner = $3, \
                     expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond', \
-                    fence = lease.fence + 1, waited = true \
+                    fence = lease.fence + 1, waited = true, {intent_goes_to_3} \
                  WHERE name = $1 AND lease.owner = $2 AND lease.expires_at > clock_timestamp() \
-                    AND lease.tickets = '' \
+                    AND lease.tickets = '' AND {no_claims} \
                  RETURNING lease.fence"
             ),
             notify: "SELECT pg_notify($1, $2)".to_owned(),

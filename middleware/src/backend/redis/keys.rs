@@ -31,7 +31,7 @@ impl<'a> LockKey<'a> {
     }
 
     /// A waiting writer's intent: its token, the next writer's turn; followed by `!` once
-    /// readers held it back, when it also bars new readers.
+    /// readers alone held it back, when it also bars new readers.
     pub(super) fn intent(name: &'a str) -> Self {
         Self {
             name,

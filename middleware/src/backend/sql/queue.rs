@@ -289,6 +289,8 @@ pub(in crate::backend) struct RowState {
     /// The last fencing token issued.
     pub(in crate::backend) fence: i64,
     pub(in crate::backend) tickets: Tickets,
+    /// Whether readers wait for the next turn (their claims): a release is theirs.
+    pub(in crate::backend) readers_wait: bool,
 }
 
 /// Who holds the lock after a queue operation.
@@ -315,14 +317,21 @@ impl Holder {
 }
 
 /// A lock's row as the SQL reads it: the database's now in µs, the live exclusive owner and
-/// its µs left, µs until the first shared hold ends, fence, tickets.
-pub(in crate::backend) type RowColumns =
-    (i64, Option<String>, Option<i64>, Option<i64>, i64, String);
+/// its µs left, µs until the first shared hold ends, fence, tickets, whether readers wait.
+pub(in crate::backend) type RowColumns = (
+    i64,
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+    i64,
+    String,
+    bool,
+);
 
 impl RowState {
     /// The state read as [`RowColumns`].
     pub(in crate::backend) fn from_columns(
-        (now_us, owner, left_us, shared_left_us, fence, tickets): RowColumns,
+        (now_us, owner, left_us, shared_left_us, fence, tickets, readers_wait): RowColumns,
     ) -> Self {
         let owner = owner.as_deref().and_then(OwnerToken::parse);
         Self {
@@ -331,6 +340,7 @@ impl RowState {
             shared_left_us,
             fence,
             tickets: Tickets::parse(&tickets, now_us),
+            readers_wait,
         }
     }
 }
@@ -415,8 +425,10 @@ impl RowState {
     /// handed over without an announcement, the caller tells the head — else to the first
     /// ticket: handed to it when the ticket outlives the lease it asked for, else announced
     /// for it to take; `local_head` then gets a ticket at the end of the line if it has none.
-    /// With nobody waiting it is announced free. Returns the change and, for a handoff to
-    /// `local_head`, its fence; `None` when `token` no longer holds the lock.
+    /// With nobody waiting it is announced free, and while readers wait for their turn (a
+    /// writer released) it is freed and announced for them, whoever else waits. Returns the
+    /// change and, for a handoff to `local_head`, its fence; `None` when `token` no longer
+    /// holds the lock.
     pub(in crate::backend) fn release_waited(
         mut self,
         token: OwnerToken,
@@ -424,6 +436,17 @@ impl RowState {
     ) -> Option<(RowChange, Option<(OwnerToken, FencingToken)>)> {
         if !matches!(self.holder, Some((holder, _)) if holder == token) {
             return None;
+        }
+        if self.readers_wait {
+            // The waiting readers' turn (a writer released): freed for them, announced.
+            let change = RowChange {
+                holder: Holder::Freed,
+                fence: self.fence,
+                waited: false,
+                tickets: self.tickets,
+                announce: Some(Announcement::Free),
+            };
+            return Some((change, None));
         }
         let first = self.tickets.first().map(|ticket| ticket.token);
         if let Some(LocalHead {
@@ -551,6 +574,7 @@ mod tests {
             shared_left_us: None,
             fence: 7,
             tickets: line,
+            readers_wait: false,
         }
     }
 
@@ -566,6 +590,28 @@ mod tests {
         assert_eq!(later.first().map(|ticket| ticket.token), Some(b));
         assert_eq!(Tickets::parse("", 0), Tickets::default());
         assert_eq!(Tickets::parse("junk;1 2", 0), Tickets::default());
+    }
+
+    #[test]
+    fn a_release_while_readers_wait_frees_the_lock_for_them() {
+        let (writer, head) = (OwnerToken::new(), OwnerToken::new());
+        let local_head = LocalHead {
+            token: head,
+            lease_us: SECOND,
+            ticket_ttl_us: SECOND,
+        };
+        let waiting = RowState {
+            readers_wait: true,
+            ..row(Some(writer), &[])
+        };
+
+        let (change, handed) = waiting
+            .release_waited(writer, Some(local_head))
+            .expect("it held the lock");
+
+        assert_eq!(handed, None, "not handed to the next writer");
+        assert_eq!(change.holder, Holder::Freed);
+        assert_eq!(change.announce, Some(Announcement::Free));
     }
 
     #[test]

@@ -201,13 +201,15 @@ impl Children {
             .rfind(|node| matches!(node.kind, Kind::Exclusive | Kind::Intent))
     }
 
-    /// Whether only shared holds are in line ahead of `sequence` (and some are): readers keep
-    /// the exclusive node numbered `sequence` out.
+    /// Whether readers alone keep the exclusive node numbered `sequence` out: only shared
+    /// holds are in line ahead of it (and some are), and no reader claims a turn (every one
+    /// that waited came in).
     pub(super) fn only_readers_ahead(&self, sequence: i64) -> bool {
         let mut ahead = self.ahead_of(sequence).filter(|node| node.kind.in_line());
         let first = ahead.next();
         first.is_some_and(|first| first.kind == Kind::Shared)
             && ahead.all(|node| node.kind == Kind::Shared)
+            && self.0.iter().all(|node| node.kind != Kind::Claim)
     }
 
     /// A waiting reader's claim that holds back `token`'s write, if any: readers that waited
@@ -370,6 +372,8 @@ mod tests {
             &format!("s-b-{}", seq(3)),
         ]);
         assert!(readers.only_readers_ahead(4));
+        let claimed = children(&[&format!("s-a-{}", seq(1)), &format!("c-r-{}", seq(2))]);
+        assert!(!claimed.only_readers_ahead(3), "a reader still to come in");
         let writer = children(&[&format!("s-a-{}", seq(1)), &format!("x-w-{}", seq(2))]);
         assert!(!writer.only_readers_ahead(3), "a writer ahead");
         assert!(!writer.only_readers_ahead(1), "nothing ahead");

@@ -6,7 +6,8 @@
 //!   a claim node on the next turn (deleted once it holds, or gives up).
 //! * A writer takes the lock as a mutex does (one attempt per lock from a process at a time,
 //!   `in_flight.rs`), and only while no reader's claim is there, unless its own intent is. A
-//!   writer that will wait leaves an intent node when readers keep it out: it bars readers
+//!   writer that will wait leaves an intent node when readers alone keep it out (every
+//!   reader that claimed the turn came in): it bars readers
 //!   that come after it while the writer waits, and goes when the writer takes the lock or
 //!   gives up. So readers that waited for a writer come in before the next writer, and a
 //!   writer that waited for readers before the readers after it. Intents and claims hold no

@@ -4,7 +4,7 @@
 --          how a writer first asks (no script), fails while anybody holds the lock
 -- KEYS[2]  shared holders: a sorted set of owner token -> lease expiry (ms, Redis server time)
 -- KEYS[3]  a waiting writer's intent: its token, the next writer's turn (other writers wait for
---          it); followed by '!' once readers held the writer back: it then bars new readers too
+--          it); followed by '!' once readers alone held the writer back: it then bars new readers
 -- KEYS[4]  the fencing counter of the lock's slot (writers only)
 -- KEYS[5]  readers' claims on the next turn: a sorted set of waiting reader's token -> expiry
 --          (ms); while one lives, a writer waits unless its intent bars readers
@@ -145,10 +145,12 @@ elseif op == 'write' then
   local own, bars, others = intents()
   local claimed = not bars and redis.call('ZCARD', KEYS[5]) > 0
   if writer or readers > 0 or others or claimed then
-    -- the first waiting writer takes the next writer's turn; once readers hold it back, it
-    -- bars new readers, so a stream of them cannot starve it
+    -- the first waiting writer takes the next writer's turn; once readers alone hold it back
+    -- (every reader that claimed the turn came in), it bars new readers, so a stream of them
+    -- cannot starve it
     if not others then
-      local mark = (bars or readers > 0) and '!' or ''
+      local readers_alone = readers > 0 and redis.call('ZCARD', KEYS[5]) == 0
+      local mark = (bars or readers_alone) and '!' or ''
       redis.call('SET', KEYS[3], token .. mark, 'PX', ARGV[4])
     end
     if writer then
