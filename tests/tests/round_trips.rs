@@ -187,10 +187,11 @@ async fn an_uncontended_write_lock_costs_one_pipeline_and_one_script_and_subscri
     let commands = client_commands(&lines);
     assert_eq!(
         commands,
-        ["SET", "INCR", "GET", "EVALSHA"].repeat(REQUESTS),
+        ["SET", "INCR", "GET", "ZCARD", "EVALSHA"].repeat(REQUESTS),
         "per request: the write acquire (SET NX PX, the fencing counter, a look at waiting \
-         writers' intent, pipelined: no script), then the release; a request that finds the \
-         lock free does not enter the waiting room, so nothing subscribes: {lines:#?}"
+         writers' intent and readers' claims, pipelined: no script), then the release; a \
+         request that finds the lock free does not enter the waiting room, so nothing \
+         subscribes: {lines:#?}"
     );
 }
 

@@ -239,8 +239,8 @@ async fn a_writer_that_waited_withdraws_its_intent_when_it_gets_in() {
     assert!(matches!(waited, Attempt::Busy { .. }), "{waited:?}");
     assert_eq!(
         intent,
-        Some(writer.token.to_string()),
-        "new readers are barred"
+        Some(format!("{}!", writer.token)),
+        "new readers are barred (`!`: readers alone keep the writer out)"
     );
     store.release("lock:w", &reader.lease).await.unwrap();
 
