@@ -18,11 +18,9 @@ use tower_lock::backend::etcd::{EtcdBackend, EtcdSettings};
 use tower_lock::backend::mysql::MysqlBackend;
 use tower_lock::backend::postgres::PostgresBackend;
 use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
-use tower_lock::backend::{BackendError, Semaphores, SharedLocks};
+use tower_lock::backend::{BackendError, LockBackend, Semaphores, SharedLocks};
 use tower_lock::key::{KeyError, KeyExtractor, KeyTemplate, many};
-use tower_lock::{
-    ConfigError, LockBackend, LockLayer, Locker, MemoryBackend, OnLost, RedisBackend,
-};
+use tower_lock::{ConfigError, LockLayer, Locker, MemoryBackend, OnLost, RedisBackend};
 
 pub mod dashboard;
 pub mod optimistic;

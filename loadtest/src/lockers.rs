@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use redis::Script;
 use redis::aio::MultiplexedConnection;
+use tower_lock::backend::LockBackend;
 use tower_lock::backend::OwnerToken;
 use tower_lock::backend::etcd::EtcdBackend;
 use tower_lock::backend::mysql::MysqlBackend;
@@ -16,7 +17,7 @@ use tower_lock::backend::postgres::PostgresBackend;
 use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
 use tower_lock::backend::{Semaphores, SharedLocks};
 use tower_lock::testing::CountingBackend;
-use tower_lock::{LockBackend, Locker, LockerBuilder, MemoryBackend, RedisBackend};
+use tower_lock::{Locker, LockerBuilder, MemoryBackend, RedisBackend};
 
 /// Lease TTL every implementation uses.
 pub const TTL: Duration = Duration::from_secs(10);

@@ -102,15 +102,14 @@ struct ReadmeDoctests;
 
 #[cfg(feature = "redis")]
 pub use backend::redis::RedisBackend;
-pub use backend::{BackendError, FencingToken, Hold, LockBackend, memory::MemoryBackend};
+pub use backend::{FencingToken, Hold, memory::MemoryBackend};
 pub use engine::{
-    ConfigError, HeldLock, InvalidKey, LeaseLost, LockError, LockGuard, Locker, LockerBuilder,
-    OnLost, telemetry,
+    ConfigError, HeldLock, LeaseLost, LockError, LockGuard, Locker, LockerBuilder, OnLost,
+    telemetry,
 };
 #[cfg(feature = "axum")]
 pub use layer::NoLockGuard;
 pub use layer::{
-    BodyError, BoxError, LockGuards, LockLayer, LockService, Rejection, ResponseBody,
-    ResponseFuture,
+    BodyError, LockGuards, LockLayer, LockService, Rejection, ResponseBody, ResponseFuture,
 };
 pub(crate) use token::OwnerToken;

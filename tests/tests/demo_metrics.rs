@@ -6,9 +6,7 @@ use integration_tests::{DemoReplica, Http};
 use serde_json::json;
 
 use demo_coupon_service::telemetry::{RESPONSES_TOTAL, Scrape};
-use tower_lock::telemetry::{
-    ACQUIRE_SECONDS, HELD, HOLD_SECONDS, OUTCOMES_TOTAL, STORE_CALLS_TOTAL, WAITERS,
-};
+use tower_lock::telemetry::Metric;
 
 const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
 const CLAIM: &str = "/coupons/{id}/claim";
@@ -43,25 +41,29 @@ async fn the_metrics_count_a_known_sequence_of_claims() {
     let claims = [("group", CLAIM), ("backend", "memory"), ("shape", "write")];
     let outcome = |outcome| {
         let labels = [claims.as_slice(), &[("outcome", outcome)]].concat();
-        scrape.sum(OUTCOMES_TOTAL, &labels)
+        scrape.sum(Metric::OutcomesTotal.name(), &labels)
     };
     assert_eq!(outcome("acquired"), 5.0, "{}", scraped.body);
     assert_eq!(outcome("invalid_key"), 1.0, "{}", scraped.body);
     assert_eq!(outcome("busy") + outcome("wait_timed_out"), 0.0);
     let acquired = [claims.as_slice(), &[("outcome", "acquired")]].concat();
     let count = |name: &str, labels: &[(&str, &str)]| scrape.sum(&format!("{name}_count"), labels);
-    assert_eq!(count(ACQUIRE_SECONDS, &acquired), 5.0);
-    assert_eq!(count(HOLD_SECONDS, &claims), 5.0);
+    assert_eq!(count(Metric::AcquireSeconds.name(), &acquired), 5.0);
+    assert_eq!(count(Metric::HoldSeconds.name(), &claims), 5.0);
     // The seeding PUT took its lock too, under its own route.
     let seeding = [("group", "/coupons/{id}"), ("outcome", "acquired")];
-    assert_eq!(scrape.sum(OUTCOMES_TOTAL, &seeding), 1.0);
+    assert_eq!(scrape.sum(Metric::OutcomesTotal.name(), &seeding), 1.0);
     // One acquire and one release per lock, nothing waited, nothing still held.
     for op in ["acquire", "release"] {
         let call = [("backend", "memory"), ("op", op), ("result", "ok")];
-        assert_eq!(scrape.sum(STORE_CALLS_TOTAL, &call), 6.0, "{op}");
+        assert_eq!(
+            scrape.sum(Metric::StoreCallsTotal.name(), &call),
+            6.0,
+            "{op}"
+        );
     }
-    assert_eq!(scrape.sum(HELD, &[]), 0.0);
-    assert_eq!(scrape.sum(WAITERS, &[]), 0.0);
+    assert_eq!(scrape.sum(Metric::Held.name(), &[]), 0.0);
+    assert_eq!(scrape.sum(Metric::Waiters.name(), &[]), 0.0);
     let answered = |status| scrape.sum(RESPONSES_TOTAL, &[("route", CLAIM), ("status", status)]);
     assert_eq!(
         [
@@ -82,14 +84,14 @@ async fn the_metrics_count_a_known_sequence_of_claims() {
 fn the_docs_table_names_every_metric_with_its_type() {
     let docs = include_str!("../../docs/OBSERVABILITY.md");
     let metrics = [
-        (ACQUIRE_SECONDS, "histogram"),
-        (tower_lock::telemetry::WAIT_SECONDS, "histogram"),
-        (HOLD_SECONDS, "histogram"),
-        (OUTCOMES_TOTAL, "counter"),
-        (tower_lock::telemetry::RENEWALS_TOTAL, "counter"),
-        (HELD, "gauge"),
-        (WAITERS, "gauge"),
-        (STORE_CALLS_TOTAL, "counter"),
+        (Metric::AcquireSeconds.name(), "histogram"),
+        (Metric::WaitSeconds.name(), "histogram"),
+        (Metric::HoldSeconds.name(), "histogram"),
+        (Metric::OutcomesTotal.name(), "counter"),
+        (Metric::RenewalsTotal.name(), "counter"),
+        (Metric::Held.name(), "gauge"),
+        (Metric::Waiters.name(), "gauge"),
+        (Metric::StoreCallsTotal.name(), "counter"),
     ];
     for (name, kind) in metrics {
         let row = format!("| `{name}` | {kind} |");

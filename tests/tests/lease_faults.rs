@@ -11,8 +11,9 @@ use axum::{Extension, Router};
 use http::StatusCode;
 use integration_tests::{Gate, RedisServer, post as post_request, send};
 use tokio::time::Instant;
+use tower_lock::backend::LockBackend;
 use tower_lock::key::{KeyTemplate, header};
-use tower_lock::{LockBackend, LockGuard, LockLayer, Locker, LockerBuilder, OnLost, RedisBackend};
+use tower_lock::{LockGuard, LockLayer, Locker, LockerBuilder, OnLost, RedisBackend};
 
 const TTL: Duration = Duration::from_millis(300);
 

@@ -7,8 +7,9 @@ use axum::Router;
 use axum::routing::post;
 use integration_tests::{Gate, RedisServer, fence_of, hold, post as post_request, send};
 use redis::AsyncCommands;
+use tower_lock::backend::LockBackend;
 use tower_lock::key::KeyTemplate;
-use tower_lock::{LockBackend, LockLayer, Locker, RedisBackend};
+use tower_lock::{LockLayer, Locker, RedisBackend};
 
 const TTL: Duration = Duration::from_secs(30);
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use integration_tests::{ZookeeperEnsemble, hold};
 use tokio::time::{Instant, sleep};
-use tower_lock::LockBackend;
+use tower_lock::backend::LockBackend;
 use tower_lock::backend::zookeeper::{DEFAULT_ROOT, ZookeeperBackend};
 use zookeeper_client::{Acls, Client, CreateMode};
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tower_lock::telemetry::{ACQUIRE_SECONDS, HELD, OUTCOMES_TOTAL, WAITERS};
+use tower_lock::telemetry::Metric;
 
 use crate::telemetry::{RESPONSES_TOTAL, Scrape};
 
@@ -29,7 +29,7 @@ impl Totals {
                 *claims.entry(status.clone()).or_insert(0.0) += series.value;
             }
         }
-        let outcome = |outcome| scrape.sum(OUTCOMES_TOTAL, &[("outcome", outcome)]);
+        let outcome = |outcome| scrape.sum(Metric::OutcomesTotal.name(), &[("outcome", outcome)]);
         Self {
             claims,
             acquired: outcome("acquired"),
@@ -81,7 +81,7 @@ impl Report {
         let rejected = now.rejected - previous.rejected;
         let quantile = |q| {
             let labels = [("outcome", "acquired"), ("quantile", q)];
-            (scrape.max(ACQUIRE_SECONDS, &labels)).map(|seconds| seconds * 1000.0)
+            (scrape.max(Metric::AcquireSeconds.name(), &labels)).map(|seconds| seconds * 1000.0)
         };
         Self {
             replica: replica.to_owned(),
@@ -92,8 +92,8 @@ impl Report {
             rejection_ratio: if asked > 0.0 { rejected / asked } else { 0.0 },
             lock_wait_p50_ms: quantile("0.5"),
             lock_wait_p99_ms: quantile("0.99"),
-            held: scrape.sum(HELD, &[]),
-            waiters: scrape.sum(WAITERS, &[]),
+            held: scrape.sum(Metric::Held.name(), &[]),
+            waiters: scrape.sum(Metric::Waiters.name(), &[]),
         }
     }
 

@@ -17,6 +17,89 @@
 //! `mysql::MysqlBackend` (lease rows) and `mysql::NowaitBackend` (row locks in an open
 //! transaction); with the `etcd` feature, `etcd::EtcdBackend` (etcd's concurrency mutex); with the
 //! `zookeeper` feature, `zookeeper::ZookeeperBackend` (Curator's recipes).
+//!
+//! # A store of your own
+//!
+//! A backend needs four calls; the rest have defaults. The smallest one keeps its leases in a
+//! map (a real one keeps them in a store every process shares, each call atomic there), and
+//! a [`Locker`](crate::Locker) then runs on it like on any other. Run the conformance suite on
+//! yours to know it holds.
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use std::sync::Mutex;
+//! use std::time::{Duration, Instant};
+//!
+//! use tower_lock::Locker;
+//! use tower_lock::backend::{
+//!     Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, TokenLease,
+//! };
+//!
+//! /// Lock name → the holder's token and when its lease ends.
+//! #[derive(Default)]
+//! struct MapStore(Mutex<HashMap<String, (OwnerToken, Instant)>>);
+//!
+//! impl MapStore {
+//!     /// Whether `token` holds `name` now.
+//!     fn holds(leases: &HashMap<String, (OwnerToken, Instant)>, name: &str, token: OwnerToken) -> bool {
+//!         leases.get(name).is_some_and(|&(owner, ends)| owner == token && ends > Instant::now())
+//!     }
+//! }
+//!
+//! impl LockBackend for MapStore {
+//!     type Lease = TokenLease;
+//!
+//!     async fn acquire(
+//!         &self,
+//!         name: &str,
+//!         request: LockRequest,
+//!     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+//!         let mut leases = self.0.lock().unwrap();
+//!         let now = Instant::now();
+//!         if let Some(&(_, ends)) = leases.get(name).filter(|&&(_, ends)| ends > now) {
+//!             return Ok(Attempt::Busy { holder_ttl: Some(ends - now) });
+//!         }
+//!         leases.insert(name.to_owned(), (request.token, now + request.ttl));
+//!         let lease = TokenLease::new(request.token, Hold::Mutex);
+//!         Ok(Attempt::Acquired(Granted { lease, fence: None }))
+//!     }
+//!
+//!     async fn extend(&self, name: &str, lease: &TokenLease, ttl: Duration) -> Result<bool, BackendError> {
+//!         let mut leases = self.0.lock().unwrap();
+//!         let held = Self::holds(&leases, name, lease.token());
+//!         if held {
+//!             leases.insert(name.to_owned(), (lease.token(), Instant::now() + ttl));
+//!         }
+//!         Ok(held)
+//!     }
+//!
+//!     async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
+//!         let mut leases = self.0.lock().unwrap();
+//!         let held = Self::holds(&leases, name, lease.token());
+//!         if held {
+//!             leases.remove(name);
+//!         }
+//!         Ok(held)
+//!     }
+//!
+//!     /// An attempt whose answer was lost may have taken the lock: give it back.
+//!     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
+//!         let mut leases = self.0.lock().unwrap();
+//!         if Self::holds(&leases, name, request.token) {
+//!             leases.remove(name);
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tower_lock::LockError> {
+//! let locker = Locker::new(MapStore::default());
+//! let report = locker.lock("report:daily").await?;
+//! assert_eq!(report.fence(), None, "this store issues no fencing tokens");
+//! report.release().await?;
+//! # Ok(()) }
+//! ```
 
 use std::future::Future;
 use std::time::Duration;

@@ -10,8 +10,8 @@ use super::Store;
 use super::support::{
     LONG, Occupancy, SHORT, SLACK, busy, free_within, granted, locker, request, two_processes,
 };
-use crate::LockBackend;
 use crate::backend::Attempt;
+use crate::backend::LockBackend;
 
 /// 64 contenders for one key, half in each of two processes, each holding it for a
 /// millisecond: every one gets it, and never two at once.

@@ -33,7 +33,7 @@ pub async fn fair_waiters_are_served_in_arrival_order<S: Store>(store: &S) {
 
 /// Twelve waiters queue alternately in the two `lockers`' processes, `apart` after one another,
 /// behind a lock held by the first; each holds it for `hold`. The order they were served in.
-async fn served_alternately<B: crate::LockBackend>(
+async fn served_alternately<B: crate::backend::LockBackend>(
     lockers: &[crate::Locker<B>; 2],
     apart: Duration,
     hold: Duration,

@@ -11,7 +11,7 @@ use super::Store;
 use super::support::{
     LONG, Occupancy, SHORT, SLACK, busy, granted, locker, request, two_processes,
 };
-use crate::LockBackend;
+use crate::backend::LockBackend;
 use crate::backend::shapes::WRITER_INTENT_TTL;
 use crate::backend::{Attempt, Patience, Semaphores, SharedLocks};
 

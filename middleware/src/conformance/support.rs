@@ -6,8 +6,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Store;
-use crate::backend::{Attempt, BackendError, Granted, LockRequest};
-use crate::{LockBackend, Locker, LockerBuilder, OwnerToken};
+use crate::backend::{Attempt, BackendError, Granted, LockBackend, LockRequest};
+use crate::{Locker, LockerBuilder, OwnerToken};
 
 /// A lease that runs out within a case.
 pub(super) const SHORT: Duration = Duration::from_millis(300);

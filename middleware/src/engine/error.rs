@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use super::names::InvalidKey;
 use crate::backend::{BackendError, Hold};
+use crate::key::KeyError;
 
 /// Why a lock was not taken, or not kept.
 ///
@@ -27,7 +27,7 @@ pub enum LockError {
     },
     /// The key cannot name a lock.
     #[error(transparent)]
-    InvalidKey(#[from] InvalidKey),
+    InvalidKey(#[from] KeyError),
     /// The lock store did not answer, or not within the store timeout.
     #[error("the lock store is unavailable")]
     StoreUnavailable(#[source] BackendError),

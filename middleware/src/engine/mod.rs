@@ -33,7 +33,6 @@ pub use held::HeldLock;
 pub(crate) use held::Ran;
 pub use lease::LeaseLost;
 pub use locker::Locker;
-pub use names::{DEFAULT_MAX_KEY_LEN, InvalidKey, validate_key};
 pub(crate) use policy::BusyPolicy;
 pub use policy::OnLost;
 pub use settings::{ConfigError, LockerBuilder};

@@ -2,65 +2,29 @@
 
 use std::fmt;
 
-/// The default longest key, in bytes (the prefix not counted).
-pub const DEFAULT_MAX_KEY_LEN: usize = 256;
+use crate::key::KeyError;
 
-/// Why a key cannot name a lock. Through the layer it is answered 400, with this message as
-/// the detail.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum InvalidKey {
-    /// No key was given at all.
-    #[error("no lock key was given")]
-    NoKeys,
-    /// The key is empty.
-    #[error("lock key is empty")]
-    Empty,
-    /// The key is longer than the locker allows.
-    #[error("lock key is {len} bytes long; at most {max} are allowed")]
-    TooLong {
-        /// The key's length in bytes.
-        len: usize,
-        /// The limit in bytes.
-        max: usize,
-    },
-    /// The key contains an ASCII control character.
-    #[error("lock key contains a control character")]
-    ControlCharacter,
-    /// The key contains `{` or `}`.
-    #[error("lock key contains `{{` or `}}`")]
-    Brace,
-}
+/// The default longest key, in bytes (the prefix not counted).
+pub(crate) const DEFAULT_MAX_KEY_LEN: usize = 256;
 
 /// Checks that `key` can name a lock: non-empty, at most `max_len` bytes, no ASCII control
 /// characters, and no `{` or `}` (they would break the Redis Cluster hash tag around it; the
 /// rule holds for every backend, so keys move between stores unchanged).
-///
-/// # Example
-///
-/// ```
-/// use tower_lock::InvalidKey;
-/// use tower_lock::key::validate_key;
-///
-/// assert!(validate_key("coupon:42", 256).is_ok());
-/// assert_eq!(validate_key("a{b}", 256), Err(InvalidKey::Brace));
-/// assert_eq!(validate_key(&"x".repeat(300), 256), Err(InvalidKey::TooLong { len: 300, max: 256 }));
-/// ```
-pub fn validate_key(key: &str, max_len: usize) -> Result<(), InvalidKey> {
+pub(crate) fn validate_key(key: &str, max_len: usize) -> Result<(), KeyError> {
     if key.is_empty() {
-        return Err(InvalidKey::Empty);
+        return Err(KeyError::Empty);
     }
     if key.len() > max_len {
-        return Err(InvalidKey::TooLong {
+        return Err(KeyError::TooLong {
             len: key.len(),
             max: max_len,
         });
     }
     if key.bytes().any(|byte| byte.is_ascii_control()) {
-        return Err(InvalidKey::ControlCharacter);
+        return Err(KeyError::ControlCharacter);
     }
     if key.contains(['{', '}']) {
-        return Err(InvalidKey::Brace);
+        return Err(KeyError::Brace);
     }
     Ok(())
 }
@@ -79,7 +43,7 @@ impl LockNames {
         prefix: &str,
         keys: impl IntoIterator<Item = S>,
         max_key_len: usize,
-    ) -> Result<Self, InvalidKey> {
+    ) -> Result<Self, KeyError> {
         let mut names = keys
             .into_iter()
             .map(|key| {
@@ -92,7 +56,7 @@ impl LockNames {
             })
             .collect::<Result<Vec<_>, _>>()?;
         if names.is_empty() {
-            return Err(InvalidKey::NoKeys);
+            return Err(KeyError::NoKeys);
         }
         names.sort_unstable();
         names.dedup();
@@ -167,7 +131,7 @@ mod tests {
 
     #[test]
     fn an_empty_key_is_rejected() {
-        assert_eq!(validate_key("", 10), Err(InvalidKey::Empty));
+        assert_eq!(validate_key("", 10), Err(KeyError::Empty));
     }
 
     #[test]
@@ -175,7 +139,7 @@ mod tests {
         assert!(validate_key(&"a".repeat(10), 10).is_ok());
         assert_eq!(
             validate_key("ééééé!", 10),
-            Err(InvalidKey::TooLong { len: 11, max: 10 })
+            Err(KeyError::TooLong { len: 11, max: 10 })
         );
     }
 
@@ -184,7 +148,7 @@ mod tests {
         for key in ["a\nb", "a\0", "\u{7f}", "tab\there"] {
             assert_eq!(
                 validate_key(key, 64),
-                Err(InvalidKey::ControlCharacter),
+                Err(KeyError::ControlCharacter),
                 "{key:?}"
             );
         }
@@ -193,7 +157,7 @@ mod tests {
     #[test]
     fn braces_are_rejected() {
         for key in ["{a}", "a{", "}"] {
-            assert_eq!(validate_key(key, 64), Err(InvalidKey::Brace), "{key:?}");
+            assert_eq!(validate_key(key, 64), Err(KeyError::Brace), "{key:?}");
         }
     }
 
@@ -211,8 +175,8 @@ mod tests {
     fn no_key_is_refused_and_one_bad_key_spoils_the_set() {
         assert_eq!(
             LockNames::new("p:", Vec::<String>::new(), 10),
-            Err(InvalidKey::NoKeys)
+            Err(KeyError::NoKeys)
         );
-        assert_eq!(LockNames::new("p:", ["a", ""], 10), Err(InvalidKey::Empty));
+        assert_eq!(LockNames::new("p:", ["a", ""], 10), Err(KeyError::Empty));
     }
 }

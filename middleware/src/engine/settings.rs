@@ -257,9 +257,9 @@ impl<B: LockBackend> LockerBuilder<B> {
     }
 
     /// The longest key accepted, in bytes, the prefix not counted (default 256, or less when
-    /// the backend limits names). Longer keys are refused ([`InvalidKey::TooLong`]).
+    /// the backend limits names). Longer keys are refused ([`KeyError::TooLong`]).
     ///
-    /// [`InvalidKey::TooLong`]: crate::InvalidKey::TooLong
+    /// [`KeyError::TooLong`]: crate::key::KeyError::TooLong
     pub fn max_key_len(mut self, max: usize) -> Self {
         self.max_key_len = Some(max);
         self

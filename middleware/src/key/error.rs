@@ -1,8 +1,10 @@
 use std::borrow::Cow;
 
-/// Why a request's lock key could not be found. Answered with 400 (500 for
-/// [`BeforeRouting`](Self::BeforeRouting), which is the server's fault) and this message as the
-/// detail.
+/// Why a request's lock key could not be found, or cannot name a lock. Answered with 400 (500
+/// for [`BeforeRouting`](Self::BeforeRouting), which is the server's fault) and this message as
+/// the detail. The locker checks every key, from an extractor or given to it directly:
+/// non-empty, at most [`max_key_len`](crate::LockerBuilder::max_key_len) bytes, no ASCII
+/// control characters, no `{` or `}`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum KeyError {
@@ -34,6 +36,28 @@ pub enum KeyError {
     /// A custom extractor's reason.
     #[error("{0}")]
     Invalid(Cow<'static, str>),
+    /// No key was given at all.
+    #[error("no lock key was given")]
+    NoKeys,
+    /// The key is empty.
+    #[error("lock key is empty")]
+    Empty,
+    /// The key is longer than the locker allows
+    /// ([`max_key_len`](crate::LockerBuilder::max_key_len)).
+    #[error("lock key is {len} bytes long; at most {max} are allowed")]
+    TooLong {
+        /// The key's length in bytes.
+        len: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// The key contains an ASCII control character.
+    #[error("lock key contains a control character")]
+    ControlCharacter,
+    /// The key contains `{` or `}` (they would break the Redis Cluster hash tag around it; the
+    /// rule holds for every store, so keys move between stores unchanged).
+    #[error("lock key contains `{{` or `}}`")]
+    Brace,
 }
 
 impl KeyError {

@@ -6,8 +6,8 @@
 //! [query parameter](query), or [several parts joined](KeyTemplate); any
 //! `Fn(&Parts) -> Result<Option<String>, KeyError>` closure is an extractor too.
 //!
-//! Whatever an extractor returns is then checked by the locker
-//! ([`validate_key`]): a key it refuses is answered 400 too.
+//! Whatever an extractor returns is then checked by the locker (see [`KeyError`]): a key it
+//! refuses is answered 400 too.
 
 use http::request::Parts;
 
@@ -18,7 +18,6 @@ mod path;
 mod query;
 mod template;
 
-pub use crate::engine::{DEFAULT_MAX_KEY_LEN, validate_key};
 pub use error::KeyError;
 pub use header::{Header, header};
 #[cfg(feature = "axum")]
@@ -69,7 +68,7 @@ pub trait KeyExtractor: Send + Sync + 'static {
 /// The keys are taken together, so two requests over overlapping sets never deadlock: with
 /// Redis in one script on one node; elsewhere one by one in sorted order, giving back what was
 /// taken at the first busy key (see
-/// [`LockBackend::acquire_many`](crate::LockBackend::acquire_many)).
+/// [`LockBackend::acquire_many`](crate::backend::LockBackend::acquire_many)).
 ///
 /// # Example
 ///

@@ -15,7 +15,7 @@ use crate::{HeldLock, LeaseLost, LockError};
 
 /// The error of a [`ResponseBody`]: the inner body's, or the lock's when its lease was lost
 /// while the body streamed (with [`OnLost::Abort`](crate::OnLost::Abort)).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pin_project! {
     /// The body of a [`LockService`](crate::LockService) response: the handler's body, during

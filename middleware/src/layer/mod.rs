@@ -31,7 +31,7 @@ mod service;
 #[cfg(all(test, feature = "axum"))]
 mod tests;
 
-pub use body::{BoxError, ResponseBody};
+pub use body::ResponseBody;
 #[cfg(feature = "axum")]
 pub use extract::NoLockGuard;
 pub use future::ResponseFuture;

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
-use tower_lock::{LockBackend, LockError, Locker};
+use tower_lock::backend::LockBackend;
+use tower_lock::{LockError, Locker};
 
 use super::{ConsensusStore, all};
 use crate::Occupancy;

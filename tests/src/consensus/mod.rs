@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use tower_lock::LockBackend;
+use tower_lock::backend::LockBackend;
 use tower_lock::backend::etcd::{EtcdBackend, EtcdSettings};
 use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
 

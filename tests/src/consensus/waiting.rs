@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use tokio::time::sleep;
-use tower_lock::{LockBackend, Locker, LockerBuilder};
+use tower_lock::backend::LockBackend;
+use tower_lock::{Locker, LockerBuilder};
 
 use super::ConsensusStore;
 

@@ -4,7 +4,7 @@
 use redis::aio::ConnectionManager;
 use redis::{Cmd, ErrorKind, FromRedisValue, Script, ServerErrorKind};
 
-use crate::BackendError;
+use crate::backend::BackendError;
 
 /// Every script the backend runs, loaded into Redis on first use.
 pub(super) struct Scripts {

@@ -13,10 +13,7 @@ use metrics::{Counter, Gauge, Histogram, Label, SharedString, counter, gauge, hi
 use tokio::time::error::Elapsed;
 use tokio::time::timeout;
 
-use super::{
-    ACQUIRE_SECONDS, HELD, HOLD_SECONDS, OUTCOMES_TOTAL, RENEWALS_TOTAL, STORE_CALLS_TOTAL,
-    WAIT_SECONDS, WAITERS,
-};
+use super::Metric;
 use crate::backend::{BackendError, Hold};
 
 /// The group of locks whose metrics are not grouped otherwise.
@@ -246,7 +243,8 @@ impl Meters {
     pub(crate) fn count(&self, outcome: Outcome) {
         let lock = &self.lock;
         let slot = &lock.outcomes[outcome as usize];
-        (slot.get_or_init(|| counter!(OUTCOMES_TOTAL, lock.by_outcome(outcome)))).increment(1);
+        (slot.get_or_init(|| counter!(Metric::OutcomesTotal.name(), lock.by_outcome(outcome))))
+            .increment(1);
     }
 
     /// An acquisition answered `outcome` after `took`, of which it waited `waited`.
@@ -255,18 +253,20 @@ impl Meters {
         let index = outcome as usize;
         if let Some(waited) = waited {
             let wait = &lock.wait[index];
-            (wait.get_or_init(|| histogram!(WAIT_SECONDS, lock.by_outcome(outcome))))
+            (wait.get_or_init(|| histogram!(Metric::WaitSeconds.name(), lock.by_outcome(outcome))))
                 .record(waited);
         }
         let acquire = &lock.acquire[index];
-        (acquire.get_or_init(|| histogram!(ACQUIRE_SECONDS, lock.by_outcome(outcome))))
-            .record(took);
+        (acquire
+            .get_or_init(|| histogram!(Metric::AcquireSeconds.name(), lock.by_outcome(outcome))))
+        .record(took);
         self.count(outcome);
     }
 
     fn held(&self) -> &Gauge {
         let lock = &self.lock;
-        lock.held.get_or_init(|| gauge!(HELD, lock.labels(None)))
+        lock.held
+            .get_or_init(|| gauge!(Metric::Held.name(), lock.labels(None)))
     }
 
     /// A lock was taken.
@@ -279,7 +279,7 @@ impl Meters {
         let lock = &self.lock;
         (lock
             .hold
-            .get_or_init(|| histogram!(HOLD_SECONDS, lock.labels(None))))
+            .get_or_init(|| histogram!(Metric::HoldSeconds.name(), lock.labels(None))))
         .record(held);
         self.held().decrement(1.0);
     }
@@ -289,7 +289,7 @@ impl Meters {
         let lock = &self.lock;
         (lock
             .waiters
-            .get_or_init(|| gauge!(WAITERS, lock.labels(None))))
+            .get_or_init(|| gauge!(Metric::Waiters.name(), lock.labels(None))))
         .increment(change);
     }
 
@@ -303,7 +303,7 @@ impl Meters {
         let lock = &self.lock;
         let slot = &lock.renewals[renewal as usize];
         let labels = || lock.labels(Some(("result", result)));
-        (slot.get_or_init(|| counter!(RENEWALS_TOTAL, labels()))).increment(1);
+        (slot.get_or_init(|| counter!(Metric::RenewalsTotal.name(), labels()))).increment(1);
     }
 
     /// Runs the store call `call` under `limit`, counting how it ended.
@@ -338,7 +338,7 @@ impl Meters {
                 CallResult::Timeout => "timeout",
             };
             let labels = [("backend", store.backend), ("op", op), ("result", result)];
-            counter!(STORE_CALLS_TOTAL, &labels)
+            counter!(Metric::StoreCallsTotal.name(), &labels)
         };
         slot.get_or_init(register).increment(1);
     }

@@ -5,9 +5,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{TTL, locker};
+use crate::key::KeyError;
 use crate::test_support::{Fault, Hanging, MutexOnly, is_free};
 use crate::testing::CountingBackend;
-use crate::{ConfigError, InvalidKey, LeaseLost, LockError, Locker, MemoryBackend};
+use crate::{ConfigError, LeaseLost, LockError, Locker, MemoryBackend};
 
 #[tokio::test]
 async fn with_lock_runs_the_work_holding_the_lock_and_releases_it_after() {
@@ -80,16 +81,13 @@ async fn an_invalid_key_is_refused_before_the_store_is_asked() {
 
     assert!(matches!(
         refused[0],
-        Err(LockError::InvalidKey(InvalidKey::Empty))
+        Err(LockError::InvalidKey(KeyError::Empty))
     ));
     assert!(matches!(
         refused[1],
-        Err(LockError::InvalidKey(InvalidKey::Brace))
+        Err(LockError::InvalidKey(KeyError::Brace))
     ));
-    assert!(matches!(
-        none,
-        Err(LockError::InvalidKey(InvalidKey::NoKeys))
-    ));
+    assert!(matches!(none, Err(LockError::InvalidKey(KeyError::NoKeys))));
     assert_eq!(backend.counts().total(), 0, "the store was never asked");
 }
 

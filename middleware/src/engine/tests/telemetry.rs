@@ -7,9 +7,7 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tokio::time::sleep;
 
 use super::locker;
-use crate::telemetry::{
-    ACQUIRE_SECONDS, HELD, HOLD_SECONDS, OUTCOMES_TOTAL, STORE_CALLS_TOTAL, WAIT_SECONDS, WAITERS,
-};
+use crate::telemetry::Metric;
 use crate::test_support::{Fault, MutexOnly};
 use crate::{LockError, MemoryBackend};
 
@@ -94,15 +92,28 @@ fn a_lock_taken_and_released_is_counted_timed_and_no_longer_held() {
         ("group", "default"),
     ];
     let acquired = [lock.as_slice(), &[("outcome", "acquired")]].concat();
-    assert_eq!(counter(&samples, OUTCOMES_TOTAL, &acquired), 1);
-    assert_eq!(observations(&samples, ACQUIRE_SECONDS, &acquired).len(), 1);
-    assert_eq!(observations(&samples, HOLD_SECONDS, &lock), [0.25]);
-    assert_eq!(gauge(&samples, HELD, &lock), 0.0);
+    assert_eq!(
+        counter(&samples, Metric::OutcomesTotal.name(), &acquired),
+        1
+    );
+    assert_eq!(
+        observations(&samples, Metric::AcquireSeconds.name(), &acquired).len(),
+        1
+    );
+    assert_eq!(
+        observations(&samples, Metric::HoldSeconds.name(), &lock),
+        [0.25]
+    );
+    assert_eq!(gauge(&samples, Metric::Held.name(), &lock), 0.0);
     for op in ["acquire", "release"] {
         let call = [("backend", "memory"), ("op", op), ("result", "ok")];
-        assert_eq!(counter(&samples, STORE_CALLS_TOTAL, &call), 1, "{op}");
+        assert_eq!(
+            counter(&samples, Metric::StoreCallsTotal.name(), &call),
+            1,
+            "{op}"
+        );
     }
-    assert!(observations(&samples, WAIT_SECONDS, &[]).is_empty());
+    assert!(observations(&samples, Metric::WaitSeconds.name(), &[]).is_empty());
     assert!(
         samples
             .iter()
@@ -126,8 +137,8 @@ fn a_waiter_is_counted_among_the_waiters_while_it_waits() {
         // One look: the debugging recorder's snapshot takes what it reads.
         let samples = samples(&meanwhile);
         let jobs = [("group", "jobs"), ("shape", "mutex")];
-        assert_eq!(gauge(&samples, WAITERS, &jobs), 1.0);
-        assert_eq!(gauge(&samples, HELD, &jobs), 1.0);
+        assert_eq!(gauge(&samples, Metric::Waiters.name(), &jobs), 1.0);
+        assert_eq!(gauge(&samples, Metric::Held.name(), &jobs), 1.0);
         drop(held);
         waiter.await.unwrap().unwrap();
     });
@@ -150,17 +161,31 @@ fn a_refusal_and_a_wait_that_timed_out_are_outcomes_of_their_own() {
     });
     let jobs = [("group", "jobs"), ("shape", "mutex")];
     let outcome = |outcome| [jobs.as_slice(), &[("outcome", outcome)]].concat();
-    assert_eq!(counter(&samples, OUTCOMES_TOTAL, &outcome("acquired")), 1);
-    assert_eq!(counter(&samples, OUTCOMES_TOTAL, &outcome("busy")), 1);
     assert_eq!(
-        counter(&samples, OUTCOMES_TOTAL, &outcome("wait_timed_out")),
+        counter(&samples, Metric::OutcomesTotal.name(), &outcome("acquired")),
         1
     );
-    assert!(observations(&samples, WAIT_SECONDS, &outcome("busy")).is_empty());
-    let waited = observations(&samples, WAIT_SECONDS, &outcome("wait_timed_out"));
+    assert_eq!(
+        counter(&samples, Metric::OutcomesTotal.name(), &outcome("busy")),
+        1
+    );
+    assert_eq!(
+        counter(
+            &samples,
+            Metric::OutcomesTotal.name(),
+            &outcome("wait_timed_out")
+        ),
+        1
+    );
+    assert!(observations(&samples, Metric::WaitSeconds.name(), &outcome("busy")).is_empty());
+    let waited = observations(
+        &samples,
+        Metric::WaitSeconds.name(),
+        &outcome("wait_timed_out"),
+    );
     assert_eq!(waited.len(), 1);
     assert!((0.99..=1.01).contains(&waited[0]), "waited {waited:?}");
-    assert_eq!(gauge(&samples, WAITERS, &jobs), 0.0);
+    assert_eq!(gauge(&samples, Metric::Waiters.name(), &jobs), 0.0);
 }
 
 #[test]
@@ -180,13 +205,21 @@ fn an_invalid_key_and_a_lost_lease_are_counted() {
     let mutex = [("backend", "custom"), ("shape", "mutex")];
     let outcome = |outcome| [mutex.as_slice(), &[("outcome", outcome)]].concat();
     assert_eq!(
-        counter(&samples, OUTCOMES_TOTAL, &outcome("invalid_key")),
+        counter(
+            &samples,
+            Metric::OutcomesTotal.name(),
+            &outcome("invalid_key")
+        ),
         1
     );
-    assert_eq!(counter(&samples, OUTCOMES_TOTAL, &outcome("lease_lost")), 1);
-    let refused = [mutex.as_slice(), &[("result", "refused")]].concat();
     assert_eq!(
-        counter(&samples, crate::telemetry::RENEWALS_TOTAL, &refused),
+        counter(
+            &samples,
+            Metric::OutcomesTotal.name(),
+            &outcome("lease_lost")
+        ),
         1
     );
+    let refused = [mutex.as_slice(), &[("result", "refused")]].concat();
+    assert_eq!(counter(&samples, Metric::RenewalsTotal.name(), &refused), 1);
 }
