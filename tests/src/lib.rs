@@ -33,7 +33,9 @@ pub use demo::DemoReplica;
 pub use etcd_cluster::EtcdCluster;
 pub use http_client::Http;
 pub use in_process::{Reply, post, send};
-pub use locks::{fence_of, granted, hold, request};
+pub use locks::{
+    a_waiting_readers_claim_holds_the_next_writer_back, fence_of, granted, hold, request,
+};
 pub use mariadb_server::MariadbServer;
 pub use mysql::MysqlDatabase;
 pub use mysql_user::MysqlUser;

@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use tower_lock::FencingToken;
-use tower_lock::backend::{Attempt, BackendError, Granted, LockBackend, LockRequest, OwnerToken};
+use tower_lock::backend::{
+    Attempt, BackendError, Granted, LockBackend, LockRequest, OwnerToken, Patience, SharedLocks,
+};
 
 /// A request by a fresh owner token for a lease of `ttl`, asking once.
 pub fn request(ttl: Duration) -> LockRequest {
@@ -41,4 +43,30 @@ pub async fn hold<B: LockBackend>(backend: &B, name: &str, ttl: Duration) -> Gra
 /// When the grant has none.
 pub fn fence_of<L>(grant: &Granted<L>) -> u64 {
     grant.fence.map(FencingToken::get).expect("a fenced grant")
+}
+
+/// On `backend`'s read-write lock `lock:k`: a reader that waits for a writer claims the next
+/// turn, so when the writer leaves, the next writer is kept out and the reader comes in.
+///
+/// # Panics
+///
+/// When any step answers otherwise, or the store fails.
+pub async fn a_waiting_readers_claim_holds_the_next_writer_back<B>(backend: &B)
+where
+    B: SharedLocks<Lease: std::fmt::Debug>,
+{
+    let ttl = Duration::from_secs(30);
+    let writer = granted(backend.acquire_write("lock:k", request(ttl)).await);
+    let reader = request(ttl).patience(Patience::Polls);
+    let reading = backend.acquire_read("lock:k", reader).await;
+    assert!(matches!(reading, Ok(Attempt::Busy { .. })), "{reading:?}");
+    let released = backend.release("lock:k", &writer.lease).await;
+    assert!(matches!(released, Ok(true)), "{released:?}");
+
+    let next = backend.acquire_write("lock:k", request(ttl)).await;
+    assert!(
+        matches!(next, Ok(Attempt::Busy { .. })),
+        "the waiting reader goes first: {next:?}"
+    );
+    granted(backend.acquire_read("lock:k", reader).await);
 }

@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
-use integration_tests::{PostgresSchema, granted, request};
+use integration_tests::{
+    PostgresSchema, a_waiting_readers_claim_holds_the_next_writer_back, granted, request,
+};
 use tower_lock::Locker;
 use tower_lock::backend::postgres::{AdvisoryBackend, PostgresBackend};
-use tower_lock::backend::{Attempt, LockBackend, Patience, SharedLocks};
+use tower_lock::backend::{Attempt, LockBackend};
 use tower_lock::conformance::Store;
 use tower_lock::testing::CountingBackend;
 
@@ -155,21 +157,6 @@ async fn a_table_made_by_version_0_1_gets_the_columns_for_readers_turns() {
     let backend = PostgresBackend::with_table(schema.pool().await, &table)
         .await
         .expect("the table gets its new columns");
-    let ttl = Duration::from_secs(30);
 
-    let writer = granted(backend.acquire_write("lock:k", request(ttl)).await);
-    let reader = request(ttl).patience(Patience::Polls);
-    let reading = backend.acquire_read("lock:k", reader).await;
-    assert!(matches!(reading, Ok(Attempt::Busy { .. })), "{reading:?}");
-    backend
-        .release("lock:k", &writer.lease)
-        .await
-        .expect("released");
-
-    let next = backend.acquire_write("lock:k", request(ttl)).await;
-    assert!(
-        matches!(next, Ok(Attempt::Busy { .. })),
-        "the waiting reader goes first: {next:?}"
-    );
-    granted(backend.acquire_read("lock:k", reader).await);
+    a_waiting_readers_claim_holds_the_next_writer_back(&backend).await;
 }

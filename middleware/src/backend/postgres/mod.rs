@@ -124,10 +124,16 @@ impl PostgresBackend {
         if create().await.is_err() {
             create().await.map_err(BackendError::new)?;
         }
-        sqlx::query(&statements.add_columns)
-            .execute(&pool)
+        let current: bool = sqlx::query_scalar(&statements.has_new_columns)
+            .fetch_one(&pool)
             .await
             .map_err(BackendError::new)?;
+        if !current {
+            sqlx::query(&statements.add_columns)
+                .execute(&pool)
+                .await
+                .map_err(BackendError::new)?;
+        }
         let channel = listener::channel(table);
         let room = listener::waiting_room(&pool, &channel).await?;
         // The listening connection is one of the pool's for good.

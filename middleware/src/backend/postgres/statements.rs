@@ -22,7 +22,10 @@ pub(super) struct Statements {
     pub(super) acquire_write: String,
     /// → (0 if taken, ms until the first permit's lease ends if busy, waited for).
     pub(super) acquire_permit: String,
-    /// Columns a table made by an earlier version lacks.
+    /// Whether the table has the columns added since 0.1 (a role that may use the table but
+    /// not alter it must not be asked to).
+    pub(super) has_new_columns: String,
+    /// Adds the columns added since 0.1 to a table made by an earlier version.
     pub(super) add_columns: String,
     /// A busy writer that will ask again leaves its intent, unless another writer's stands:
     /// the next writer's turn, barring new readers once readers alone held it back.
@@ -154,6 +157,11 @@ impl Statements {
                     claims jsonb NOT NULL DEFAULT '{{}}', \
                     waited boolean NOT NULL DEFAULT false, \
                     tickets text NOT NULL DEFAULT '')"
+            ),
+            has_new_columns: format!(
+                "SELECT EXISTS (SELECT FROM pg_attribute \
+                 WHERE attrelid = to_regclass('{table}') AND attname = 'claims' \
+                    AND NOT attisdropped)"
             ),
             add_columns: format!(
                 "ALTER TABLE {table} \

@@ -60,12 +60,13 @@ local function intents()
   return own, own and string.sub(intent, -1) == '!', intent and not own
 end
 
--- a waiting reader claims the next turn
-local function claim()
-  local ttl = tonumber(ARGV[5])
-  redis.call('ZADD', KEYS[5], now + ttl, token)
-  if redis.call('PTTL', KEYS[5]) < ttl then
-    redis.call('PEXPIRE', KEYS[5], ttl)
+-- puts the caller in sorted set `key` for `ttl` ms (a hold, or a claim), the set living as
+-- long as its last member
+local function add_for(key, ttl)
+  ttl = tonumber(ttl)
+  redis.call('ZADD', key, now + ttl, token)
+  if redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIRE', key, ttl)
   end
 end
 
@@ -82,11 +83,7 @@ local function mark_waited(holder)
 end
 
 local function hold_shared()
-  local ttl = tonumber(ARGV[3])
-  redis.call('ZADD', KEYS[2], now + ttl, token)
-  if redis.call('PTTL', KEYS[2]) < ttl then
-    redis.call('PEXPIRE', KEYS[2], ttl)
-  end
+  add_for(KEYS[2], ARGV[3])
   return {1, 0}
 end
 
@@ -121,7 +118,8 @@ if op == 'read' then
   end
   if wait then
     if ARGV[4] ~= 'once' then
-      claim()
+      -- a waiting reader claims the next turn
+      add_for(KEYS[5], ARGV[5])
     end
     return {0, wait}
   end
@@ -198,10 +196,7 @@ elseif op == 'extend' then
     return 0
   end
   local ttl = tonumber(ARGV[3])
-  redis.call('ZADD', KEYS[2], now + ttl, token)
-  if redis.call('PTTL', KEYS[2]) < ttl then
-    redis.call('PEXPIRE', KEYS[2], ttl)
-  end
+  add_for(KEYS[2], ttl)
   if is_readers(redis.call('GET', KEYS[1])) and redis.call('PTTL', KEYS[1]) < ttl then
     redis.call('PEXPIRE', KEYS[1], ttl)
   end
