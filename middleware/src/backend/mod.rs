@@ -36,13 +36,16 @@
 //! };
 //!
 //! /// Lock name → the holder's token and when its lease ends.
+//! type Leases = HashMap<String, (OwnerToken, Instant)>;
+//!
 //! #[derive(Default)]
-//! struct MapStore(Mutex<HashMap<String, (OwnerToken, Instant)>>);
+//! struct MapStore(Mutex<Leases>);
 //!
 //! impl MapStore {
 //!     /// Whether `token` holds `name` now.
-//!     fn holds(leases: &HashMap<String, (OwnerToken, Instant)>, name: &str, token: OwnerToken) -> bool {
-//!         leases.get(name).is_some_and(|&(owner, ends)| owner == token && ends > Instant::now())
+//!     fn holds(leases: &Leases, name: &str, token: OwnerToken) -> bool {
+//!         let now = Instant::now();
+//!         leases.get(name).is_some_and(|&(owner, ends)| owner == token && ends > now)
 //!     }
 //! }
 //!
@@ -64,7 +67,12 @@
 //!         Ok(Attempt::Acquired(Granted { lease, fence: None }))
 //!     }
 //!
-//!     async fn extend(&self, name: &str, lease: &TokenLease, ttl: Duration) -> Result<bool, BackendError> {
+//!     async fn extend(
+//!         &self,
+//!         name: &str,
+//!         lease: &TokenLease,
+//!         ttl: Duration,
+//!     ) -> Result<bool, BackendError> {
 //!         let mut leases = self.0.lock().unwrap();
 //!         let held = Self::holds(&leases, name, lease.token());
 //!         if held {

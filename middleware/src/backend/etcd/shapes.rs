@@ -9,8 +9,9 @@
 //! lock (in that transaction too) or gives up. So readers that waited for a writer come in
 //! before the next writer, and a writer that waited for readers before the readers after it.
 //! Intents and claims hold no place in line: each process's waiting writers line up in its
-//! waiting room, and a line in the store as well would make two orders that can disagree. A permit is held by the first `permits`
-//! shared keys by create revision; an attempt that lands behind them deletes its key again.
+//! waiting room, and a line in the store as well would make two orders that can disagree. A
+//! permit is held by the first `permits` shared keys by create revision; an attempt that lands
+//! behind them deletes its key again.
 //! Shared holds are not fenced.
 //!
 //! A reader, writer or permit holder that waits for announcements watches the lock's keys (or

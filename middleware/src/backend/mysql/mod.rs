@@ -30,17 +30,18 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 
 /// Locks in MySQL or MariaDB, shared by every process that uses the same database and table.
 ///
-/// The design of the classic MySQL lock, done carefully: one row per lock name with a unique
-/// key, the holder's owner id (only the owner extends or releases), an expiry (so a dead
-/// holder frees the lock), and a version column that is the fencing token — bumped by every
-/// exclusive acquire and kept across releases, so it increases strictly per name. An acquire
-/// is one `INSERT … ON DUPLICATE KEY UPDATE` that takes the row only if it allows it and
-/// returns the new version through `LAST_INSERT_ID`; when the lock is busy, a second query asks
-/// how long until it may change. Readers and permit holders are kept in the same row (a JSON
-/// array with an expiry each), beside a waiting writer's intent and waiting readers' claims
-/// (readers and writers take turns), so read-write locks and semaphores are one statement too. Extending and releasing are one owner-checked `UPDATE`
-/// each. Expiry is measured by the server's UTC clock (`UTC_TIMESTAMP(6)`), never a client's,
-/// and whatever the session's time zone. Needs `JSON_TABLE`: MariaDB 10.6 or MySQL 8.
+/// The design of the classic MySQL lock, done carefully: one row per lock name with a unique key,
+/// the holder's owner id (only the owner extends or releases), an expiry (so a dead holder frees
+/// the lock), and a version column that is the fencing token — bumped by every exclusive acquire
+/// and kept across releases, so it increases strictly per name. An acquire is one `INSERT … ON
+/// DUPLICATE KEY UPDATE` that takes the row only if it allows it and returns the new version
+/// through `LAST_INSERT_ID`; when the lock is busy, a second query asks how long until it may
+/// change. Readers and permit holders are kept in the same row (a JSON array with an expiry each),
+/// beside a waiting writer's intent and waiting readers' claims (readers and writers take turns),
+/// so read-write locks and semaphores are one statement too. Extending and releasing are one
+/// owner-checked `UPDATE` each. Expiry is measured by the server's UTC clock (`UTC_TIMESTAMP(6)`),
+/// never a client's, and whatever the session's time zone. Needs `JSON_TABLE`: MariaDB 10.6 or
+/// MySQL 8.
 ///
 /// The table is created on connect when it is missing, and the columns added since 0.1 when
 /// an older table lacks them (idempotent):

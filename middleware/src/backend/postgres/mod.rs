@@ -29,18 +29,17 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 
 /// Locks in PostgreSQL, shared by every process that uses the same database and table.
 ///
-/// Each lock name that was ever taken has one row holding all of its state: the exclusive
-/// holder's owner token and the lease's expiry (both `NULL` when free), a fencing counter that
-/// survives releases, the readers or permit holders with an expiry each, a waiting writer's
-/// intent and waiting readers' claims. Every acquire is one statement: an `INSERT … ON CONFLICT
-/// (name) DO UPDATE … WHERE` the row allows it (free or expired for a mutex; no writer nor
-/// barring intent for a reader; no reader and no readers' claim for a writer, unless its intent bars readers;
-/// fewer holders than permits for a semaphore), which PostgreSQL checks with the row locked;
-/// a mutex or writer gets the bumped counter as its fencing token, and a busy acquire learns
-/// from the same statement how long until the lock may change. Extending and releasing are one
-/// owner-checked `UPDATE` each. Expiry is measured by the database's clock
-/// (`clock_timestamp()`), never a client's, so replicas with skewed clocks agree on who holds
-/// a lock.
+/// Each lock name that was ever taken has one row holding all of its state: the exclusive holder's
+/// owner token and the lease's expiry (both `NULL` when free), a fencing counter that survives
+/// releases, the readers or permit holders with an expiry each, a waiting writer's intent and
+/// waiting readers' claims. Every acquire is one statement: an `INSERT … ON CONFLICT (name) DO
+/// UPDATE … WHERE` the row allows it (free or expired for a mutex; no writer nor barring intent for
+/// a reader; no reader and no readers' claim for a writer, unless its intent bars readers; fewer
+/// holders than permits for a semaphore), which PostgreSQL checks with the row locked; a mutex or
+/// writer gets the bumped counter as its fencing token, and a busy acquire learns from the same
+/// statement how long until the lock may change. Extending and releasing are one owner-checked
+/// `UPDATE` each. Expiry is measured by the database's clock (`clock_timestamp()`), never a
+/// client's, so replicas with skewed clocks agree on who holds a lock.
 ///
 /// The table is created on connect when it is missing, and the columns added since 0.1 when
 /// an older table lacks them (idempotent):

@@ -47,16 +47,15 @@ impl SharedLocks for RedisBackend {
         granted(reply, request, Hold::Read)
     }
 
-    /// Like a mutex, a plain `SET NX PX` (readers hold the lock key too, so it fails while
-    /// anybody holds the lock), pipelined with the fencing counter's `INCR` (trusted as in
-    /// `take`) and a look at the waiting writers' intent and readers' claims. Only a writer
-    /// that finds its own intent standing (it waited) or readers waiting sends a second
-    /// command: it withdraws the intent and has its release announced to the readers it held
-    /// back, or gives the lock back when it is the waiting readers' turn. A busy writer that will ask again
-    /// goes to `shared.lua`, which queues its intent; one that asks once only reads how long
-    /// the lock is held. While this process has waiters for the lock (it is contended), a
-    /// waiting writer asks `shared.lua` straight away: one round trip instead of a pipeline
-    /// that fails first.
+    /// Like a mutex, a plain `SET NX PX` (readers hold the lock key too, so it fails while anybody
+    /// holds the lock), pipelined with the fencing counter's `INCR` (trusted as in `take`) and a
+    /// look at the waiting writers' intent and readers' claims. Only a writer that finds its own
+    /// intent standing (it waited) or readers waiting sends a second command: it withdraws the
+    /// intent and has its release announced to the readers it held back, or gives the lock back
+    /// when it is the waiting readers' turn. A busy writer that will ask again goes to
+    /// `shared.lua`, which queues its intent; one that asks once only reads how long the lock is
+    /// held. While this process has waiters for the lock (it is contended), a waiting writer asks
+    /// `shared.lua` straight away: one round trip instead of a pipeline that fails first.
     async fn acquire_write(
         &self,
         name: &str,

@@ -1,6 +1,7 @@
 //! What an unfinished acquire leaves to the background: an attempt whose answer never came, a
-//! writer's intent or a reader's claim, a ticket in the store's queue. Each is a guard armed while the acquire
-//! runs and disarmed when it ends well; dropped armed, it cleans up in the background.
+//! writer's intent or a reader's claim, a ticket in the store's queue. Each is a guard armed
+//! while the acquire runs and disarmed when it ends well; dropped armed, it cleans up in the
+//! background.
 
 use std::sync::Arc;
 use std::time::Duration;

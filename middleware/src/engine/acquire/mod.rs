@@ -159,12 +159,12 @@ async fn wait_in_line<B: LockBackend>(
 /// enters the waiting room (which subscribes to the lock's announcements); its first wait
 /// attempt asks again, so no release between the two is missed.
 ///
-/// A writer's intent (the next writer's turn; once readers alone held it back, a bar to new readers)
-/// is only ever left by the head of its line, the one writer of the process that keeps asking:
-/// a writer's first look leaves nothing, since a writer that then queued behind another head
-/// would leave its intent standing, unrenewed, barring the head until it lapsed (2 s). A reader
-/// that waits claims the next turn for readers. A writer or reader that gives up withdraws its
-/// intent or claim before it answers, so that nobody is held back by a caller that left.
+/// A writer's intent (the next writer's turn; once readers alone held it back, a bar to new
+/// readers) is only ever left by the head of its line, the one writer of the process that keeps
+/// asking: a writer's first look leaves nothing, since a writer that then queued behind another
+/// head would leave its intent standing, unrenewed, barring the head until it lapsed (2 s). A
+/// reader that waits claims the next turn for readers. A writer or reader that gives up withdraws
+/// its intent or claim before it answers, so that nobody is held back by a caller that left.
 async fn wait_shared<B: LockBackend>(
     attempts: &Attempts<'_, B>,
     queue: Option<&dyn WaitQueue<B::Lease>>,
