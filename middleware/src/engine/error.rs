@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
+use super::KeyError;
 use crate::backend::{BackendError, Hold};
-use crate::key::KeyError;
 
 /// Why a lock was not taken, or not kept.
 ///

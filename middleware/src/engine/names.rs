@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::key::KeyError;
+use super::KeyError;
 
 /// The default longest key, in bytes (the prefix not counted).
 pub(crate) const DEFAULT_MAX_KEY_LEN: usize = 256;

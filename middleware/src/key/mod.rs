@@ -11,14 +11,13 @@
 
 use http::request::Parts;
 
-mod error;
 mod header;
 #[cfg(feature = "axum")]
 mod path;
 mod query;
 mod template;
 
-pub use error::KeyError;
+pub use crate::engine::KeyError;
 pub use header::{Header, header};
 #[cfg(feature = "axum")]
 pub use path::{PathParam, path};

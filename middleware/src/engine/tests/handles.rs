@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{TTL, locker};
-use crate::key::KeyError;
+use crate::engine::KeyError;
 use crate::test_support::{Fault, Hanging, MutexOnly, is_free};
 use crate::testing::CountingBackend;
 use crate::{ConfigError, LeaseLost, LockError, Locker, MemoryBackend};

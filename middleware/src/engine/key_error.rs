@@ -1,3 +1,6 @@
+//! Why a lock key could not be found or cannot name a lock: the one error of keys, shared by
+//! the extractors (`key/`) and the locker's checks (`names.rs`).
+
 use std::borrow::Cow;
 
 /// Why a request's lock key could not be found, or cannot name a lock. Answered with 400 (500
