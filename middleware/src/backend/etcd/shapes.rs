@@ -1,18 +1,16 @@
-//! Read-write locks and semaphores. A shared hold (a reader, a permit) is a key under the
-//! lock's `s/` prefix. A reader's is put only while no exclusive key (a holder, a place in
-//! line) and no writer's intent is there; a reader that will wait leaves its claim on the next
-//! turn when busy, in the same transaction. A writer takes the lock as a mutex does, when no
-//! exclusive and no shared key is there, and no reader's claim unless its own intent stands;
-//! a writer that will wait leaves its intent when readers alone keep it out (every reader
-//! that claimed the turn came in), in the same
-//! transaction: it bars new readers while the writer waits, and goes when the writer takes the
-//! lock (in that transaction too) or gives up. So readers that waited for a writer come in
-//! before the next writer, and a writer that waited for readers before the readers after it.
-//! Intents and claims hold no place in line: each process's waiting writers line up in its
-//! waiting room, and a line in the store as well would make two orders that can disagree. A
-//! permit is held by the first `permits` shared keys by create revision; an attempt that lands
-//! behind them deletes its key again.
-//! Shared holds are not fenced.
+//! Read-write locks and semaphores. A shared hold (a reader, a permit) is a key under the lock's
+//! `s/` prefix. A reader's is put only while no exclusive key (a holder, a place in line) and no
+//! writer's intent is there; a reader that will wait leaves its claim on the next turn when busy,
+//! in the same transaction. A writer takes the lock as a mutex does, when no exclusive and no
+//! shared key is there, and no reader's claim unless its own intent stands; a writer that will wait
+//! leaves its intent when readers alone keep it out (every reader that claimed the turn came in),
+//! in the same transaction: it bars new readers while the writer waits, and goes when the writer
+//! takes the lock (in that transaction too) or gives up. So readers that waited for a writer come
+//! in before the next writer, and a writer that waited for readers before the readers after it.
+//! Intents and claims hold no place in line: each process's waiting writers line up in its waiting
+//! room, and a line in the store as well would make two orders that can disagree. A permit is held
+//! by the first `permits` shared keys by create revision; an attempt that lands behind them deletes
+//! its key again. Shared holds are not fenced.
 //!
 //! A reader, writer or permit holder that waits for announcements watches the lock's keys (or
 //! the other permits) and asks again when one of them is deleted.
