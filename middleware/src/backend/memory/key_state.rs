@@ -43,8 +43,8 @@ pub(super) struct KeyState {
     tickets: VecDeque<Ticket>,
 }
 
-/// A waiting writer's intent: the next writer's turn is its own; once it waited for readers,
-/// it also bars new readers.
+/// A waiting writer's intent: the next writer's turn is its own; once readers alone held it
+/// back, it also bars new readers.
 #[derive(Clone, Copy, Debug)]
 struct Intent {
     token: OwnerToken,
@@ -220,13 +220,13 @@ impl KeyState {
         self.forget_expired(now);
         let own = self.intent.filter(|intent| intent.token == token);
         let others = self.intent.filter(|intent| intent.token != token);
-        let claims_count = !own.is_some_and(|intent| intent.bars_readers);
+        let claims_hold_back = !own.is_some_and(|intent| intent.bars_readers);
         let wait = self
             .holder_ttl(now)
             .or_else(|| first_expiry(&self.readers, now))
             .or_else(|| others.map(|intent| intent.expires_at - now))
             .or_else(|| {
-                claims_count
+                claims_hold_back
                     .then(|| first_expiry(&self.claims, now))
                     .flatten()
             });
