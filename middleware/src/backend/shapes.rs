@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use super::{Attempt, BackendError, Granted, LockBackend, LockRequest};
 
-/// How long a waiting writer's intent bars new readers unless the writer asks again.
-pub(crate) const WRITER_INTENT_TTL: Duration = Duration::from_secs(2);
+/// How long a waiter's mark on a read-write lock lives unless its waiter asks again: a writer's
+/// intent, a reader's claim on the next turn.
+pub(crate) const WAITER_MARK_TTL: Duration = Duration::from_secs(2);
 
 /// What kind of hold a lock is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

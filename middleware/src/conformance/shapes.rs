@@ -12,7 +12,7 @@ use super::support::{
     LONG, Occupancy, SHORT, SLACK, busy, granted, locker, request, two_processes,
 };
 use crate::backend::LockBackend;
-use crate::backend::shapes::WRITER_INTENT_TTL;
+use crate::backend::shapes::WAITER_MARK_TTL;
 use crate::backend::{Attempt, Patience, Semaphores, SharedLocks};
 
 /// Readers share a key; a writer, and a mutex, wait for every reader and exclude readers
@@ -327,7 +327,7 @@ where
     let writers = longest_of_eight_in_turn(store, Take::Write).await;
     // A stale intent bars the next writer for its whole 2 s life; a store slower than the
     // baseline's run-to-run spread would need three quarters of that to look the same.
-    let bound = mutexes + WRITER_INTENT_TTL * 3 / 4;
+    let bound = mutexes + WAITER_MARK_TTL * 3 / 4;
     assert!(
         writers < bound,
         "a writer waited {writers:?}, mutexes at most {mutexes:?} in the same loop"

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::OwnerToken;
-use crate::backend::shapes::WRITER_INTENT_TTL;
+use crate::backend::shapes::WAITER_MARK_TTL;
 use crate::backend::waiting::Announcement;
 use crate::backend::{Attempt, FencingToken, Patience};
 
@@ -185,9 +185,9 @@ impl KeyState {
             return Attempt::Acquired(None);
         };
         if patience != Patience::Once
-            && !extend_shared(&mut self.claims, token, now + WRITER_INTENT_TTL)
+            && !extend_shared(&mut self.claims, token, now + WAITER_MARK_TTL)
         {
-            self.claims.push((token, now + WRITER_INTENT_TTL));
+            self.claims.push((token, now + WAITER_MARK_TTL));
         }
         busy(wait)
     }
@@ -239,7 +239,7 @@ impl KeyState {
             self.intent = Some(Intent {
                 token,
                 bars_readers: readers_alone || own.is_some_and(|intent| intent.bars_readers),
-                expires_at: now + WRITER_INTENT_TTL,
+                expires_at: now + WAITER_MARK_TTL,
             });
         }
         busy(wait)

@@ -9,7 +9,7 @@
 //! from the statement's reply.
 
 use crate::backend::BackendError;
-use crate::backend::shapes::WRITER_INTENT_TTL;
+use crate::backend::shapes::WAITER_MARK_TTL;
 
 /// The longest lock name the table's key column holds, in bytes.
 pub(super) const MAX_NAME_LEN: usize = 512;
@@ -124,7 +124,7 @@ impl Statements {
             "(SELECT COALESCE(JSON_ARRAYAGG(JSON_OBJECT('t', token, 'e', expiry)), JSON_ARRAY()) \
              FROM {CLAIMS} WHERE expiry > {NOW_US} AND token <> ?)"
         );
-        let claim_us = WRITER_INTENT_TTL.as_micros();
+        let claim_us = WAITER_MARK_TTL.as_micros();
         let exclusive = |condition: &str, also: &str, params: &'static [Param]| Statement {
             sql: format!(
                 "INSERT INTO {table} (name, owner, expires_at, fence, shared) \
@@ -204,7 +204,7 @@ impl Statements {
                         IF(? AND ({NO_INTENT} OR intent = VALUES(owner)), VALUES(owner), intent)), \
                      intent_expires = IF({TAKEN}, NULL, IF(intent <=> VALUES(owner), \
                         UTC_TIMESTAMP(6) + INTERVAL {} MICROSECOND, intent_expires))",
-                    WRITER_INTENT_TTL.as_micros()
+                    WAITER_MARK_TTL.as_micros()
                 ),
                 &[Name, Owner, Ttl, Patient, Patient],
             ),

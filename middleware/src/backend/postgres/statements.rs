@@ -7,7 +7,7 @@
 //! `$3` TTL in milliseconds, `$4` permits (semaphores only).
 
 use crate::backend::BackendError;
-use crate::backend::shapes::WRITER_INTENT_TTL;
+use crate::backend::shapes::WAITER_MARK_TTL;
 
 /// The statements on one lease table.
 #[derive(Debug)]
@@ -115,7 +115,7 @@ impl Statements {
         );
         let intent_expiry = format!(
             "clock_timestamp() + interval '{} milliseconds'",
-            WRITER_INTENT_TTL.as_millis()
+            WAITER_MARK_TTL.as_millis()
         );
         let exclusive = |condition: &str, also: &str| {
             acquire(
@@ -186,7 +186,7 @@ impl Statements {
                 "UPDATE {table} AS lease \
                  SET claims = {live_claims} || jsonb_build_object($2::text, {NOW_MS} + {}) \
                  WHERE name = $1",
-                WRITER_INTENT_TTL.as_millis()
+                WAITER_MARK_TTL.as_millis()
             ),
             extend: format!(
                 "UPDATE {table} AS lease SET expires_at = {EXPIRY} \

@@ -11,7 +11,7 @@ use super::commands::{
     ScriptArg, acquire_reply, answered_within_lease, fence_incr, millis, patience_arg, set_nx,
 };
 use super::keys::LockKey;
-use crate::backend::shapes::WRITER_INTENT_TTL;
+use crate::backend::shapes::WAITER_MARK_TTL;
 use crate::backend::{
     Attempt, BackendError, FencingToken, Granted, Hold, LockRequest, Patience, Semaphores,
     SharedLocks, TokenLease,
@@ -41,7 +41,7 @@ impl SharedLocks for RedisBackend {
         let args = [
             ScriptArg::Int(millis(request.ttl)),
             ScriptArg::Word(patience_arg(request.patience)),
-            ScriptArg::Int(millis(WRITER_INTENT_TTL)),
+            ScriptArg::Int(millis(WAITER_MARK_TTL)),
         ];
         let reply = self.run_shared(name, "read", request.token, &args).await?;
         granted(reply, request, Hold::Read)
@@ -136,7 +136,7 @@ impl RedisBackend {
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
         let args = [
             ScriptArg::Int(millis(request.ttl)),
-            ScriptArg::Int(millis(WRITER_INTENT_TTL)),
+            ScriptArg::Int(millis(WAITER_MARK_TTL)),
             ScriptArg::Int(u64::from(self.fencing)),
             ScriptArg::Word(patience_arg(request.patience)),
         ];
