@@ -14,6 +14,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::request::Parts;
 use axum::routing::{MethodRouter, get, post, put};
+#[cfg(feature = "etcd")]
 use tower_lock::backend::etcd::{EtcdBackend, EtcdSettings};
 use tower_lock::backend::mysql::MysqlBackend;
 use tower_lock::backend::postgres::PostgresBackend;
@@ -22,6 +23,7 @@ use tower_lock::backend::{BackendError, LockBackend, Semaphores, SharedLocks};
 use tower_lock::key::{KeyError, KeyExtractor, KeyTemplate, many};
 use tower_lock::{ConfigError, LockLayer, Locker, MemoryBackend, OnLost, RedisBackend};
 
+pub mod bodies;
 pub mod dashboard;
 pub mod optimistic;
 pub mod problem;
@@ -217,6 +219,7 @@ enum LockStore {
     Redis(RedisBackend),
     Postgres(PostgresBackend),
     Mysql(MysqlBackend),
+    #[cfg(feature = "etcd")]
     Etcd(EtcdBackend),
     Zookeeper(ZookeeperBackend),
 }
@@ -235,6 +238,7 @@ pub enum Locking {
     /// In MySQL/MariaDB, across replicas.
     Mysql(Locker<MysqlBackend>),
     /// In etcd, across replicas.
+    #[cfg(feature = "etcd")]
     Etcd(Locker<EtcdBackend>),
     /// In ZooKeeper, across replicas.
     Zookeeper(Locker<ZookeeperBackend>),
@@ -261,6 +265,7 @@ impl Locking {
             Self::Redis(locker) => of(locker),
             Self::Postgres(locker) => of(locker),
             Self::Mysql(locker) => of(locker),
+            #[cfg(feature = "etcd")]
             Self::Etcd(locker) => of(locker),
             Self::Zookeeper(locker) => of(locker),
         }
@@ -284,6 +289,7 @@ impl LockStore {
                 Locking::Postgres(locker(backend, settings).map_err(checked)?)
             }
             Self::Mysql(backend) => Locking::Mysql(locker(backend, settings).map_err(checked)?),
+            #[cfg(feature = "etcd")]
             Self::Etcd(backend) => Locking::Etcd(locker(backend, settings).map_err(checked)?),
             Self::Zookeeper(backend) => {
                 Locking::Zookeeper(locker(backend, settings).map_err(checked)?)
@@ -298,6 +304,7 @@ impl LockStore {
             Self::Redis(_) => "Redis",
             Self::Postgres(_) => "PostgreSQL",
             Self::Mysql(_) => "MySQL",
+            #[cfg(feature = "etcd")]
             Self::Etcd(_) => "etcd",
             Self::Zookeeper(_) => "ZooKeeper",
         }
@@ -504,19 +511,9 @@ const OPTIMISTIC_NEEDS_SQL: &str =
 /// One line naming the lock store and why it cannot be used.
 async fn lock_backend(url: &str, ttl: Option<Duration>) -> Result<LockStore, String> {
     let ttl = ttl.unwrap_or(DEFAULT_LOCK_TTL);
-    let cannot = |store: &str, error: &dyn std::fmt::Display| {
-        format!("cannot connect to {store} at {}: {error}", redacted(url))
-    };
+    let cannot = |store: &str, error: &dyn std::fmt::Display| cannot_connect(store, url, error);
     if let Some(members) = url.strip_prefix("etcd://") {
-        let endpoints: Vec<String> = members
-            .split(',')
-            .map(|member| format!("http://{member}"))
-            .collect();
-        let settings = EtcdSettings::default().session_ttl(session_outliving(ttl));
-        let backend = EtcdBackend::connect_with(endpoints, settings)
-            .await
-            .map_err(|error| cannot("etcd", &error))?;
-        return Ok(LockStore::Etcd(backend));
+        return etcd_locking(url, members, ttl).await;
     }
     if let Some(servers) = url.strip_prefix("zk://") {
         let settings = ZookeeperSettings::default().session_timeout(session_outliving(ttl));
@@ -540,6 +537,37 @@ async fn lock_backend(url: &str, ttl: Option<Duration>) -> Result<LockStore, Str
             .await
             .map_err(|error| cannot(kind.name(), &error)),
     }
+}
+
+/// Why the lock store at `url` could not be reached, in one line without its password.
+fn cannot_connect(store: &str, url: &str, error: &dyn std::fmt::Display) -> String {
+    format!("cannot connect to {store} at {}: {error}", redacted(url))
+}
+
+/// Locks in the etcd cluster at `url`, whose members are `members` (`host:port,…`), for leases
+/// of `ttl`.
+#[cfg(feature = "etcd")]
+async fn etcd_locking(url: &str, members: &str, ttl: Duration) -> Result<LockStore, String> {
+    let endpoints: Vec<String> = members
+        .split(',')
+        .map(|member| format!("http://{member}"))
+        .collect();
+    let settings = EtcdSettings::default().session_ttl(session_outliving(ttl));
+    EtcdBackend::connect_with(endpoints, settings)
+        .await
+        .map(LockStore::Etcd)
+        .map_err(|error| cannot_connect("etcd", url, &error))
+}
+
+/// Without the `etcd` feature: why etcd cannot be used, and how to build a demo that can.
+#[cfg(not(feature = "etcd"))]
+async fn etcd_locking(url: &str, _members: &str, _ttl: Duration) -> Result<LockStore, String> {
+    Err(format!(
+        "--lock-store {}: this demo was built without etcd support; run it with \
+         `cargo run -p demo-coupon-service --features etcd` (etcd's client needs `protoc`: \
+         apt-get install protobuf-compiler)",
+        redacted(url)
+    ))
 }
 
 /// The lease TTL unless `--lock-ttl-ms` says otherwise (the locker's default).
@@ -573,10 +601,10 @@ fn coupon_key(parts: &Parts) -> Result<Option<String>, KeyError> {
         return Ok(None);
     };
     let id = key.strip_prefix("coupon:").unwrap_or_default();
-    if routes::is_coupon_id(id) {
+    if bodies::is_coupon_id(id) {
         Ok(Some(key))
     } else {
-        Err(KeyError::invalid(routes::COUPON_ID_RULE))
+        Err(KeyError::invalid(bodies::COUPON_ID_RULE))
     }
 }
 
@@ -649,6 +677,7 @@ pub fn app(state: AppState) -> Router {
         Locking::Redis(locker) => with_locks(locker, state.lock, routes),
         Locking::Postgres(locker) => with_locks(locker, state.lock, routes),
         Locking::Mysql(locker) => with_locks(locker, state.lock, routes),
+        #[cfg(feature = "etcd")]
         Locking::Etcd(locker) => with_locks(locker, state.lock, routes),
         Locking::Zookeeper(locker) => with_locks(locker, state.lock, routes),
     };

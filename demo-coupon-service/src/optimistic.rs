@@ -5,16 +5,15 @@
 //! retries what the lock pays in waiting.
 
 use axum::Json;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::AppState;
+use crate::bodies::{CouponId, JsonObject};
 use crate::problem::Problem;
-use crate::routes::{ClaimRequest, checked_body, checked_id, checked_user};
 use crate::store::{SqlStore, Versioned};
-use crate::transfers::{TransferRequest, checked_transfer, moved, transferred};
+use crate::transfers::{TransferRequest, moved, transferred};
 
 /// How many times a claim or transfer reads and tries to write before it gives up with 409
 /// `write-conflict`.
@@ -29,11 +28,10 @@ fn sql(state: &AppState) -> Result<&SqlStore, Problem> {
 /// attempts it took (`attempts`: 1 when nobody wrote in between).
 pub async fn claim(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    body: Result<Json<ClaimRequest>, JsonRejection>,
+    CouponId(id): CouponId,
+    body: JsonObject,
 ) -> Result<(StatusCode, Json<Value>), Problem> {
-    let id = checked_id(&id)?;
-    let user = checked_user(body)?;
+    let (id, user) = (id.as_str(), body.user_id()?);
     let store = sql(&state)?;
     for attempt in 1..=MAX_ATTEMPTS {
         let read = store
@@ -43,13 +41,13 @@ pub async fn claim(
         if read.stock.remaining <= 0 {
             return Err(Problem::SoldOut);
         }
-        if state.store.has_claim(id, &user).await? {
+        if state.store.has_claim(id, user).await? {
             return Err(Problem::AlreadyClaimed);
         }
         state.simulate_work().await;
         let remaining = read.stock.remaining - 1;
         if store
-            .commit_claim_at(id, &user, remaining, read.version)
+            .commit_claim_at(id, user, remaining, read.version)
             .await?
         {
             return Ok((
@@ -69,10 +67,10 @@ pub async fn claim(
 /// Moves stock between two coupons, retrying on a concurrent write to either.
 pub async fn transfer(
     State(state): State<AppState>,
-    body: Result<Json<TransferRequest>, JsonRejection>,
+    body: JsonObject,
 ) -> Result<Json<Value>, Problem> {
-    let TransferRequest { from, to, amount } = checked_body(body)?;
-    let (from, to) = checked_transfer(&from, &to, amount)?;
+    let TransferRequest { from, to, amount } = TransferRequest::read(&body)?;
+    let (from, to) = (from.as_str(), to.as_str());
     let store = sql(&state)?;
     for _ in 0..MAX_ATTEMPTS {
         let read = |id| async move {

@@ -4,8 +4,9 @@ use axum::body::Body;
 use axum::http::{HeaderValue, Response, StatusCode, header};
 use axum::response::IntoResponse;
 use serde_json::json;
-use tower_lock::key::KeyError;
 use tower_lock::{LockError, Rejection};
+
+use crate::bodies::{COUPON_ID_RULE, MAX_STOCK};
 
 /// Why a coupon request was refused. Each has its own problem `type`, distinct from the lock
 /// layer's (`urn:tower-lock:*`), so a client can tell "sold out" from "busy, retry".
@@ -25,6 +26,10 @@ pub enum Problem {
     AlreadyClaimed,
     /// A transfer asks for more than the source coupon has left.
     InsufficientStock,
+    /// A transfer would fill the target coupon past [`MAX_STOCK`] units.
+    ///
+    /// [`MAX_STOCK`]: crate::bodies::MAX_STOCK
+    StockLimit,
     /// The coupon store failed.
     StoreUnavailable,
     /// `--optimistic`: the coupon kept changing under the claim or transfer, for every one of
@@ -62,6 +67,11 @@ impl Problem {
                 "insufficient-stock",
                 "the source coupon has not that much stock left",
             ),
+            Self::StockLimit => (
+                StatusCode::CONFLICT,
+                "stock-limit",
+                "the target coupon would hold more than the most a coupon holds",
+            ),
             Self::WriteConflict => (
                 StatusCode::CONFLICT,
                 "write-conflict",
@@ -82,8 +92,12 @@ impl Problem {
             "title": title,
             "status": status.as_u16(),
         });
-        if let Self::InvalidRequest(detail) = self {
-            body["detail"] = json!(detail);
+        match self {
+            Self::InvalidRequest(detail) => body["detail"] = json!(detail),
+            Self::StockLimit => {
+                body["detail"] = json!(format!("a coupon holds at most {MAX_STOCK} units"));
+            }
+            _ => {}
         }
         let mut response = Response::new(body.to_string());
         *response.status_mut() = status;
@@ -101,18 +115,16 @@ impl IntoResponse for Problem {
     }
 }
 
-/// The lock layers' answers: a request whose coupon id (the lock's key) is bad gets the same
-/// answer as from a handler; every other rejection keeps the layer's problem document.
+/// The lock layers' answers: every lock key is a coupon id, so a request whose key is bad
+/// gets the answer a handler gives a bad id; every other rejection keeps the layer's problem
+/// document.
 pub fn lock_rejection(rejection: Rejection) -> Response<String> {
     match rejection {
-        Rejection::Key(error) => Problem::from(error).to_response(),
+        Rejection::Key(error) => {
+            tracing::debug!(%error, "a request names no valid coupon id");
+            Problem::InvalidRequest(COUPON_ID_RULE.into()).to_response()
+        }
         other => other.into_response(),
-    }
-}
-
-impl From<KeyError> for Problem {
-    fn from(error: KeyError) -> Self {
-        Self::InvalidRequest(error.to_string())
     }
 }
 

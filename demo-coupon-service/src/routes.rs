@@ -1,75 +1,24 @@
 //! The HTTP handlers. The claim handler is written the ordinary, non-atomic way.
 
 use axum::Json;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tower_lock::{FencingToken, LockGuard};
 
 use crate::AppState;
+use crate::bodies::{CouponId, JsonObject, MAX_STOCK};
 use crate::problem::Problem;
-
-/// `PUT /coupons/{id}` body.
-#[derive(Debug, Deserialize)]
-pub struct ResetRequest {
-    stock: u32,
-}
-
-/// `POST /coupons/{id}/claim` body.
-#[derive(Debug, Deserialize)]
-pub struct ClaimRequest {
-    user_id: String,
-}
-
-/// What a coupon id is; the detail of every answer to a request naming another one.
-pub(crate) const COUPON_ID_RULE: &str =
-    "a coupon id is 1 to 64 characters of A-Z, a-z, 0-9, `-` and `_`";
-
-/// Whether `id` can name a coupon.
-pub(crate) fn is_coupon_id(id: &str) -> bool {
-    (1..=64).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
-pub(crate) fn checked_id(id: &str) -> Result<&str, Problem> {
-    if is_coupon_id(id) {
-        Ok(id)
-    } else {
-        Err(Problem::InvalidRequest(COUPON_ID_RULE.into()))
-    }
-}
-
-/// The claiming user from a claim's body: 1 to 128 characters without control characters.
-pub(crate) fn checked_user(
-    body: Result<Json<ClaimRequest>, JsonRejection>,
-) -> Result<String, Problem> {
-    let user = checked_body(body)?.user_id;
-    if user.is_empty() || user.len() > 128 || user.chars().any(char::is_control) {
-        return Err(Problem::InvalidRequest(
-            "user_id is 1 to 128 characters without control characters".into(),
-        ));
-    }
-    Ok(user)
-}
-
-pub(crate) fn checked_body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, Problem> {
-    body.map(|Json(body)| body)
-        .map_err(|rejection| Problem::InvalidRequest(rejection.body_text()))
-}
 
 /// Creates a coupon, or resets it to a new stock with no claims.
 pub async fn reset(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    body: Result<Json<ResetRequest>, JsonRejection>,
+    CouponId(id): CouponId,
+    body: JsonObject,
 ) -> Result<Json<Value>, Problem> {
-    let id = checked_id(&id)?;
-    let stock = checked_body(body)?.stock;
-    state.store.reset(id, i64::from(stock)).await?;
+    let id = id.as_str();
+    let stock = body.whole_number("stock", 0..=MAX_STOCK)?;
+    state.store.reset(id, stock).await?;
     state.recent.touched(id);
     Ok(Json(json!({ "coupon_id": id, "stock": stock })))
 }
@@ -80,12 +29,11 @@ pub async fn reset(
 /// lease) cannot write over the next holder's claim.
 pub async fn claim(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    CouponId(id): CouponId,
     lock: Option<LockGuard>,
-    body: Result<Json<ClaimRequest>, JsonRejection>,
+    body: JsonObject,
 ) -> Result<(StatusCode, Json<Value>), Problem> {
-    let id = checked_id(&id)?;
-    let user = checked_user(body)?;
+    let (id, user) = (id.as_str(), body.user_id()?);
 
     let fence = lock
         .as_ref()
@@ -100,16 +48,12 @@ pub async fn claim(
     if stock.remaining <= 0 {
         return Err(Problem::SoldOut);
     }
-    if state.store.has_claim(id, &user).await? {
+    if state.store.has_claim(id, user).await? {
         return Err(Problem::AlreadyClaimed);
     }
     state.simulate_work().await;
     let remaining = stock.remaining - 1;
-    if !state
-        .store
-        .commit_claim(id, &user, remaining, fence)
-        .await?
-    {
+    if !state.store.commit_claim(id, user, remaining, fence).await? {
         tracing::warn!(
             coupon = id,
             user,
@@ -130,9 +74,9 @@ pub async fn claim(
 /// The coupon's stock and claim records, and how far it is oversold.
 pub async fn show(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    CouponId(id): CouponId,
 ) -> Result<Json<Value>, Problem> {
-    let id = checked_id(&id)?;
+    let id = id.as_str();
     let summary = state
         .store
         .summary(id)
@@ -152,9 +96,9 @@ pub async fn show(
 /// The answer says how many audits were running (counted in the shared store) while it ran.
 pub async fn audit(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    CouponId(id): CouponId,
 ) -> Result<Json<Value>, Problem> {
-    let id = checked_id(&id)?;
+    let id = id.as_str();
     let summary = state
         .store
         .summary(id)

@@ -7,29 +7,46 @@
 
 use axum::Json;
 use axum::body::{Body, to_bytes};
-use axum::extract::rejection::JsonRejection;
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tower_lock::key::KeyError;
 
 use crate::AppState;
+use crate::bodies::{JsonObject, MAX_STOCK};
 use crate::problem::Problem;
-use crate::routes::{COUPON_ID_RULE, checked_body, checked_id, is_coupon_id};
 use crate::store::Stock;
 
 /// The largest transfer body read.
 const BODY_LIMIT: usize = 16 * 1024;
 
-/// `POST /transfers` body.
-#[derive(Debug, Deserialize)]
+/// `POST /transfers` body: `{"from", "to", "amount"}`, two different coupons and a positive
+/// amount.
+#[derive(Debug)]
 pub struct TransferRequest {
     pub(crate) from: String,
     pub(crate) to: String,
-    pub(crate) amount: u32,
+    pub(crate) amount: i64,
+}
+
+impl TransferRequest {
+    /// The transfer `body` asks for, checked.
+    pub(crate) fn read(body: &JsonObject) -> Result<Self, Problem> {
+        let (from, to) = (body.coupon_id("from")?, body.coupon_id("to")?);
+        let amount = body.whole_number("amount", 1..=MAX_STOCK)?;
+        if from == to {
+            return Err(Problem::InvalidRequest(
+                "a transfer moves stock between two different coupons".into(),
+            ));
+        }
+        Ok(Self {
+            from: from.to_owned(),
+            to: to.to_owned(),
+            amount,
+        })
+    }
 }
 
 /// The coupons a transfer names, for its lock.
@@ -44,19 +61,15 @@ pub async fn name_coupons(request: Request, next: Next) -> Response {
         return Problem::InvalidRequest(format!("a transfer body is at most {BODY_LIMIT} bytes"))
             .into_response();
     };
-    match serde_json::from_slice::<TransferRequest>(&bytes) {
-        Ok(transfer) => {
-            let coupons = [transfer.from, transfer.to];
-            if let Some(bad) = coupons.iter().find(|id| !is_coupon_id(id)) {
-                tracing::debug!(coupon = bad, "transfer names an invalid coupon id");
-                return Problem::InvalidRequest(COUPON_ID_RULE.into()).into_response();
-            }
-            parts.extensions.insert(TransferCoupons(coupons));
+    let transfer = serde_json::from_slice(&bytes)
+        .map_err(|error| Problem::InvalidRequest(format!("the body is no JSON: {error}")))
+        .and_then(JsonObject::of)
+        .and_then(|body| TransferRequest::read(&body));
+    match transfer {
+        Ok(TransferRequest { from, to, .. }) => {
+            parts.extensions.insert(TransferCoupons([from, to]));
         }
-        Err(error) => {
-            return Problem::InvalidRequest(format!("invalid transfer body: {error}"))
-                .into_response();
-        }
+        Err(problem) => return problem.into_response(),
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
@@ -77,10 +90,10 @@ pub fn lock_keys(parts: &Parts) -> Result<Vec<String>, KeyError> {
 /// Moves `amount` units of remaining stock from one coupon to another.
 pub async fn transfer(
     State(state): State<AppState>,
-    body: Result<Json<TransferRequest>, JsonRejection>,
+    body: JsonObject,
 ) -> Result<Json<Value>, Problem> {
-    let TransferRequest { from, to, amount } = checked_body(body)?;
-    let (from, to) = checked_transfer(&from, &to, amount)?;
+    let TransferRequest { from, to, amount } = TransferRequest::read(&body)?;
+    let (from, to) = (from.as_str(), to.as_str());
     let source = state
         .store
         .stock(from, None)
@@ -98,28 +111,15 @@ pub async fn transfer(
     Ok(transferred(from, to, amount, source, target))
 }
 
-/// The two coupons of a transfer, checked: valid ids, different, and a positive amount.
-pub(crate) fn checked_transfer<'a>(
-    from: &'a str,
-    to: &'a str,
-    amount: u32,
-) -> Result<(&'a str, &'a str), Problem> {
-    let (from, to) = (checked_id(from)?, checked_id(to)?);
-    if from == to || amount == 0 {
-        return Err(Problem::InvalidRequest(
-            "a transfer moves a positive amount between two different coupons".into(),
-        ));
-    }
-    Ok((from, to))
-}
-
 /// The stocks after moving `amount` units from `source` to `target`. The units move with their
 /// supply, so that neither coupon counts as oversold when the moved units are claimed where
-/// they went.
-pub(crate) fn moved(source: Stock, target: Stock, amount: u32) -> Result<(Stock, Stock), Problem> {
-    let amount = i64::from(amount);
+/// they went; the target may not hold more than [`MAX_STOCK`] units.
+pub(crate) fn moved(source: Stock, target: Stock, amount: i64) -> Result<(Stock, Stock), Problem> {
     if source.remaining < amount {
         return Err(Problem::InsufficientStock);
+    }
+    if target.remaining > MAX_STOCK - amount {
+        return Err(Problem::StockLimit);
     }
     let moved = |stock: Stock, by: i64| Stock {
         supply: stock.supply + by,
@@ -132,7 +132,7 @@ pub(crate) fn moved(source: Stock, target: Stock, amount: u32) -> Result<(Stock,
 pub(crate) fn transferred(
     from: &str,
     to: &str,
-    amount: u32,
+    amount: i64,
     source: Stock,
     target: Stock,
 ) -> Json<Value> {

@@ -275,8 +275,8 @@ async fn a_negative_transfer_amount_is_an_invalid_request_not_an_invalid_lock_ke
 
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(problem["title"], "invalid request", "{problem}");
-    assert!(
-        problem["detail"].as_str().unwrap().contains("`-1`"),
+    assert_eq!(
+        problem["detail"], "`amount` must be a whole number from 1 to 4294967295",
         "{problem}"
     );
 }
@@ -297,4 +297,140 @@ async fn unknown_routes_and_methods_are_problems_too() {
         (StatusCode::METHOD_NOT_ALLOWED, "application/problem+json")
     );
     assert_eq!(problem["type"], "urn:coupon-demo:method-not-allowed");
+}
+
+#[tokio::test]
+async fn a_body_that_is_no_json_object_is_refused_naming_what_is_expected() {
+    let app = demo();
+    for (uri, body) in [
+        ("/coupons/x", "[2]"),
+        ("/coupons/x", "2"),
+        ("/transfers", "[2]"),
+    ] {
+        let method = if uri == "/transfers" {
+            Method::POST
+        } else {
+            Method::PUT
+        };
+        let (status, content_type, problem) = call(&app, method, uri, Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri} {body}: {problem}");
+        assert_eq!(content_type, "application/problem+json");
+        assert!(
+            problem["detail"].as_str().unwrap().contains("JSON object"),
+            "{problem}"
+        );
+    }
+    assert_eq!(
+        call(&app, Method::GET, "/coupons/x", None).await.0,
+        StatusCode::NOT_FOUND,
+        "no coupon was created"
+    );
+}
+
+#[tokio::test]
+async fn details_name_the_field_and_what_it_expects_never_a_rust_type() {
+    let app = demo();
+    call(&app, Method::PUT, "/coupons/c1", Some(r#"{"stock": 1}"#)).await;
+    let cases = [
+        (
+            Method::PUT,
+            "/coupons/c1",
+            r#"{"stock": "many"}"#,
+            "`stock` must be a whole number from 0 to 4294967295",
+        ),
+        (
+            Method::PUT,
+            "/coupons/c1",
+            r#"{"stock": 4294967296}"#,
+            "`stock` must be a whole number from 0 to 4294967295",
+        ),
+        (
+            Method::PUT,
+            "/coupons/c1",
+            "{}",
+            "`stock` must be a whole number from 0 to 4294967295",
+        ),
+        (
+            Method::POST,
+            "/coupons/c1/claim",
+            r#"{"user_id": 7}"#,
+            "`user_id` must be a string",
+        ),
+        (
+            Method::POST,
+            "/transfers",
+            r#"{"from": "c1", "to": 2, "amount": 1}"#,
+            "`to` must be a string",
+        ),
+    ];
+    for (method, uri, body, detail) in cases {
+        let (status, _, problem) = call(&app, method, uri, Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri} {body}");
+        assert_eq!(problem["detail"], detail, "{uri} {body}");
+    }
+}
+
+#[tokio::test]
+async fn a_path_that_does_not_decode_is_a_bad_coupon_id_on_every_route() {
+    let app = demo();
+    let routes = [
+        (Method::POST, "/coupons/a%FFb/audit", None),
+        (
+            Method::POST,
+            "/coupons/a%FFb/claim",
+            Some(r#"{"user_id": "ada"}"#),
+        ),
+        (Method::GET, "/coupons/a%FFb", None),
+        (Method::PUT, "/coupons/a%FFb", Some(r#"{"stock": 1}"#)),
+    ];
+    for (method, uri, body) in routes {
+        let (status, content_type, problem) = call(&app, method, uri, body).await;
+        assert_eq!(
+            (status, content_type.as_str()),
+            (StatusCode::BAD_REQUEST, "application/problem+json"),
+            "{uri}"
+        );
+        assert_eq!(
+            problem["detail"], "a coupon id is 1 to 64 characters of A-Z, a-z, 0-9, `-` and `_`",
+            "{uri}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_transfer_cannot_fill_a_coupon_past_the_stock_limit() {
+    let app = demo();
+    call(
+        &app,
+        Method::PUT,
+        "/coupons/full",
+        Some(r#"{"stock": 4294967295}"#),
+    )
+    .await;
+    call(&app, Method::PUT, "/coupons/src", Some(r#"{"stock": 5}"#)).await;
+
+    let transfer = r#"{"from": "src", "to": "full", "amount": 1}"#;
+    let (status, content_type, problem) =
+        call(&app, Method::POST, "/transfers", Some(transfer)).await;
+
+    assert_eq!(
+        (status, content_type.as_str()),
+        (StatusCode::CONFLICT, "application/problem+json")
+    );
+    assert_eq!(problem["type"], "urn:coupon-demo:stock-limit");
+    assert_eq!(problem["detail"], "a coupon holds at most 4294967295 units");
+    let (_, _, full) = call(&app, Method::GET, "/coupons/full", None).await;
+    let (_, _, source) = call(&app, Method::GET, "/coupons/src", None).await;
+    assert_eq!(
+        (full["remaining"].clone(), source["remaining"].clone()),
+        (json!(4294967295u64), json!(5))
+    );
+}
+
+#[tokio::test]
+async fn a_user_id_of_128_characters_is_claimed_whatever_their_bytes() {
+    let app = demo();
+    call(&app, Method::PUT, "/coupons/c1", Some(r#"{"stock": 1}"#)).await;
+    let (status, _, claimed) = claim(&app, "c1", &"😀".repeat(128)).await;
+    assert_eq!(status, StatusCode::CREATED, "{claimed}");
 }

@@ -100,6 +100,11 @@ mod token;
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
 
+/// The guide's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/GUIDE.md")]
+struct GuideDoctests;
+
 #[cfg(feature = "redis")]
 pub use backend::redis::RedisBackend;
 pub use backend::{FencingToken, Hold, memory::MemoryBackend};

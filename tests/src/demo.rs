@@ -13,9 +13,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A demo coupon service process on a free loopback port, killed when dropped.
 ///
-/// Start it with the `demo-replica` binary of this package, which runs the same code as
-/// `cargo run -p demo-coupon-service`: in a test of this package,
-/// `DemoReplica::start(env!("CARGO_BIN_EXE_demo-replica"), &["--work-ms", "5"])`.
+/// Start it with the demo's binary, which Cargo builds for the demo's own tests:
+/// `DemoReplica::start(env!("CARGO_BIN_EXE_demo-coupon-service"), &["--work-ms", "5"])`.
 #[derive(Debug)]
 pub struct DemoReplica {
     port: u16,

@@ -2,7 +2,7 @@
 //! backends (own sessions, own watch streams) standing in for two processes.
 //!
 //! No `leases` cases: a lock lives as long as its session, not a TTL of its own (the session's
-//! expiry is tested on real clusters in `consensus_sessions.rs`).
+//! expiry is tested on real clusters in `faults/consensus_sessions.rs`).
 
 use std::time::Duration;
 
@@ -10,9 +10,7 @@ use integration_tests::EtcdCluster;
 use tower_lock::backend::etcd::{EtcdBackend, EtcdSettings};
 use tower_lock::conformance::{Outage, Store};
 
-mod etcd {
-    tower_lock::conformance_suite!(super::EtcdStore, read_write, semaphore, wait_queue, outage);
-}
+tower_lock::conformance_suite!(EtcdStore, read_write, semaphore, wait_queue, outage);
 
 /// A fresh one-member cluster, killed when the case ends.
 struct EtcdStore(EtcdCluster);

@@ -5,7 +5,7 @@ use integration_tests::RedisServer;
 use tower_lock::RedisBackend;
 use tower_lock::conformance::{Outage, Store};
 
-mod redis {
+mod fenced {
     tower_lock::conformance_suite!(
         super::RedisStore,
         leases,
@@ -17,7 +17,7 @@ mod redis {
     );
 }
 
-mod redis_without_fencing {
+mod unfenced {
     tower_lock::conformance_suite!(super::UnfencedRedisStore, leases, read_write, wait_queue);
 }
 

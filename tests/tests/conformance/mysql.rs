@@ -10,7 +10,7 @@ use tower_lock::backend::mysql::{MysqlBackend, NowaitBackend};
 use tower_lock::backend::{Attempt, LockBackend};
 use tower_lock::conformance::Store;
 
-mod mysql {
+mod lease_rows {
     tower_lock::conformance_suite!(
         super::MysqlStore,
         leases,

@@ -7,7 +7,7 @@ use integration_tests::{DemoReplica, Http, RedisServer};
 use redis::AsyncCommands;
 use serde_json::json;
 
-const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
+const DEMO: &str = env!("CARGO_BIN_EXE_demo-coupon-service");
 
 #[tokio::test]
 async fn sigterm_finishes_in_flight_claims_and_releases_their_locks() {

@@ -8,7 +8,7 @@ use serde_json::json;
 use demo_coupon_service::telemetry::{RESPONSES_TOTAL, Scrape};
 use tower_lock::telemetry::Metric;
 
-const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
+const DEMO: &str = env!("CARGO_BIN_EXE_demo-coupon-service");
 const CLAIM: &str = "/coupons/{id}/claim";
 
 #[tokio::test]
@@ -82,7 +82,7 @@ async fn the_metrics_count_a_known_sequence_of_claims() {
 
 #[test]
 fn the_docs_table_names_every_metric_with_its_type() {
-    let docs = include_str!("../../docs/OBSERVABILITY.md");
+    let docs = include_str!("../../../docs/OBSERVABILITY.md");
     let metrics = [
         (Metric::AcquireSeconds.name(), "histogram"),
         (Metric::WaitSeconds.name(), "histogram"),

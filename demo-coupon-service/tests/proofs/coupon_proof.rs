@@ -10,7 +10,7 @@ use integration_tests::{
 };
 use serde_json::{Value, json};
 
-const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
+const DEMO: &str = env!("CARGO_BIN_EXE_demo-coupon-service");
 const STOCK: u64 = 50;
 const USERS: usize = 300;
 /// The first `REPEATERS` users claim twice.
@@ -128,6 +128,10 @@ async fn claim_storm_with_locks_in(store: &str, lock_store: &str) {
 
 /// Coupons in Redis, locks in a three-member etcd cluster (the control without the lock is
 /// `without_the_lock_three_replicas_oversell`: the same coupon store and claims).
+#[cfg_attr(
+    not(feature = "etcd"),
+    ignore = "locks in etcd need the demo's etcd feature (scripts/test enables it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_with_locks_in_etcd_never_oversell() {
     let (redis, etcd) = (RedisServer::start(), EtcdCluster::start(3));
@@ -142,6 +146,10 @@ async fn three_replicas_with_locks_in_zookeeper_never_oversell() {
 }
 
 /// Coupons in PostgreSQL, locks in etcd: the database fences the claim with etcd's tokens.
+#[cfg_attr(
+    not(feature = "etcd"),
+    ignore = "locks in etcd need the demo's etcd feature (scripts/test enables it)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_on_postgres_with_locks_in_etcd_never_oversell() {
     let (schema, etcd) = (PostgresSchema::create().await, EtcdCluster::start(1));

@@ -11,7 +11,7 @@ use demo_coupon_service::store::{CouponStore, Dialect, RedisStore, SqlStore};
 use http::StatusCode;
 use integration_tests::{DemoReplica, Http, MysqlDatabase, PostgresSchema, RedisServer};
 
-const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
+const DEMO: &str = env!("CARGO_BIN_EXE_demo-coupon-service");
 
 /// A report of `replica` made `age` ago.
 fn report_made(replica: &str, age: Duration) -> String {

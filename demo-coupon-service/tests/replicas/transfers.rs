@@ -7,7 +7,7 @@ use http::StatusCode;
 use integration_tests::{DemoReplica, Http, PostgresSchema, RedisServer};
 use serde_json::json;
 
-const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
+const DEMO: &str = env!("CARGO_BIN_EXE_demo-coupon-service");
 const STOCK: i64 = 100;
 
 /// Which transfers a storm fires.

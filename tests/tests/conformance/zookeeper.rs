@@ -2,7 +2,7 @@
 //! two backends (own sessions) standing in for two processes.
 //!
 //! No `leases` cases: a lock lives as long as its session, not a TTL of its own (the session's
-//! expiry is tested on real ensembles in `consensus_sessions.rs`).
+//! expiry is tested on real ensembles in `faults/consensus_sessions.rs`).
 
 use std::time::Duration;
 
@@ -10,15 +10,7 @@ use integration_tests::ZookeeperEnsemble;
 use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
 use tower_lock::conformance::{Outage, Store};
 
-mod zookeeper {
-    tower_lock::conformance_suite!(
-        super::ZookeeperStore,
-        read_write,
-        semaphore,
-        wait_queue,
-        outage
-    );
-}
+tower_lock::conformance_suite!(ZookeeperStore, read_write, semaphore, wait_queue, outage);
 
 /// A fresh standalone server, killed when the case ends.
 struct ZookeeperStore(ZookeeperEnsemble);

@@ -12,7 +12,7 @@ use tower_lock::backend::{Attempt, LockBackend};
 use tower_lock::conformance::Store;
 use tower_lock::testing::CountingBackend;
 
-mod postgres {
+mod lease_rows {
     tower_lock::conformance_suite!(
         super::PostgresStore,
         leases,

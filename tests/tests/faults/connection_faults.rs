@@ -5,7 +5,7 @@
 //! Their twin: a live session keeps its lock for many TTLs. Lease rows outlive connections:
 //! the holder's pool reconnects and renews, and nobody else gets the lock meanwhile. (A holder
 //! that cannot come back within its TTL loses the lease and its writes are refused by the
-//! fence: `cut_off_holder.rs`.)
+//! fence: `faults/cut_off_holder.rs`.)
 
 use std::future::Future;
 use std::time::Duration;

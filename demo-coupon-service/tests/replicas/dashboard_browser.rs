@@ -10,7 +10,7 @@ use integration_tests::{Browser, DemoReplica, Http, RedisServer};
 use serde_json::json;
 use tokio::task::JoinHandle;
 
-const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
+const DEMO: &str = env!("CARGO_BIN_EXE_demo-coupon-service");
 
 /// Claims by `users` distinct users, `concurrency` at a time, spread over `replicas`.
 fn claim_storm(urls: Vec<String>, users: usize, concurrency: usize) -> JoinHandle<()> {

@@ -7,7 +7,7 @@ use http::StatusCode;
 use integration_tests::{DemoReplica, Http, RedisServer};
 use serde_json::json;
 
-const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
+const DEMO: &str = env!("CARGO_BIN_EXE_demo-coupon-service");
 
 /// Fires `count` audits at once over the replicas; returns the statuses and the most
 /// `running_audits` any answer reported.

@@ -10,7 +10,7 @@ use http::StatusCode;
 use integration_tests::{DemoReplica, Http, ZookeeperEnsemble};
 use serde_json::json;
 
-const DEMO: &str = env!("CARGO_BIN_EXE_demo-replica");
+const DEMO: &str = env!("CARGO_BIN_EXE_demo-coupon-service");
 
 #[test]
 fn an_address_in_use_is_one_line_naming_the_address() {

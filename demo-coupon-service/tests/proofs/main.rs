@@ -1,0 +1,6 @@
+//! What the demo exists to prove, on real stores and across replica processes: claim storms
+//! never oversell with the lock (and do without it), and a paused holder's write is refused by
+//! the coupon store through its fencing token (and lands without it).
+
+mod coupon_proof;
+mod fencing_proof;

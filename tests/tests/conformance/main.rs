@@ -1,0 +1,9 @@
+//! The conformance suite (`tower_lock::conformance_suite!`) on every store that runs as a
+//! server: each case against a server, database or schema of its own, with two backends
+//! standing in for two processes. (The memory backend runs it beside its code.)
+
+mod etcd;
+mod mysql;
+mod postgres;
+mod redis;
+mod zookeeper;
