@@ -32,7 +32,6 @@ pub mod store;
 pub mod telemetry;
 pub mod transfers;
 
-use dashboard::RecentCoupons;
 use metrics_exporter_prometheus::PrometheusHandle;
 use store::{CouponStore, Dialect, MemoryStore, RedisStore, SqlStore};
 
@@ -362,8 +361,6 @@ pub struct AppState {
     pub optimistic: bool,
     /// The metrics recorder whose records `GET /metrics` serves (none: answered 404).
     pub metrics: Option<PrometheusHandle>,
-    /// The coupons created here lately, named in this replica's dashboard report.
-    pub recent: RecentCoupons,
 }
 
 impl AppState {
@@ -411,7 +408,6 @@ impl AppState {
             lock: settings,
             optimistic: false,
             metrics: None,
-            recent: RecentCoupons::default(),
         })
     }
 
@@ -476,7 +472,6 @@ impl AppState {
             lock: settings,
             optimistic: options.optimistic,
             metrics: None,
-            recent: RecentCoupons::default(),
         })
     }
 

@@ -19,7 +19,6 @@ pub async fn reset(
     let id = id.as_str();
     let stock = body.whole_number("stock", 0..=MAX_STOCK)?;
     state.store.reset(id, stock).await?;
-    state.recent.touched(id);
     Ok(Json(json!({ "coupon_id": id, "stock": stock })))
 }
 

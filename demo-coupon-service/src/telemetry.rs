@@ -8,14 +8,21 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::AppState;
 
 /// Every answer the service gives (counter; labels `route`, the matched pattern, and `status`).
 pub const RESPONSES_TOTAL: &str = "demo_http_responses_total";
 
-/// The process's Prometheus recorder: installed as the global recorder the first time.
+/// The buckets (seconds) of tower-lock's histograms: from half a millisecond to ten seconds, so
+/// that replicas' time to lock adds up across them (a summary's quantiles would not).
+pub const LOCK_SECONDS_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// The process's Prometheus recorder, tower-lock's durations as histograms with
+/// [`LOCK_SECONDS_BUCKETS`]: installed as the global recorder the first time.
 ///
 /// # Panics
 ///
@@ -25,8 +32,9 @@ pub fn prometheus() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {
             let handle = PrometheusBuilder::new()
-                .install_recorder()
-                .expect("no other metrics recorder in the demo");
+                .set_buckets_for_metric(Matcher::Prefix("tower_lock_".into()), LOCK_SECONDS_BUCKETS)
+                .and_then(PrometheusBuilder::install_recorder)
+                .expect("buckets are set, and no other metrics recorder is in the demo");
             tower_lock::telemetry::describe_metrics();
             metrics::describe_counter!(RESPONSES_TOTAL, "Answers by route and status");
             handle
@@ -116,6 +124,74 @@ impl Scrape {
             .map(|series| series.value)
             .reduce(f64::max)
     }
+
+    /// The histogram `name` with `labels`, summed over its other labels: its cumulative
+    /// counts by upper bound (`le`), in increasing order, `+Inf` last.
+    pub fn buckets(&self, name: &str, labels: &[(&str, &str)]) -> Buckets {
+        let mut counts: Vec<(f64, f64)> = Vec::new();
+        for series in self.series(&format!("{name}_bucket"), labels) {
+            let Some(bound) = series
+                .labels
+                .get("le")
+                .and_then(|le| le.parse::<f64>().ok())
+            else {
+                continue;
+            };
+            match counts.iter_mut().find(|(known, _)| *known == bound) {
+                Some((_, count)) => *count += series.value,
+                None => counts.push((bound, series.value)),
+            }
+        }
+        counts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        Buckets(counts)
+    }
+}
+
+/// A histogram's cumulative counts by upper bound, in increasing order.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Buckets(Vec<(f64, f64)>);
+
+impl Buckets {
+    /// What was counted since `earlier`, a reading of the same histogram.
+    pub fn since(&self, earlier: &Self) -> Self {
+        let before = |bound: f64| {
+            (earlier.0.iter())
+                .find(|(known, _)| *known == bound)
+                .map_or(0.0, |(_, count)| *count)
+        };
+        Self(
+            (self.0.iter())
+                .map(|&(bound, count)| (bound, (count - before(bound)).max(0.0)))
+                .collect(),
+        )
+    }
+
+    /// The `q` quantile (0 to 1), interpolated within its bucket as Prometheus's
+    /// `histogram_quantile` does; `None` when nothing was counted. One in the `+Inf` bucket
+    /// is reported as the largest finite bound.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let total = self.0.last().map(|(_, count)| *count)?;
+        if total <= 0.0 {
+            return None;
+        }
+        let rank = q * total;
+        let mut lower = (0.0, 0.0);
+        for &(bound, count) in &self.0 {
+            if count >= rank {
+                if bound.is_infinite() {
+                    return Some(lower.0);
+                }
+                let share = if count > lower.1 {
+                    (rank - lower.1) / (count - lower.1)
+                } else {
+                    1.0
+                };
+                return Some(lower.0 + (bound - lower.0) * share);
+            }
+            lower = (bound, count);
+        }
+        Some(lower.0)
+    }
 }
 
 /// `a="1",b="x\"y"` as a map.
@@ -164,5 +240,38 @@ mod tests {
         assert_eq!(scrape.max("q", &[("x", "a\"b")]), Some(0.25));
         assert_eq!(scrape.sum("g", &[]), 7.0);
         assert_eq!(scrape.max("missing", &[]), None);
+    }
+
+    #[test]
+    fn a_quantile_is_read_off_the_buckets_counted_in_between() {
+        let scrape = |counts: [u32; 4]| {
+            let bounds = ["0.001", "0.01", "0.1", "+Inf"];
+            let lines: Vec<String> = (bounds.iter().zip(counts))
+                .map(|(le, count)| format!("h_bucket{{o=\"a\",le=\"{le}\"}} {count}"))
+                .collect();
+            Scrape::parse(&lines.join("\n")).buckets("h", &[("o", "a")])
+        };
+        let (before, after) = (scrape([10, 10, 10, 10]), scrape([10, 20, 30, 30]));
+        let window = after.since(&before);
+        let close =
+            |got: Option<f64>, expected: f64| got.is_some_and(|got| (got - expected).abs() < 1e-9);
+        assert!(
+            close(window.quantile(0.5), 0.01),
+            "half of the 20 new ones by 10 ms"
+        );
+        assert!(
+            close(window.quantile(0.75), 0.055),
+            "the middle of the 10 ms – 100 ms bucket"
+        );
+        assert_eq!(
+            before.since(&before).quantile(0.5),
+            None,
+            "nothing counted in between"
+        );
+        assert_eq!(
+            scrape([0, 0, 0, 4]).quantile(0.99),
+            Some(0.1),
+            "past the last finite bound"
+        );
     }
 }

@@ -3,10 +3,10 @@
 //!
 //! Each replica reads its own metrics every [`REPORT_EVERY`] and publishes a [`Report`] in the
 //! coupon store; the page polls `GET /dashboard/stats`, which gathers the fresh reports of
-//! every replica sharing the store and the summary of every coupon they name.
+//! every replica sharing the store and the summary of every coupon in it (the first
+//! [`COUPONS_SHOWN`] in natural order: `x2` before `x11`).
 
-use std::collections::{BTreeSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::cmp::Ordering;
 use std::time::Duration;
 
 use axum::Json;
@@ -34,33 +34,8 @@ const FRESH_FOR: Duration = Duration::from_secs(5);
 /// (each start publishes under a new address; the store would keep them all).
 pub const FORGOTTEN_AFTER: Duration = Duration::from_secs(60);
 
-/// How many coupons a replica names in its report, latest first.
-const COUPONS_KEPT: usize = 8;
-
-/// The coupons created in this replica lately, latest first.
-#[derive(Clone, Debug, Default)]
-pub struct RecentCoupons(Arc<Mutex<VecDeque<String>>>);
-
-impl RecentCoupons {
-    /// Coupon `id` was created or reset.
-    pub fn touched(&self, id: &str) {
-        let mut recent = self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        recent.retain(|known| known != id);
-        recent.push_front(id.to_owned());
-        recent.truncate(COUPONS_KEPT);
-    }
-
-    fn list(&self) -> Vec<String> {
-        let recent = self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        recent.iter().cloned().collect()
-    }
-}
+/// How many coupons the page shows at most; it says how many more there are.
+const COUPONS_SHOWN: usize = 60;
 
 /// `GET /`: the page.
 pub async fn page() -> Html<&'static str> {
@@ -74,11 +49,11 @@ pub async fn stats(State(state): State<AppState>) -> Result<Json<Value>, Problem
         .filter(|report| report.age(now) <= FRESH_FOR)
         .collect();
     replicas.sort_by(|a, b| a.replica.cmp(&b.replica));
-    let ids: BTreeSet<&str> = (replicas.iter())
-        .flat_map(|report| report.coupons.iter().map(String::as_str))
-        .collect();
-    let mut coupons = Vec::with_capacity(ids.len());
-    for id in ids {
+    let mut ids = state.store.coupon_ids().await?;
+    ids.sort_by(|a, b| natural_order(a, b));
+    let more = ids.len().saturating_sub(COUPONS_SHOWN);
+    let mut coupons = Vec::with_capacity(ids.len() - more);
+    for id in &ids[..ids.len() - more] {
         if let Some(summary) = state.store.summary(id).await? {
             coupons.push(json!({
                 "id": id,
@@ -94,8 +69,37 @@ pub async fn stats(State(state): State<AppState>) -> Result<Json<Value>, Problem
         "at_ms": now,
         "locking": state.locking.name(),
         "coupons": coupons,
+        "more_coupons": more,
         "replicas": replicas,
     })))
+}
+
+/// `a` before `b` as people sort names: runs of digits by their number (`x2` before `x11`),
+/// the rest by character.
+fn natural_order(a: &str, b: &str) -> Ordering {
+    let (mut a, mut b) = (a, b);
+    loop {
+        let (Some(x), Some(y)) = (a.chars().next(), b.chars().next()) else {
+            return a.len().cmp(&b.len());
+        };
+        let order = if x.is_ascii_digit() && y.is_ascii_digit() {
+            let digits = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+            let (m, n) = (digits(a), digits(b));
+            let (left, right) = (
+                a[..m].trim_start_matches('0'),
+                b[..n].trim_start_matches('0'),
+            );
+            let order = (left.len().cmp(&right.len())).then_with(|| left.cmp(right));
+            (a, b) = (&a[m..], &b[n..]);
+            order
+        } else {
+            (a, b) = (&a[x.len_utf8()..], &b[y.len_utf8()..]);
+            x.cmp(&y)
+        };
+        if order != Ordering::Equal {
+            return order;
+        }
+    }
 }
 
 /// Every replica's report in the store.
@@ -132,8 +136,7 @@ pub fn spawn_reporter(state: AppState, replica: String) {
             let scrape = Scrape::parse(&metrics.render());
             let totals = Totals::of(&scrape);
             let (then, at) = &previous;
-            let coupons = state.recent.list();
-            let report = Report::new((&replica, coupons), &scrape, &totals, (then, at.elapsed()));
+            let report = Report::new(&replica, &scrape, &totals, (then, at.elapsed()));
             previous = (totals, Instant::now());
             let report = serde_json::to_string(&report).unwrap_or_default();
             if let Err(error) = state.store.publish_report(&replica, &report).await {
@@ -141,4 +144,16 @@ pub fn spawn_reporter(state: AppState, replica: String) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_in_names_sort_by_their_value() {
+        let mut ids = ["x11", "x7", "b", "x007", "a10b", "a9z", "x100", "x"];
+        ids.sort_by(|a, b| natural_order(a, b));
+        assert_eq!(ids, ["a9z", "a10b", "b", "x", "x7", "x007", "x11", "x100"]);
+    }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tower_lock::telemetry::Metric;
 
-use crate::telemetry::{RESPONSES_TOTAL, Scrape};
+use crate::telemetry::{Buckets, RESPONSES_TOTAL, Scrape};
 
 /// The claim route's pattern, as the `route` label of the demo's answers.
 pub(crate) const CLAIM_ROUTE: &str = "/coupons/{id}/claim";
@@ -19,6 +19,8 @@ pub(crate) struct Totals {
     claims: BTreeMap<String, f64>,
     acquired: f64,
     rejected: f64,
+    /// Time to lock of the locks acquired.
+    time_to_lock: Buckets,
 }
 
 impl Totals {
@@ -34,6 +36,7 @@ impl Totals {
             claims,
             acquired: outcome("acquired"),
             rejected: outcome("busy") + outcome("wait_timed_out"),
+            time_to_lock: scrape.buckets(Metric::AcquireSeconds.name(), &[("outcome", "acquired")]),
         }
     }
 
@@ -49,8 +52,6 @@ pub struct Report {
     pub replica: String,
     /// When it was made, in ms since the Unix epoch.
     pub at_ms: u64,
-    /// The coupons this replica created lately.
-    pub coupons: Vec<String>,
     /// Claim answers by status, since the replica started.
     pub claims: BTreeMap<String, f64>,
     /// Claims answered per second over the last interval.
@@ -71,7 +72,7 @@ impl Report {
     /// The report of `replica` from `scrape`, with rates against `previous` totals taken
     /// `interval` earlier.
     pub(crate) fn new(
-        (replica, coupons): (&str, Vec<String>),
+        replica: &str,
         scrape: &Scrape,
         now: &Totals,
         (previous, interval): (&Totals, Duration),
@@ -79,21 +80,19 @@ impl Report {
         let seconds = interval.as_secs_f64().max(1e-3);
         let asked = (now.acquired - previous.acquired) + (now.rejected - previous.rejected);
         let rejected = now.rejected - previous.rejected;
-        let quantile = |q| {
-            let labels = [("outcome", "acquired"), ("quantile", q)];
-            (scrape.max(Metric::AcquireSeconds.name(), &labels)).map(|seconds| seconds * 1000.0)
-        };
+        let time_to_lock = now.time_to_lock.since(&previous.time_to_lock);
+        let quantile = |q| time_to_lock.quantile(q).map(|seconds| seconds * 1000.0);
         Self {
             replica: replica.to_owned(),
             at_ms: now_ms(),
-            coupons,
             claims: now.claims.clone(),
             claims_per_s: (now.claims() - previous.claims()) / seconds,
             rejection_ratio: if asked > 0.0 { rejected / asked } else { 0.0 },
-            lock_wait_p50_ms: quantile("0.5"),
-            lock_wait_p99_ms: quantile("0.99"),
-            held: scrape.sum(Metric::Held.name(), &[]),
-            waiters: scrape.sum(Metric::Waiters.name(), &[]),
+            lock_wait_p50_ms: quantile(0.5),
+            lock_wait_p99_ms: quantile(0.99),
+            // `+ 0.0`: a gauge back at zero may sum to -0.0, which JSON would show as such.
+            held: scrape.sum(Metric::Held.name(), &[]) + 0.0,
+            waiters: scrape.sum(Metric::Waiters.name(), &[]) + 0.0,
         }
     }
 
@@ -116,7 +115,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rates_are_taken_over_the_interval_and_quantiles_in_ms() {
+    fn rates_and_quantiles_are_taken_over_the_interval_in_ms() {
         let before = Scrape::parse(
             "demo_http_responses_total{route=\"/coupons/{id}/claim\",status=\"201\"} 10\n\
              tower_lock_outcomes_total{outcome=\"acquired\",group=\"g\"} 10\n",
@@ -127,22 +126,30 @@ mod tests {
              demo_http_responses_total{route=\"/healthz\",status=\"200\"} 99\n\
              tower_lock_outcomes_total{outcome=\"acquired\",group=\"g\"} 40\n\
              tower_lock_outcomes_total{outcome=\"wait_timed_out\",group=\"g\"} 10\n\
-             tower_lock_acquire_seconds{outcome=\"acquired\",quantile=\"0.5\"} 0.002\n\
-             tower_lock_acquire_seconds{outcome=\"acquired\",quantile=\"0.99\"} 0.5\n\
+             tower_lock_acquire_seconds_bucket{outcome=\"acquired\",le=\"0.001\"} 0\n\
+             tower_lock_acquire_seconds_bucket{outcome=\"acquired\",le=\"0.003\"} 20\n\
+             tower_lock_acquire_seconds_bucket{outcome=\"acquired\",le=\"0.5\"} 30\n\
+             tower_lock_acquire_seconds_bucket{outcome=\"acquired\",le=\"+Inf\"} 30\n\
              tower_lock_held{group=\"g\"} 2\n\
              tower_lock_waiters{group=\"g\"} 5\n",
         );
         let (then, now) = (Totals::of(&before), Totals::of(&after));
-        let report = Report::new(
-            ("r1", vec!["c".to_owned()]),
-            &after,
-            &now,
-            (&then, Duration::from_secs(2)),
-        );
+        let report = Report::new("r1", &after, &now, (&then, Duration::from_secs(2)));
         assert_eq!(report.claims_per_s, 20.0);
         assert_eq!(report.rejection_ratio, 0.25);
-        assert_eq!(report.lock_wait_p50_ms, Some(2.0));
-        assert_eq!(report.lock_wait_p99_ms, Some(500.0));
+        // 20 of 30 within (1 ms, 3 ms], 10 within (3 ms, 500 ms], interpolated as Prometheus does.
+        let close =
+            |ms: Option<f64>, expected: f64| ms.is_some_and(|ms| (ms - expected).abs() < 1e-6);
+        assert!(
+            close(report.lock_wait_p50_ms, 2.5),
+            "{:?}",
+            report.lock_wait_p50_ms
+        );
+        assert!(
+            close(report.lock_wait_p99_ms, 485.09),
+            "{:?}",
+            report.lock_wait_p99_ms
+        );
         assert_eq!((report.held, report.waiters), (2.0, 5.0));
         assert_eq!(report.claims.get("409"), Some(&20.0));
     }

@@ -103,6 +103,10 @@ impl MemoryStore {
         reports.retain(|replica, _| !replicas.contains(replica));
     }
 
+    pub(super) fn coupon_ids(&self) -> Vec<String> {
+        self.coupons().keys().cloned().collect()
+    }
+
     pub(super) fn summary(&self, id: &str) -> Option<Summary> {
         self.coupons().get(id).map(|coupon| Summary {
             stock: coupon.stock,

@@ -161,6 +161,15 @@ impl CouponStore {
         }
     }
 
+    /// The id of every coupon, in no particular order.
+    pub async fn coupon_ids(&self) -> Result<Vec<String>, StoreError> {
+        match self {
+            Self::Memory(store) => Ok(store.coupon_ids()),
+            Self::Redis(store) => store.coupon_ids().await,
+            Self::Sql(store) => store.coupon_ids().await,
+        }
+    }
+
     /// Every replica's latest report, as published.
     pub async fn reports(&self) -> Result<Vec<String>, StoreError> {
         match self {

@@ -11,7 +11,7 @@ static COMMIT_CLAIM: LazyLock<Script> =
 
 /// Coupons in Redis: `coupon:<id>` is a hash of `supply`, `remaining` and `fence` (the
 /// largest fencing token that has read it for a claim), `coupon:<id>:claims` a list with one
-/// user id per claim record.
+/// user id per claim record, and `demo:coupons` the set of every id.
 #[derive(Clone)]
 pub struct RedisStore {
     connection: ConnectionManager,
@@ -25,6 +25,9 @@ impl std::fmt::Debug for RedisStore {
 
 /// The hash of every replica's latest dashboard report.
 const REPORTS_KEY: &str = "demo:replicas";
+
+/// The set of every coupon's id.
+const COUPONS_KEY: &str = "demo:coupons";
 
 fn coupon_key(id: &str) -> String {
     format!("coupon:{id}")
@@ -51,6 +54,7 @@ impl RedisStore {
             .atomic()
             .del(claims_key(id))
             .hset_multiple(coupon_key(id), &[("supply", stock), ("remaining", stock)])
+            .sadd(COUPONS_KEY, id)
             .exec_async(&mut self.connection.clone())
             .await?;
         Ok(())
@@ -139,6 +143,10 @@ impl RedisStore {
             .hset(REPORTS_KEY, replica, report)
             .await?;
         Ok(())
+    }
+
+    pub(super) async fn coupon_ids(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self.connection.clone().smembers(COUPONS_KEY).await?)
     }
 
     pub(super) async fn reports(&self) -> Result<Vec<String>, StoreError> {

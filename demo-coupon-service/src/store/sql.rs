@@ -53,6 +53,7 @@ struct Statements {
     publish_report: String,
     reports: String,
     forget_report: String,
+    coupon_ids: String,
 }
 
 impl Statements {
@@ -155,6 +156,11 @@ impl Statements {
             publish_report: sql(publish_report),
             reports: sql("SELECT report FROM demo_replicas"),
             forget_report: sql("DELETE FROM demo_replicas WHERE replica = $1"),
+            // MySQL's ids are binary, which sqlx's Any driver would not read as text.
+            coupon_ids: match dialect {
+                Dialect::Postgres => "SELECT id FROM coupons".to_owned(),
+                Dialect::Mysql => "SELECT CONVERT(id USING utf8mb4) FROM coupons".to_owned(),
+            },
         }
     }
 }
@@ -407,6 +413,12 @@ impl SqlStore {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    pub(super) async fn coupon_ids(&self) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(&self.sql.coupon_ids)
+            .fetch_all(&self.pool)
+            .await?)
     }
 
     pub(super) async fn reports(&self) -> Result<Vec<String>, StoreError> {

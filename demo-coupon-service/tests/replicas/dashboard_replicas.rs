@@ -1,7 +1,7 @@
 //! The dashboard's replica reports do not pile up in the shared store: a replica that starts
 //! deletes the reports of replicas that stopped over a minute ago, and keeps the recent ones
 //! (a replica stopped seconds ago may only be paused; the page hides it while it is silent).
-//! On each shared store.
+//! And the page shows every coupon in the store, in natural order. On each shared store.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -19,7 +19,6 @@ fn report_made(replica: &str, age: Duration) -> String {
     let report = Report {
         replica: replica.to_owned(),
         at_ms: u64::try_from((now - age).as_millis()).unwrap(),
-        coupons: Vec::new(),
         claims: Default::default(),
         claims_per_s: 0.0,
         rejection_ratio: 0.0,
@@ -94,4 +93,51 @@ async fn mariadb_keeps_no_report_of_a_replica_stopped_long_ago() {
     let store = SqlStore::connect(&database.url(), Dialect::Mysql).await;
     let store = CouponStore::Sql(store.expect("connecting to the test database"));
     a_starting_replica_forgets_only_long_stopped_ones(store, &database.url()).await;
+}
+
+/// Creates coupons through a replica on `url` and checks that the page lists every one of
+/// them, numbers in names in numeric order.
+async fn the_page_shows_every_coupon_in_natural_order(url: &str) {
+    let replica = DemoReplica::start(DEMO, &["--store", url]);
+    let http = Http::default();
+    let ids = ["x11", "x7", "a", "x2", "x100", "x10", "b", "x9", "x8", "x3"];
+    for id in ids {
+        let created = http
+            .put(
+                &format!("{}/coupons/{id}", replica.url()),
+                serde_json::json!({ "stock": 1 }),
+            )
+            .await;
+        assert_eq!(created.status, StatusCode::OK, "{}", created.body);
+    }
+    let stats = http
+        .get(&format!("{}/dashboard/stats", replica.url()))
+        .await;
+    let shown: Vec<_> = (stats.json()["coupons"].as_array().unwrap().iter())
+        .map(|coupon| coupon["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        shown,
+        ["a", "b", "x2", "x3", "x7", "x8", "x9", "x10", "x11", "x100"],
+        "more than the eight coupons created last, in natural order"
+    );
+    assert_eq!(stats.json()["more_coupons"], 0);
+}
+
+#[tokio::test]
+async fn redis_coupons_are_all_shown() {
+    let redis = RedisServer::start();
+    the_page_shows_every_coupon_in_natural_order(&redis.url()).await;
+}
+
+#[tokio::test]
+async fn postgres_coupons_are_all_shown() {
+    let schema = PostgresSchema::create().await;
+    the_page_shows_every_coupon_in_natural_order(&schema.url()).await;
+}
+
+#[tokio::test]
+async fn mariadb_coupons_are_all_shown() {
+    let database = MysqlDatabase::create().await;
+    the_page_shows_every_coupon_in_natural_order(&database.url()).await;
 }

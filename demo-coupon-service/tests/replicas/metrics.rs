@@ -50,6 +50,10 @@ async fn the_metrics_count_a_known_sequence_of_claims() {
     let count = |name: &str, labels: &[(&str, &str)]| scrape.sum(&format!("{name}_count"), labels);
     assert_eq!(count(Metric::AcquireSeconds.name(), &acquired), 5.0);
     assert_eq!(count(Metric::HoldSeconds.name(), &claims), 5.0);
+    // Durations are histograms with buckets, which replicas' scrapes add up, not summaries.
+    let time_to_lock = scrape.buckets(Metric::AcquireSeconds.name(), &acquired);
+    assert!(time_to_lock.quantile(0.5).is_some(), "{}", scraped.body);
+    assert!(!scraped.body.contains("quantile="), "{}", scraped.body);
     // The seeding PUT took its lock too, under its own route.
     let seeding = [("group", "/coupons/{id}"), ("outcome", "acquired")];
     assert_eq!(scrape.sum(Metric::OutcomesTotal.name(), &seeding), 1.0);
