@@ -132,6 +132,16 @@ impl Browser {
         }
     }
 
+    /// What `script` (a function body, its arguments in `arguments`) returns in the page.
+    pub async fn evaluate(&self, script: &str, args: Vec<serde_json::Value>) -> serde_json::Value {
+        (self.client().execute(script, args).await).expect("a script runs in the page")
+    }
+
+    /// Resizes the window to `width` × `height` CSS pixels (a phone's: 390 × 844).
+    pub async fn resize(&self, width: u32, height: u32) {
+        (self.client().set_window_size(width, height).await).expect("the window is resized");
+    }
+
     /// How many elements match `css` now.
     pub async fn count(&self, css: &str) -> usize {
         let found = self.client().find_all(Locator::Css(css)).await;

@@ -153,4 +153,16 @@ mod tests {
         assert_eq!((report.held, report.waiters), (2.0, 5.0));
         assert_eq!(report.claims.get("409"), Some(&20.0));
     }
+
+    #[test]
+    fn a_gauge_back_at_zero_reads_zero_not_minus_zero() {
+        let scrape = Scrape::parse("tower_lock_held{group=\"g\"} -0\ntower_lock_waiters -0\n");
+        let totals = Totals::of(&scrape);
+        let report = Report::new("r1", &scrape, &totals, (&totals, Duration::from_secs(1)));
+        let json = serde_json::to_value(&report).expect("a report is JSON");
+        assert_eq!(
+            (json["held"].to_string(), json["waiters"].to_string()),
+            ("0.0".into(), "0.0".into())
+        );
+    }
 }

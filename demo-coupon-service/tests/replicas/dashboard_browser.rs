@@ -1,6 +1,7 @@
 //! The demo's dashboard in headless Chromium during a claim storm on two replicas sharing
 //! Redis: its numbers move while claims land, both replicas report, and `oversold` reads 0 —
-//! and, the twin, without the lock the same page shows the coupon oversold.
+//! and, the twin, without the lock the same page shows the coupon oversold. And the page fits
+//! a desktop's and a phone's window: every number whole in its card, the replicas in view.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -112,5 +113,67 @@ async fn without_the_lock_the_dashboard_shows_the_coupon_oversold() {
     browser
         .screenshot(&artifact("dashboard-oversold-without-lock.png"))
         .await;
+    browser.close().await;
+}
+
+/// Numbers cut short or sticking out of their cards, where the replicas begin, and whether the
+/// page is wider than its window.
+const LAYOUT: &str = "const cut = [...document.querySelectorAll('.numbers b')] \
+        .filter((number) => number.scrollWidth > number.clientWidth \
+            || number.getBoundingClientRect().right \
+                > number.closest('.card').getBoundingClientRect().right) \
+        .map((number) => number.innerText); \
+    const replicas = document.querySelector('#replicas').getBoundingClientRect(); \
+    return { cut, replicas_top: replicas.top, window_height: window.innerHeight, \
+        too_wide: document.documentElement.scrollWidth > window.innerWidth };";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_fits_a_desktop_and_a_phone_with_large_numbers_and_many_coupons() {
+    let replica = DemoReplica::start(DEMO, &["--work-ms", "0"]);
+    let (http, url) = (Http::default(), replica.url());
+    for (id, stock) in (1..=15).map(|n| (format!("x{n}"), 500_u64)).chain([
+        ("storm".to_owned(), 100_000),
+        ("huge".to_owned(), 4_294_967_295),
+    ]) {
+        let created = http
+            .put(&format!("{url}/coupons/{id}"), json!({ "stock": stock }))
+            .await;
+        assert_eq!(created.status, StatusCode::OK, "{}", created.body);
+    }
+    claim_storm(vec![url.clone()], 3_210, 16).await.unwrap();
+    let browser = Browser::start().await;
+    browser.open(&format!("{url}/")).await;
+    browser
+        .text_when(CLAIMED, PATIENCE, |text| text == "3,210")
+        .await;
+
+    let desktop = browser.evaluate(LAYOUT, vec![]).await;
+    assert_eq!(
+        desktop["cut"],
+        json!([]),
+        "every number whole at 1280×900: {desktop}"
+    );
+    assert!(
+        desktop["replicas_top"].as_f64() < desktop["window_height"].as_f64(),
+        "the replicas in view at 1280×900 however many coupons: {desktop}"
+    );
+    assert_eq!(
+        browser.count("[data-coupon]").await,
+        17,
+        "every coupon, not the last eight"
+    );
+
+    browser.resize(390, 844).await;
+    let phone = browser.evaluate(LAYOUT, vec![]).await;
+    assert_eq!(
+        phone["cut"],
+        json!([]),
+        "every number whole at a phone's width: {phone}"
+    );
+    assert_eq!(
+        phone["too_wide"], false,
+        "no sideways scrolling of the page: {phone}"
+    );
+    browser.screenshot(&artifact("dashboard-phone.png")).await;
     browser.close().await;
 }
