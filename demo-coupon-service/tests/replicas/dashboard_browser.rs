@@ -162,6 +162,11 @@ async fn the_page_fits_a_desktop_and_a_phone_with_large_numbers_and_many_coupons
         17,
         "every coupon, not the last eight"
     );
+    let quiet = browser.text("[data-coupon=x15] .caption").await;
+    assert_eq!(
+        quiet, "no claims over the last minute",
+        "an empty chart says why"
+    );
 
     browser.resize(390, 844).await;
     let phone = browser.evaluate(LAYOUT, vec![]).await;
