@@ -4,7 +4,7 @@
 //! Each replica reads its own metrics every [`REPORT_EVERY`] and publishes a [`Report`] in the
 //! coupon store; the page polls `GET /dashboard/stats`, which gathers the fresh reports of
 //! every replica sharing the store and the summary of every coupon in it (the first
-//! [`COUPONS_SHOWN`] in natural order: `x2` before `x11`).
+//! 60 in natural order: `x2` before `x11`).
 
 use std::cmp::Ordering;
 use std::time::Duration;
