@@ -334,6 +334,49 @@ where
     );
 }
 
+/// A writer waiting in the same process as the holder — a writer, then readers — is woken by
+/// their release, not by its backoff: on a store that cannot announce a release (MySQL), the
+/// release in the process wakes it. The waiter's backoff is as long as its wait; what else
+/// wakes it is the engine's refresh of a waiting writer (every 500 ms), which a release
+/// 1.2 s in finds about 300 ms away — so only a wake-up lets it in within 150 ms.
+pub async fn a_writer_is_woken_by_a_release_in_its_own_process<S: Store>(store: &S)
+where
+    S::Backend: SharedLocks,
+{
+    let backend = store.backend().await;
+    let one = locker(backend, |builder| {
+        builder.wait(LONG).ttl(LONG).backoff(LONG, LONG)
+    });
+    for holders in ["a writer", "two readers"] {
+        let held = if holders == "a writer" {
+            vec![one.write("k").await.expect("free")]
+        } else {
+            vec![
+                one.read("k").await.expect("free"),
+                one.read("k").await.expect("shared"),
+            ]
+        };
+        let waiter = one.clone();
+        let waiting = tokio::spawn(async move {
+            let held = waiter.write("k").await?;
+            let taken = tokio::time::Instant::now();
+            held.release().await.map(|()| taken)
+        });
+        sleep(SHORT * 4).await;
+        let released = tokio::time::Instant::now();
+        for hold in held {
+            hold.release().await.expect("released");
+        }
+        let taken = waiting.await.expect("the waiter finished");
+        let taken = taken.expect("the waiter got the lock and released it");
+        let after = taken.saturating_duration_since(released);
+        assert!(
+            after < SHORT / 2,
+            "behind {holders}: woken {after:?} after the release, not by it"
+        );
+    }
+}
+
 /// How [`longest_of_eight_in_turn`] takes the lock.
 #[derive(Clone, Copy)]
 enum Take {

@@ -11,7 +11,7 @@ use sqlx::{MySql, MySqlPool, Row};
 
 use super::sql::queue::release_through_queue;
 use super::sql::{AcquireSlots, acquire_detached, pool_options};
-use super::waiting::WaitingRoom;
+use super::waiting::{Announcement, WaitingRoom};
 use super::{
     Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, Patience,
     Semaphores, SharedLocks, TokenLease, WaitQueue,
@@ -270,18 +270,24 @@ impl LockBackend for MysqlBackend {
 
     /// One owner-checked `UPDATE` while nobody waits; a lock that is waited for goes through
     /// the queue (to this process's next waiter or the first ticket) — at once when this
-    /// process has waiters for it.
+    /// process has waiters for it. MySQL cannot announce a release, so this process's waiters
+    /// are woken here: a shared hold's release wakes them all, an exclusive one's that was
+    /// handed to nobody of this process wakes the head of its line (`sql::queue`).
     async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
         let statements = &self.statements;
         if !lease.hold().is_exclusive() {
-            return self
+            let released = self
                 .owner_checked(
                     &statements.release_shared,
                     name,
                     lease.token(),
                     Duration::ZERO,
                 )
-                .await;
+                .await?;
+            if self.room.has_waiters(name) {
+                self.room.announce(name, Announcement::Free);
+            }
+            return Ok(released);
         }
         if !self.room.has_waiters(name)
             && self

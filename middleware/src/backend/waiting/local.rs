@@ -106,8 +106,9 @@ impl WaitingRoom {
             .take_if(|local| local.token == release.token)
             .is_some();
         let Some((to, fence)) = handed else {
-            if was_local {
-                // The head may have relied on this release: it asks the store itself now.
+            // The head may have relied on this release (it held the lock through the line, or
+            // no announcement will come): it asks the store itself now.
+            if was_local || self.is_silent() {
                 waiters.released.notify_one();
             }
             return None;
