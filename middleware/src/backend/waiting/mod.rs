@@ -181,6 +181,7 @@ impl WaitingRoom {
     }
 
     /// Whether the room hears no announcements: releases in this process wake its waiters.
+    #[cfg(any(feature = "postgres", feature = "mysql", test))]
     fn is_silent(&self) -> bool {
         matches!(self.delivery, Delivery::Silent)
     }
