@@ -132,6 +132,7 @@ macro_rules! __conformance_cases {
             a_semaphore_admits_at_most_its_permits,
             a_semaphore_across_two_processes_admits_exactly_its_permits,
             a_permit_waiter_is_woken_by_any_holders_release,
+            a_permit_waiter_is_woken_by_a_release_in_its_own_process,
         );
     };
     (shared_leases, $store:ty) => {

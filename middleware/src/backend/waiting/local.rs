@@ -106,9 +106,11 @@ impl WaitingRoom {
             .take_if(|local| local.token == release.token)
             .is_some();
         let Some((to, fence)) = handed else {
-            // The head may have relied on this release (it held the lock through the line, or
-            // no announcement will come): it asks the store itself now.
-            if was_local || self.is_silent() {
+            // The head may have relied on this release (it held the lock through the line): it
+            // asks the store itself now. Where no announcement will come, everyone does.
+            if self.is_silent() {
+                waiters.wake_everyone();
+            } else if was_local {
                 waiters.released.notify_one();
             }
             return None;

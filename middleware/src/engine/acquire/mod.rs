@@ -195,7 +195,9 @@ async fn wait_shared<B: LockBackend>(
     attempts.tally.waiting();
     let place = match room {
         Some(room) if is_writer => Some(room.join_line(name, request.token)),
-        Some(room) if request.patience == Patience::Listens => {
+        // In a room that hears no announcements a ticket costs the store nothing, and lets a
+        // release in this process wake the reader or permit waiter.
+        Some(room) if request.patience == Patience::Listens || !room.hears_announcements() => {
             Some(room.take_ticket(name, request.token))
         }
         _ => None,
