@@ -271,8 +271,8 @@ impl LockBackend for MysqlBackend {
     /// One owner-checked `UPDATE` while nobody waits; a lock that is waited for goes through
     /// the queue (to this process's next waiter or the first ticket) — at once when this
     /// process has waiters for it. MySQL cannot announce a release, so this process's waiters
-    /// are woken here: a shared hold's release wakes them all, an exclusive one's that was
-    /// handed to nobody of this process wakes the head of its line (`sql::queue`).
+    /// for the lock are woken here (a shared hold's release) or by the queue (an exclusive
+    /// one's handed to nobody of this process).
     async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
         let statements = &self.statements;
         if !lease.hold().is_exclusive() {

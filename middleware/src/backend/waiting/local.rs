@@ -108,7 +108,7 @@ impl WaitingRoom {
         let Some((to, fence)) = handed else {
             // The head may have relied on this release (it held the lock through the line): it
             // asks the store itself now. Where no announcement will come, everyone does.
-            if self.is_silent() {
+            if !self.hears_announcements() {
                 waiters.wake_everyone();
             } else if was_local {
                 waiters.released.notify_one();

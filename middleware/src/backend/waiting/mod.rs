@@ -180,12 +180,6 @@ impl WaitingRoom {
         Self::with_delivery(Delivery::Silent)
     }
 
-    /// Whether the room hears no announcements: releases in this process wake its waiters.
-    #[cfg(any(feature = "postgres", feature = "mysql", test))]
-    fn is_silent(&self) -> bool {
-        matches!(self.delivery, Delivery::Silent)
-    }
-
     fn with_delivery(delivery: Delivery) -> Arc<Self> {
         Arc::new(Self {
             names: Mutex::default(),
