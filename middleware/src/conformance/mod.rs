@@ -29,12 +29,14 @@ use crate::backend::LockBackend;
 #[cfg(doc)]
 use crate::backend::{Semaphores, SharedLocks};
 
+mod cohort;
 mod mutex;
 mod outage;
 mod queue;
 mod shapes;
 mod support;
 
+pub use cohort::*;
 pub use mutex::*;
 pub use outage::*;
 pub use queue::*;
@@ -101,6 +103,10 @@ macro_rules! __conformance_cases {
             several_keys_are_taken_all_or_none,
             overlapping_sets_of_keys_never_deadlock,
             a_waiter_wakes_soon_after_the_release,
+            exclusion_holds_with_locks_handed_on_in_three_processes,
+            fences_increase_across_local_and_store_handoffs,
+            a_handed_lease_ends_when_the_runs_lease_ends,
+            a_run_of_local_holds_keeps_renewing_its_lease,
         );
     };
     (leases, $store:ty) => {
@@ -149,6 +155,7 @@ macro_rules! __conformance_cases {
             notified_processes_take_turns,
             notified_handoffs_never_let_two_in,
             a_queued_waiter_that_gives_up_leaves_the_line,
+            another_process_waits_at_most_one_run_of_local_holds,
         );
     };
     (outage, $store:ty) => {

@@ -61,12 +61,24 @@ impl Lease {
     /// A lease whose acquire (or renewal) command was sent at `sent` with `ttl`, of a lock
     /// reported with `meters`.
     pub(crate) fn new(sent: Instant, ttl: Duration, meters: Meters) -> Self {
+        Self::continued(sent, lease_deadline(sent, ttl), meters)
+    }
+
+    /// A lease last renewed by a command sent at `renewed_at`, held until `deadline`: one
+    /// handed on from another holder in this process, whose renewal it continues.
+    pub(crate) fn continued(renewed_at: Instant, deadline: Instant, meters: Meters) -> Self {
         let (state, _) = watch::channel(LeaseState {
-            renewed_at: sent,
-            deadline: lease_deadline(sent, ttl),
+            renewed_at,
+            deadline,
             status: Status::Held,
         });
         Self { state, meters }
+    }
+
+    /// When its last confirmed acquire or renewal was sent, and until when it is held.
+    pub(crate) fn timing(&self) -> (Instant, Instant) {
+        let state = *self.state.borrow();
+        (state.renewed_at, state.deadline)
     }
 
     pub(crate) fn meters(&self) -> &Meters {

@@ -1,5 +1,6 @@
 //! The backend's leases of a held lock, and the duty to give them back: explicitly, or in the
-//! background when dropped.
+//! background when dropped — or to hand them on to the next task of the locker waiting for the
+//! lock (`cohort.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
+use super::cohort::Baton;
 use super::error::LockError;
 use super::guard::LockGuard;
 use super::locker::LockerInner;
@@ -16,21 +18,25 @@ use crate::background;
 
 /// A held lock's leases, one per name, counted among the locker's held locks until dropped.
 /// Dropped unreleased (the work was cancelled, the handle dropped), they are released in the
-/// background.
+/// background. A lock held in a cohort run is handed on to the next waiting task of the locker
+/// instead, while the run may go on.
 pub(crate) struct Leases<B: LockBackend> {
     locker: Arc<LockerInner<B>>,
     guard: LockGuard,
-    leases: Vec<B::Lease>,
+    /// The store's leases, shared by the holds of a cohort run.
+    leases: Arc<Vec<B::Lease>>,
+    /// Held in a cohort run: handed on when released, while the run may go on.
+    in_cohort: bool,
     released: AtomicBool,
     taken_at: Instant,
 }
 
 impl<B: LockBackend> Leases<B> {
     /// Takes on the release of `guard`'s lock, whose leases are `leases` (one per name),
-    /// taken at `taken_at`.
+    /// taken at `taken_at`, held in a cohort run if `in_cohort`.
     pub(crate) fn new(
         locker: Arc<LockerInner<B>>,
-        (guard, leases): (LockGuard, Vec<B::Lease>),
+        (guard, leases, in_cohort): (LockGuard, Arc<Vec<B::Lease>>, bool),
         taken_at: Instant,
     ) -> Self {
         locker.held.fetch_add(1, Ordering::Relaxed);
@@ -39,6 +45,7 @@ impl<B: LockBackend> Leases<B> {
             locker,
             guard,
             leases,
+            in_cohort,
             released: AtomicBool::new(false),
             taken_at,
         }
@@ -80,6 +87,9 @@ impl<B: LockBackend> Leases<B> {
         self.record_hold_time();
         let was_held = self.guard.is_held();
         self.guard.lease().release();
+        if self.handed_on(was_held) {
+            return Ok(());
+        }
         let store_timeout = self.locker.settings.store_timeout;
         let give_back = give_back(&*self.locker.backend, &self.guard, &self.leases);
         let meters = self.guard.lease().meters();
@@ -93,6 +103,27 @@ impl<B: LockBackend> Leases<B> {
                 store_timeout,
             ))),
         }
+    }
+
+    /// Hands the lock (if it `was_held` until its release) to the next task of the locker
+    /// waiting for it, if its cohort run may go on; else ends the run (the next waiter asks
+    /// the store) and the caller releases it.
+    fn handed_on(&self, was_held: bool) -> bool {
+        if !self.in_cohort {
+            return false;
+        }
+        let (renewed_at, deadline) = self.guard.lease().timing();
+        let baton = Baton {
+            leases: Arc::clone(&self.leases),
+            fence: None,
+            renewed_at,
+            deadline,
+        };
+        if was_held && hand_on(&self.locker, self.guard.name(), baton).is_ok() {
+            return true;
+        }
+        self.locker.cohorts.end_run(self.guard.name());
+        false
     }
 
     fn record_hold_time(&self) {
@@ -147,11 +178,15 @@ impl<B: LockBackend> Drop for Leases<B> {
             return;
         }
         self.record_hold_time();
+        let was_held = self.guard.is_held();
         self.guard.lease().release();
+        if self.handed_on(was_held) {
+            return;
+        }
         let (locker, guard, leases) = (
             Arc::clone(&self.locker),
             self.guard.clone(),
-            std::mem::take(&mut self.leases),
+            Arc::clone(&self.leases),
         );
         let store_timeout = locker.settings.store_timeout;
         background::store_call(
@@ -168,4 +203,45 @@ impl<B: LockBackend> Drop for Leases<B> {
             },
         );
     }
+}
+
+/// Hands `baton` on to the next task of `locker` waiting for lock `name`, unless the lease has
+/// too little left for the new holder to renew it in time (a third of the TTL: its renewal is
+/// due), the run has had its holds, or nobody waits.
+fn hand_on<B: LockBackend>(
+    locker: &LockerInner<B>,
+    name: &str,
+    baton: Baton<B::Lease>,
+) -> Result<(), Baton<B::Lease>> {
+    let left = baton.deadline.saturating_duration_since(Instant::now());
+    if left <= locker.settings.ttl / 3 {
+        return Err(baton);
+    }
+    locker.cohorts.hand_on(name, baton)
+}
+
+/// Gives back a lock handed to a task of `locker` that left before it heard: to the next
+/// waiting task, else to the store, in the background.
+pub(crate) fn give_back_baton<B: LockBackend>(
+    locker: &Arc<LockerInner<B>>,
+    name: &str,
+    baton: Baton<B::Lease>,
+) {
+    let Err(baton) = hand_on(locker, name, baton) else {
+        return;
+    };
+    locker.cohorts.end_run(name);
+    let (backend, store_timeout) = (Arc::clone(&locker.backend), locker.settings.store_timeout);
+    let name = name.to_owned();
+    background::store_call(
+        "release a handed lock nobody took",
+        name.clone(),
+        store_timeout,
+        async move {
+            match baton.leases.first() {
+                Some(lease) => backend.release(&name, lease).await,
+                None => Ok(false),
+            }
+        },
+    );
 }

@@ -9,20 +9,23 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use super::acquire::{NotObtained, acquire};
+use super::acquire::{NotObtained, Obtained, acquire, deadline_after};
 use super::ask::Ask;
+use super::cohort::{self, Baton, Cohorts, Entry, Told};
 use super::error::LockError;
 use super::guard::LockGuard;
 use super::held::{Acquisition, HeldLock, Ran};
 use super::hold_times::HoldTimes;
 use super::lease::Lease;
-use super::leases::Leases;
+use super::leases::{Leases, give_back_baton};
 use super::names::LockNames;
+use super::policy::{BusyPolicy, WaitMode};
 use super::reentry::{self, Reentry};
 use super::settings::{LockerBuilder, Settings};
 use super::telemetry::{Instruments, Meters, Outcome, Shape, Tally};
 use crate::OwnerToken;
-use crate::backend::{LockBackend, Semaphores, SharedLocks};
+use crate::backend::{FencingToken, LockBackend, Semaphores, SharedLocks};
+use tokio::time::Instant;
 
 /// Takes locks in a backend, under one set of settings: the lock engine, usable from any code —
 /// background jobs, queue consumers, the HTTP layer (which is an adapter over it).
@@ -68,7 +71,7 @@ pub struct Locker<B: LockBackend> {
 }
 
 /// What every clone of a locker, and every lock it holds, shares.
-pub(crate) struct LockerInner<B> {
+pub(crate) struct LockerInner<B: LockBackend> {
     pub(crate) backend: Arc<B>,
     pub(crate) settings: Settings,
     /// Locks held right now (leases not yet given back).
@@ -77,6 +80,55 @@ pub(crate) struct LockerInner<B> {
     pub(crate) hold_times: Arc<HoldTimes>,
     /// The handles of its metrics.
     pub(crate) instruments: Instruments,
+    /// The lines of its tasks waiting for a lock held in this locker, handed on locally.
+    pub(crate) cohorts: Cohorts<B::Lease>,
+}
+
+/// A lock taken: its leases, one per name (shared by the holds of a cohort run), fences, how
+/// its lease began, and whether it is held in a cohort run.
+struct Taken<L> {
+    leases: Arc<Vec<L>>,
+    fences: Vec<Option<FencingToken>>,
+    lease: LeaseStart,
+    in_cohort: bool,
+}
+
+/// How a lease began.
+enum LeaseStart {
+    /// With a store command sent then.
+    Sent(Instant),
+    /// Handed on by another holder, whose lease it continues.
+    Continued { renewed_at: Instant, deadline: Instant },
+}
+
+impl<L> Taken<L> {
+    /// Taken from the store by one task, outside any cohort run.
+    fn alone(obtained: Obtained<L>) -> Self {
+        let (leases, fences): (Vec<_>, Vec<_>) = obtained
+            .grants
+            .into_iter()
+            .map(|grant| (grant.lease, cohort::compose(grant.fence, 0)))
+            .unzip();
+        Self {
+            leases: Arc::new(leases),
+            fences,
+            lease: LeaseStart::Sent(obtained.sent),
+            in_cohort: false,
+        }
+    }
+
+    /// Handed on by the previous holder of a cohort run.
+    fn handed(baton: Baton<L>) -> Self {
+        Self {
+            leases: baton.leases,
+            fences: vec![baton.fence],
+            lease: LeaseStart::Continued {
+                renewed_at: baton.renewed_at,
+                deadline: baton.deadline,
+            },
+            in_cohort: true,
+        }
+    }
 }
 
 impl<B: LockBackend> Locker<B> {
@@ -211,46 +263,112 @@ impl<B: LockBackend> Locker<B> {
         tally: Tally,
     ) -> Result<Acquisition<B>, LockError> {
         let settings = self.settings();
-        let token = OwnerToken::new();
-        let obtained =
-            match acquire(&self.inner.backend, &names, token, ask, settings, &tally).await {
-                Ok(obtained) => obtained,
-                Err(NotObtained::Busy { holder_ttl }) => {
-                    let refused_at_once = settings.policy.timeout().is_zero();
-                    let outcome = match refused_at_once {
-                        true => Outcome::Busy,
-                        false => Outcome::WaitTimedOut,
-                    };
-                    tally.answer(outcome, None);
-                    let key = names.joined_keys();
-                    tracing::debug!(locks = key, ?holder_ttl, "busy");
-                    return Err(LockError::Busy {
-                        key,
-                        holder_ttl,
-                        typical_hold: self.inner.hold_times.typical(),
-                    });
-                }
-                Err(NotObtained::Store(error)) => {
-                    tally.answer(Outcome::StoreUnavailable, None);
-                    return Err(LockError::StoreUnavailable(error));
-                }
-            };
-        let (leases, fences): (_, Vec<_>) = obtained
-            .grants
-            .into_iter()
-            .map(|grant| (grant.lease, grant.fence))
-            .unzip();
+        let deadline = deadline_after(settings.policy.timeout());
+        let taken = match self.cohort_of(&names, &ask) {
+            Some(name) => self.take_in_cohort(name, (&names, ask), deadline, &tally).await,
+            None => self
+                .take_from_store((&names, ask), deadline, &tally)
+                .await
+                .map(Taken::alone),
+        };
+        let taken = match taken {
+            Ok(taken) => taken,
+            Err(NotObtained::Busy { holder_ttl }) => {
+                let refused_at_once = settings.policy.timeout().is_zero();
+                let outcome = match refused_at_once {
+                    true => Outcome::Busy,
+                    false => Outcome::WaitTimedOut,
+                };
+                tally.answer(outcome, None);
+                let key = names.joined_keys();
+                tracing::debug!(locks = key, ?holder_ttl, "busy");
+                return Err(LockError::Busy {
+                    key,
+                    holder_ttl,
+                    typical_hold: self.inner.hold_times.typical(),
+                });
+            }
+            Err(NotObtained::Store(error)) => {
+                tally.answer(Outcome::StoreUnavailable, None);
+                return Err(LockError::StoreUnavailable(error));
+            }
+        };
         let meters = tally.meters().clone();
-        let taken_at = tally.answer(Outcome::Acquired, fences.first().copied().flatten());
-        let lease = Lease::new(obtained.sent, settings.ttl, meters);
-        let guard = LockGuard::new(names, (ask.hold(), fences), lease);
+        let taken_at = tally.answer(Outcome::Acquired, taken.fences.first().copied().flatten());
+        let lease = match taken.lease {
+            LeaseStart::Sent(sent) => Lease::new(sent, settings.ttl, meters),
+            LeaseStart::Continued {
+                renewed_at,
+                deadline,
+            } => Lease::continued(renewed_at, deadline, meters),
+        };
+        let guard = LockGuard::new(names, (ask.hold(), taken.fences), lease);
         tracing::trace!(lock = guard.name(), fence = ?guard.fence(), "acquired");
         let inner = Arc::clone(&self.inner);
         Ok(Acquisition::Owned(Leases::new(
             inner,
-            (guard, leases),
+            (guard, taken.leases, taken.in_cohort),
             taken_at,
         )))
+    }
+
+    /// The name of a lock whose holds are handed on among this locker's tasks: one name held
+    /// exclusively (mutex, write), by a locker that waits in notified or polling mode (fair
+    /// mode keeps the store's strict order) with runs longer than one hold.
+    fn cohort_of<'n>(&self, names: &'n LockNames, ask: &Ask<B>) -> Option<&'n str> {
+        let waits = match self.settings().policy {
+            BusyPolicy::Wait { timeout, mode } => {
+                !timeout.is_zero() && matches!(mode, WaitMode::Notified | WaitMode::Polling)
+            }
+            BusyPolicy::Reject => false,
+        };
+        let exclusive = matches!(ask, Ask::Mutex | Ask::Write(_));
+        let handed_on = waits && exclusive && self.inner.cohorts.hand_on_locally();
+        handed_on.then(|| names.single()).flatten()
+    }
+
+    /// Takes lock `name` in this locker's line for it: handed on by a task of the locker that
+    /// holds it, or asked of the store when it is this task's turn.
+    async fn take_in_cohort(
+        &self,
+        name: &str,
+        (names, ask): (&LockNames, Ask<B>),
+        deadline: Instant,
+        tally: &Tally,
+    ) -> Result<Taken<B::Lease>, NotObtained> {
+        let inner = Arc::clone(&self.inner);
+        let owned_name = name.to_owned();
+        let give_back = Box::new(move |baton| give_back_baton(&inner, &owned_name, baton));
+        let contender = match self.inner.cohorts.enter(name, give_back) {
+            Entry::Contend(contender) => contender,
+            Entry::Wait(waiting) => {
+                tally.waiting();
+                match waiting.turn(deadline).await {
+                    Some(Told::Handed(baton)) => return Ok(Taken::handed(baton)),
+                    Some(Told::Ask(contender)) => contender,
+                    None => return Err(NotObtained::Busy { holder_ttl: None }),
+                }
+            }
+        };
+        let obtained = self.take_from_store((names, ask), deadline, tally).await?;
+        contender.won(obtained.grants.first().and_then(|grant| grant.fence));
+        Ok(Taken {
+            in_cohort: true,
+            ..Taken::alone(obtained)
+        })
+    }
+
+    /// Takes `names` as `ask` says from the store, waiting until `deadline` as the settings
+    /// say.
+    async fn take_from_store(
+        &self,
+        (names, ask): (&LockNames, Ask<B>),
+        deadline: Instant,
+        tally: &Tally,
+    ) -> Result<Obtained<B::Lease>, NotObtained> {
+        let (backend, settings) = (&self.inner.backend, self.settings());
+        let token = OwnerToken::new();
+        acquire(backend, (names, token), ask, (settings, deadline), tally).await
     }
 }
 

@@ -9,6 +9,7 @@
 
 mod acquire;
 mod ask;
+mod cohort;
 mod error;
 mod guard;
 mod held;

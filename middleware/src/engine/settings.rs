@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
+use super::cohort::{Cohorts, MAX_LOCAL_RUN};
 use super::hold_times::HoldTimes;
 use super::lease::LeasePlan;
 use super::locker::{Locker, LockerInner};
@@ -34,7 +35,13 @@ pub(crate) struct Settings {
     pub(crate) on_lost: OnLost,
     /// The `group` label of this locker's metrics, when chosen.
     pub(crate) metrics_group: Option<SharedString>,
+    /// How many holds in a row a lock may be handed on among the locker's tasks before it is
+    /// released in the store.
+    pub(crate) max_local_run: u32,
 }
+
+/// Holds in a row handed on among a locker's tasks unless set otherwise.
+const DEFAULT_MAX_LOCAL_RUN: u32 = 8;
 
 /// The lease TTL unless set otherwise (or shorter, for a backend that vouches for less).
 const DEFAULT_TTL: Duration = Duration::from_secs(10);
@@ -55,6 +62,7 @@ impl Settings {
             renew: true,
             on_lost: OnLost::default(),
             metrics_group: None,
+            max_local_run: DEFAULT_MAX_LOCAL_RUN,
         }
     }
 
@@ -115,6 +123,9 @@ pub enum ConfigError {
     /// Fair mode's tickets would live shorter than 10 ms, or longer than a day.
     #[error("fair-mode tickets need to live from 10 ms to 24 h, got {0:?}")]
     TicketTtlOutOfRange(Duration),
+    /// The longest local run is zero, or longer than 256 holds.
+    #[error("a local run has from 1 to 256 holds (1 turns handing on off), got {0}")]
+    LocalRunOutOfRange(u32),
     /// The prefix and the longest key do not fit the backend's longest lock name.
     #[error(
         "the prefix ({prefix} bytes) and keys of up to {max_key_len} bytes do not fit the \
@@ -242,6 +253,7 @@ impl<B: LockBackend> LockerBuilder<B> {
         let group = self.settings.metrics_group.clone();
         Locker::from_inner(LockerInner {
             instruments: Instruments::new(self.backend.store_kind(), group),
+            cohorts: Cohorts::new(self.settings.max_local_run),
             settings: self.settings,
             backend: self.backend,
             held: self.held,
@@ -354,6 +366,19 @@ impl<B: LockBackend> LockerBuilder<B> {
         self
     }
 
+    /// How many holds in a row a lock may pass among this locker's tasks before it is released
+    /// in the store (default 8; from 1 to 256; 1 turns it off). A task releasing a mutex or
+    /// write lock while another task of this locker waits for it hands the lock straight to
+    /// that task — no store round trip; after `holds` holds in a row, the lock goes back to
+    /// the store, so that other processes' waiters get their turn (they wait at most that many
+    /// holds more). The lease and its renewal carry over; every hold gets a fence of its own,
+    /// larger than the one before it and smaller than any later holder's
+    /// ([`fencing`](crate::fencing)). Fair mode keeps the store's strict order instead.
+    pub fn max_local_run(mut self, holds: u32) -> Self {
+        self.settings.max_local_run = holds;
+        self
+    }
+
     /// How long one store call may take before it counts as failed (default 1 s).
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.settings.store_timeout = timeout;
@@ -385,6 +410,9 @@ impl<B: LockBackend> LockerBuilder<B> {
             Backoff::new(initial, max).ok_or(ConfigError::InvalidBackoff { initial, max })?;
         if settings.store_timeout.is_zero() {
             return Err(ConfigError::ZeroStoreTimeout);
+        }
+        if !(1..=MAX_LOCAL_RUN).contains(&settings.max_local_run) {
+            return Err(ConfigError::LocalRunOutOfRange(settings.max_local_run));
         }
         settings.policy = self.waiting.policy()?;
         if self.waiting.fair.is_some() && self.backend.wait_queue().is_none() {

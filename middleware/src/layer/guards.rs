@@ -41,7 +41,7 @@ use crate::LockGuard;
 ///     .body(Body::empty())
 ///     .unwrap();
 /// let body = app.oneshot(request).await.unwrap().into_body().collect().await.unwrap();
-/// assert_eq!(body.to_bytes(), r#"["tenant:acme", "coupon:42"] Some(1)"#);
+/// assert_eq!(body.to_bytes(), r#"["tenant:acme", "coupon:42"] Some(256)"#);
 /// # }
 /// ```
 #[derive(Clone, Debug, Default)]

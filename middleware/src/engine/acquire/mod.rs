@@ -57,13 +57,13 @@ pub(crate) enum NotObtained {
 }
 
 /// Takes `names` for `token` as `ask` says (several names: always exclusively), waiting while
-/// busy as `settings` allow; its attempts and its wait are counted in `tally`.
+/// busy as `settings` allow, until `deadline` at the latest; its attempts and its wait are
+/// counted in `tally`.
 pub(crate) async fn acquire<B: LockBackend>(
     backend: &Arc<B>,
-    names: &LockNames,
-    token: OwnerToken,
+    (names, token): (&LockNames, OwnerToken),
     ask: Ask<B>,
-    settings: &Settings,
+    (settings, deadline): (&Settings, Instant),
     tally: &Tally,
 ) -> Result<Obtained<B::Lease>, NotObtained> {
     let Some(name) = names.single() else {
@@ -87,7 +87,6 @@ pub(crate) async fn acquire<B: LockBackend>(
     if timeout.is_zero() {
         return attempts.once_more_busy().await;
     }
-    let deadline = deadline_after(timeout);
     match (ask, mode, queue) {
         (Ask::Mutex, WaitMode::Fair { ticket_ttl }, Some(queue)) => {
             let place = queue.room().take_ticket(name, token);

@@ -77,8 +77,9 @@ fn each_acquisition_runs_in_a_span_naming_its_key_shape_wait_attempts_outcome_an
         // subscriber, may have cached "never" (spans then go unseen here). Ask again.
         tracing::callsite::rebuild_interest_cache();
         runtime.block_on(async {
+            // Without handing on, the refused acquisition asks the store itself.
             let locker = locker(MemoryBackend::new(), |builder| {
-                builder.wait(Duration::from_millis(300))
+                builder.wait(Duration::from_millis(300)).max_local_run(1)
             });
             let held = locker.lock("invoice:1").await.unwrap();
             let waited = locker.lock("invoice:1").await;

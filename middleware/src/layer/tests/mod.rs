@@ -133,8 +133,8 @@ async fn the_handler_sees_its_guard_with_key_and_fence() {
         Arc::default(),
     );
 
-    assert_eq!(send(&app, claim("7")).await.body, "lock:coupon:7 Some(1)");
-    assert_eq!(send(&app, claim("7")).await.body, "lock:coupon:7 Some(2)");
+    assert_eq!(send(&app, claim("7")).await.body, "lock:coupon:7 Some(256)");
+    assert_eq!(send(&app, claim("7")).await.body, "lock:coupon:7 Some(512)");
 }
 
 #[tokio::test]
@@ -297,7 +297,7 @@ async fn nested_layers_on_the_same_lock_pass_through() {
 
     assert_eq!(
         (reply.status, reply.body.as_str()),
-        (StatusCode::OK, "lock:coupon:7 Some(1)"),
+        (StatusCode::OK, "lock:coupon:7 Some(256)"),
         "one acquire, by the outer layer"
     );
     assert!(is_free(&store, "lock:coupon:7").await);

@@ -1,0 +1,335 @@
+//! Cohort handoff (lock cohorting: Dice, Marathe and Shavit, PPoPP 2012): a lock released while
+//! another task of the same locker waits for it is handed straight to that task — no store
+//! round trip — up to the locker's `max_local_run` holds in a row; then it is released in the
+//! store, so that other processes' waiters get their turn.
+//!
+//! Per lock name, a [`Line`]: the run of holds of this locker (its store grant's fence and how
+//! many holds it has had), whether one of its tasks is asking the store, and the tasks waiting
+//! here. One task per name asks the store at a time (the contender); the others wait for the
+//! lock to be handed to them, or for their turn to ask.
+//!
+//! Fences: a run's holds are numbered from 0, and a hold's fence is the store's fence times
+//! 256 plus its number ([`compose`]), so they increase strictly within a run, and every hold of
+//! a later store grant (larger store fence) is above all of them. Every fence the engine hands
+//! out is composed this way, so lockers with and without cohorting agree.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::oneshot;
+use tokio::time::{Instant, timeout_at};
+
+use crate::backend::FencingToken;
+
+/// How many holds a run may have at most: their numbers fit the fence's low byte.
+pub(crate) const MAX_LOCAL_RUN: u32 = 256;
+
+/// The fence of hold number `hold` of a run whose store grant was fenced `store`.
+///
+/// A store's tokens stay far below 2⁵⁶ (etcd revisions, ZooKeeper zxids of fewer than 2²⁴
+/// elections, counters); a larger one saturates.
+pub(crate) fn compose(store: Option<FencingToken>, hold: u32) -> Option<FencingToken> {
+    let store = store?.get();
+    let composed = store
+        .checked_mul(MAX_LOCAL_RUN.into())
+        .map_or(u64::MAX, |base| base + u64::from(hold));
+    Some(FencingToken::new(composed))
+}
+
+/// The lines of one locker, by lock name.
+#[derive(Debug)]
+pub(crate) struct Cohorts<L> {
+    lines: Mutex<HashMap<String, Line<L>>>,
+    /// Holds in a row before a release goes to the store; 1 turns handoffs off.
+    max_run: u32,
+    next_id: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Line<L> {
+    /// The run of holds of this locker, while one of its tasks holds the lock.
+    run: Option<Run>,
+    /// One of its tasks is asking the store for the lock.
+    contending: bool,
+    waiters: VecDeque<Waiter<L>>,
+}
+
+/// A run of holds that started with one store grant.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    store_fence: Option<FencingToken>,
+    /// Holds so far, the current one included.
+    holds: u32,
+}
+
+#[derive(Debug)]
+struct Waiter<L> {
+    id: u64,
+    turn: oneshot::Sender<Turn<L>>,
+}
+
+/// What a waiting task is told.
+#[derive(Debug)]
+pub(crate) enum Turn<L> {
+    /// The lock is handed to it.
+    Handed(Baton<L>),
+    /// It asks the store now.
+    Ask,
+}
+
+/// A held lock passed from one task to the next: the store's leases of the run, the fence of
+/// the new hold, and the lease as its last holder knew it (the new holder renews it from
+/// there).
+#[derive(Debug)]
+pub(crate) struct Baton<L> {
+    pub(crate) leases: Arc<Vec<L>>,
+    pub(crate) fence: Option<FencingToken>,
+    pub(crate) renewed_at: Instant,
+    pub(crate) deadline: Instant,
+}
+
+impl<L> Default for Line<L> {
+    fn default() -> Self {
+        Self {
+            run: None,
+            contending: false,
+            waiters: VecDeque::new(),
+        }
+    }
+}
+
+impl<L> Line<L> {
+    fn is_idle(&self) -> bool {
+        self.run.is_none() && !self.contending && self.waiters.is_empty()
+    }
+
+    /// Tells the first waiter still there to ask the store, unless a task holds the lock or
+    /// asks for it already.
+    fn call_contender(&mut self) {
+        if self.run.is_some() || self.contending {
+            return;
+        }
+        while let Some(waiter) = self.waiters.pop_front() {
+            if waiter.turn.send(Turn::Ask).is_ok() {
+                self.contending = true;
+                return;
+            }
+        }
+    }
+}
+
+/// How a task enters its lock's line.
+pub(crate) enum Entry<'a, L> {
+    /// Nobody of this locker holds or asks for the lock: this task asks the store.
+    Contend(Contender<'a, L>),
+    /// It waits for a handoff or for its turn to ask.
+    Wait(Waiting<'a, L>),
+}
+
+impl<L> Cohorts<L> {
+    /// The lines of a locker handing a lock on locally up to `max_run` holds in a row.
+    pub(crate) fn new(max_run: u32) -> Self {
+        Self {
+            lines: Mutex::default(),
+            max_run,
+            next_id: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether locks are handed on at all.
+    pub(crate) fn hand_on_locally(&self) -> bool {
+        self.max_run > 1
+    }
+
+    fn lines(&self) -> MutexGuard<'_, HashMap<String, Line<L>>> {
+        // Every update leaves the map consistent between statements.
+        self.lines
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A task asks for lock `name`: it contends in the store, or waits here. A lock handed to
+    /// it after it left goes to `give_back`.
+    pub(crate) fn enter<'a>(&'a self, name: &'a str, give_back: GiveBack<L>) -> Entry<'a, L> {
+        let mut lines = self.lines();
+        let line = lines.entry(name.to_owned()).or_default();
+        if line.run.is_none() && !line.contending {
+            line.contending = true;
+            return Entry::Contend(Contender {
+                cohorts: self,
+                name,
+            });
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (turn, told) = oneshot::channel();
+        line.waiters.push_back(Waiter { id, turn });
+        Entry::Wait(Waiting {
+            cohorts: self,
+            name,
+            id,
+            told: Some(told),
+            give_back: Some(give_back),
+        })
+    }
+
+    /// Hands `baton` (without its fence yet) to the next waiter of `name`'s line, unless the
+    /// run has had its holds or nobody waits: then it is given back.
+    pub(crate) fn hand_on(&self, name: &str, mut baton: Baton<L>) -> Result<(), Baton<L>> {
+        let mut lines = self.lines();
+        let Some(line) = lines.get_mut(name) else {
+            return Err(baton);
+        };
+        let Some(run) = line.run.as_mut().filter(|run| run.holds < self.max_run) else {
+            return Err(baton);
+        };
+        baton.fence = compose(run.store_fence, run.holds);
+        while let Some(waiter) = line.waiters.pop_front() {
+            match waiter.turn.send(Turn::Handed(baton)) {
+                Ok(()) => {
+                    run.holds += 1;
+                    return Ok(());
+                }
+                Err(Turn::Handed(back)) => baton = back,
+                Err(Turn::Ask) => unreachable!("the turn sent was a handoff"),
+            }
+        }
+        Err(baton)
+    }
+
+    /// The run of `name` ends: its last holder releases the lock in the store. The first
+    /// waiter asks the store next.
+    pub(crate) fn end_run(&self, name: &str) {
+        let mut lines = self.lines();
+        let Some(line) = lines.get_mut(name) else {
+            return;
+        };
+        line.run = None;
+        line.call_contender();
+        if line.is_idle() {
+            lines.remove(name);
+        }
+    }
+}
+
+/// The task of a locker asking the store for a lock. Dropped without having
+/// [`won`](Self::won) it, it lets the next waiter ask.
+#[derive(Debug)]
+pub(crate) struct Contender<'a, L> {
+    cohorts: &'a Cohorts<L>,
+    name: &'a str,
+}
+
+impl<L> Contender<'_, L> {
+    /// The store granted the lock with `store_fence`: a run starts, this hold its first (its
+    /// fence is [`compose`]d with 0, as every hold's outside a run).
+    pub(crate) fn won(self, store_fence: Option<FencingToken>) {
+        let mut lines = self.cohorts.lines();
+        let line = lines.entry(self.name.to_owned()).or_default();
+        line.contending = false;
+        line.run = Some(Run {
+            store_fence,
+            holds: 1,
+        });
+        drop(lines);
+        std::mem::forget(self);
+    }
+}
+
+impl<L> Drop for Contender<'_, L> {
+    fn drop(&mut self) {
+        let mut lines = self.cohorts.lines();
+        let Some(line) = lines.get_mut(self.name) else {
+            return;
+        };
+        line.contending = false;
+        line.call_contender();
+        if line.is_idle() {
+            lines.remove(self.name);
+        }
+    }
+}
+
+/// What gives back a lock handed to a task that left before it heard.
+pub(crate) type GiveBack<L> = Box<dyn FnOnce(Baton<L>) + Send>;
+
+/// A task waiting in its lock's line. Dropped, it leaves the line; a turn it was told
+/// meanwhile is passed on (a handed lock through its `give_back`).
+pub(crate) struct Waiting<'a, L> {
+    cohorts: &'a Cohorts<L>,
+    name: &'a str,
+    id: u64,
+    told: Option<oneshot::Receiver<Turn<L>>>,
+    give_back: Option<GiveBack<L>>,
+}
+
+impl<'a, L> Waiting<'a, L> {
+    /// Waits for its turn until `deadline`; `None` when the deadline came first (the task
+    /// has left the line then).
+    pub(crate) async fn turn(mut self, deadline: Instant) -> Option<Told<'a, L>> {
+        let told = self.told.as_mut()?;
+        let turn = match timeout_at(deadline, told).await {
+            Ok(Ok(turn)) => Some(turn),
+            // A waiter's sender is only dropped once it sent (or with the line, which keeps
+            // its waiters).
+            Ok(Err(_)) => None,
+            Err(_) => self.leave(),
+        };
+        self.told = None;
+        turn.map(|turn| self.told(turn))
+    }
+
+    /// Leaves the line: the turn told meanwhile, if any.
+    fn leave(&mut self) -> Option<Turn<L>> {
+        let mut lines = self.cohorts.lines();
+        if let Some(line) = lines.get_mut(self.name) {
+            let before = line.waiters.len();
+            line.waiters.retain(|waiter| waiter.id != self.id);
+            if line.waiters.len() < before {
+                if line.is_idle() {
+                    lines.remove(self.name);
+                }
+                return None;
+            }
+        }
+        drop(lines);
+        // Not in the line any more: a turn was sent to it, under the lines' lock.
+        self.told.as_mut()?.try_recv().ok()
+    }
+
+    fn told(&self, turn: Turn<L>) -> Told<'a, L> {
+        match turn {
+            Turn::Handed(baton) => Told::Handed(baton),
+            Turn::Ask => Told::Ask(Contender {
+                cohorts: self.cohorts,
+                name: self.name,
+            }),
+        }
+    }
+}
+
+/// What a waiting task was told: the lock is its own, or it asks the store now.
+#[derive(Debug)]
+pub(crate) enum Told<'a, L> {
+    Handed(Baton<L>),
+    Ask(Contender<'a, L>),
+}
+
+impl<L> Drop for Waiting<'_, L> {
+    fn drop(&mut self) {
+        if self.told.is_none() {
+            return;
+        }
+        match self.leave() {
+            None => {}
+            // The contender it was made lets the next waiter ask.
+            Some(Turn::Ask) => drop(self.told(Turn::Ask)),
+            Some(Turn::Handed(baton)) => {
+                tracing::debug!(lock = self.name, "the waiter of a handed lock left; passing it on");
+                if let Some(give_back) = self.give_back.take() {
+                    give_back(baton);
+                }
+            }
+        }
+    }
+}
