@@ -27,20 +27,24 @@ pub struct Plan {
     pub contenders: usize,
     /// Numbering of this process's contenders starts here.
     pub first_contender: usize,
+    /// This process's number, from 0.
+    pub process: usize,
     pub hold: Duration,
     pub duration: Duration,
     /// When all processes start contending, in µs since the Unix epoch.
     pub start_us: u64,
     /// UDP address this process hears other processes' acquisitions on.
     pub listen: Option<SocketAddr>,
-    /// UDP address of the other process.
-    pub peer: Option<SocketAddr>,
+    /// UDP addresses of the other processes.
+    pub peers: Vec<SocketAddr>,
 }
 
 /// One acquisition, in µs since the Unix epoch (comparable across processes).
 #[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Acquisition {
     pub contender: usize,
+    /// The process it ran in.
+    pub process: usize,
     /// Whether it held the lock shared (a reader, a permit).
     pub shared: bool,
     /// When the contender started to want the lock.
@@ -76,12 +80,12 @@ pub fn instant_at(unix_us: u64) -> Instant {
     }
 }
 
-/// Counts acquisitions by anybody, in this process and (over UDP) the other one, so that in
+/// Counts acquisitions by anybody, in this process and (over UDP) the other ones, so that in
 /// the handoff variant a contender can wait until someone else has had the lock.
 struct Acquisitions {
     count: AtomicU64,
     changed: Notify,
-    socket: Option<(UdpSocket, SocketAddr)>,
+    socket: Option<(UdpSocket, Vec<SocketAddr>)>,
 }
 
 impl Acquisitions {
@@ -89,8 +93,10 @@ impl Acquisitions {
     fn record(&self) -> u64 {
         let count = self.count.fetch_add(1, Ordering::SeqCst) + 1;
         self.changed.notify_waiters();
-        if let Some((socket, peer)) = &self.socket {
-            socket.try_send_to(&[1], *peer).ok();
+        if let Some((socket, peers)) = &self.socket {
+            for peer in peers {
+                socket.try_send_to(&[1], *peer).ok();
+            }
         }
         count
     }
@@ -106,7 +112,7 @@ impl Acquisitions {
         }
     }
 
-    /// Counts the other process's acquisitions as they are announced.
+    /// Counts the other processes' acquisitions as they are announced.
     async fn hear_peer(self: Arc<Self>) {
         let Some((socket, _)) = &self.socket else {
             return;
@@ -121,12 +127,12 @@ impl Acquisitions {
 
 /// Runs this process's contenders and returns what they measured.
 pub async fn run(plan: Plan) -> Measured {
-    let socket = match (plan.listen, plan.peer) {
-        (Some(listen), Some(peer)) => Some((
+    let socket = match plan.listen {
+        Some(listen) => Some((
             UdpSocket::bind(listen).await.expect("a free UDP port"),
-            peer,
+            plan.peers.clone(),
         )),
-        _ => None,
+        None => None,
     };
     let acquisitions = Arc::new(Acquisitions {
         count: AtomicU64::new(0),
@@ -150,6 +156,7 @@ pub async fn run(plan: Plan) -> Measured {
                 Arc::clone(&calls),
             );
             let (contender, hold, handoff) = (plan.first_contender + i, plan.hold, plan.handoff);
+            let process = plan.process;
             let taking = plan.shape.taken_by(contender);
             let key = plan.key.clone();
             tokio::spawn(async move {
@@ -190,6 +197,7 @@ pub async fn run(plan: Plan) -> Measured {
                     if acquired_us < end_us {
                         records.push(Acquisition {
                             contender,
+                            process,
                             shared: taking.is_shared(),
                             want_us,
                             acquired_us,

@@ -35,8 +35,12 @@ const NAIVE_SLEEP: Duration = Duration::from_millis(100);
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum Impl {
-    /// tower-lock's `Locker::with_lock`, waiting woken by release announcements.
+    /// tower-lock's `Locker::with_lock`, waiting woken by release announcements; every
+    /// release goes to the store (`max_local_run(1)`).
     TowerLockNotified,
+    /// tower-lock's defaults: notified, and a lock released while another task of the process
+    /// waits handed straight to it, up to 8 holds in a row (cohort handoff).
+    TowerLockCohort,
     /// tower-lock's `Locker::with_lock`, waiting by polling with backoff.
     TowerLockPolling,
     /// tower-lock's `Locker::with_lock` in fair (FIFO) mode.
@@ -48,24 +52,36 @@ pub enum Impl {
     SeedNaive,
     /// The rslock crate: `lock()` again whenever it gives up, `unlock()` after.
     Rslock,
-    /// tower-lock on PostgreSQL, waiting woken by `LISTEN/NOTIFY`.
+    /// tower-lock on PostgreSQL, waiting woken by `LISTEN/NOTIFY`; every release goes to the
+    /// store.
     PostgresNotified,
+    /// tower-lock on PostgreSQL with its defaults: notified, with cohort handoff.
+    PostgresCohort,
     /// tower-lock on PostgreSQL, waiting by polling with backoff.
     PostgresPolling,
     /// tower-lock on PostgreSQL in fair (FIFO) mode.
     PostgresFair,
-    /// tower-lock on MySQL/MariaDB, waiting in line: one waiter per process polls.
+    /// tower-lock on MySQL/MariaDB, waiting in line: one waiter per process polls; every
+    /// release goes to the store.
     MysqlInLine,
+    /// tower-lock on MySQL/MariaDB with its defaults: in line, with cohort handoff.
+    MysqlCohort,
     /// tower-lock on MySQL/MariaDB, every waiter polling with backoff.
     MysqlPolling,
-    /// tower-lock on etcd, each process's head of line watching its predecessor's key.
+    /// tower-lock on etcd, each process's head of line watching its predecessor's key; every
+    /// release goes to the store.
     EtcdNotified,
+    /// tower-lock on etcd with its defaults: notified, with cohort handoff.
+    EtcdCohort,
     /// tower-lock on etcd, every waiter polling with backoff.
     EtcdPolling,
     /// tower-lock on etcd in fair (FIFO) mode: every waiter's key in line.
     EtcdFair,
-    /// tower-lock on ZooKeeper, each process's head of line watching its predecessor's node.
+    /// tower-lock on ZooKeeper, each process's head of line watching its predecessor's node;
+    /// every release goes to the store.
     ZookeeperNotified,
+    /// tower-lock on ZooKeeper with its defaults: notified, with cohort handoff.
+    ZookeeperCohort,
     /// tower-lock on ZooKeeper, every waiter polling with backoff.
     ZookeeperPolling,
     /// tower-lock on ZooKeeper in fair (FIFO) mode: every waiter's node in line.
@@ -73,8 +89,9 @@ pub enum Impl {
 }
 
 impl Impl {
-    pub const HOT_KEY: [Impl; 6] = [
+    pub const HOT_KEY: [Impl; 7] = [
         Impl::TowerLockNotified,
+        Impl::TowerLockCohort,
         Impl::TowerLockPolling,
         Impl::TowerLockFair,
         Impl::Memory,
@@ -82,28 +99,32 @@ impl Impl {
         Impl::Rslock,
     ];
 
-    pub const POSTGRES_HOT_KEY: [Impl; 4] = [
+    pub const POSTGRES_HOT_KEY: [Impl; 5] = [
         Impl::PostgresNotified,
+        Impl::PostgresCohort,
         Impl::PostgresPolling,
         Impl::PostgresFair,
         Impl::TowerLockNotified,
     ];
 
-    pub const MYSQL_HOT_KEY: [Impl; 3] = [
+    pub const MYSQL_HOT_KEY: [Impl; 4] = [
         Impl::MysqlInLine,
+        Impl::MysqlCohort,
         Impl::MysqlPolling,
         Impl::TowerLockNotified,
     ];
 
-    pub const ETCD_HOT_KEY: [Impl; 4] = [
+    pub const ETCD_HOT_KEY: [Impl; 5] = [
         Impl::EtcdNotified,
+        Impl::EtcdCohort,
         Impl::EtcdFair,
         Impl::EtcdPolling,
         Impl::TowerLockNotified,
     ];
 
-    pub const ZOOKEEPER_HOT_KEY: [Impl; 4] = [
+    pub const ZOOKEEPER_HOT_KEY: [Impl; 5] = [
         Impl::ZookeeperNotified,
+        Impl::ZookeeperCohort,
         Impl::ZookeeperFair,
         Impl::ZookeeperPolling,
         Impl::TowerLockNotified,
@@ -112,20 +133,25 @@ impl Impl {
     pub fn name(self) -> &'static str {
         match self {
             Impl::TowerLockNotified => "tower-lock-notified",
+            Impl::TowerLockCohort => "tower-lock-cohort",
             Impl::TowerLockPolling => "tower-lock-polling",
             Impl::TowerLockFair => "tower-lock-fair",
             Impl::Memory => "memory",
             Impl::SeedNaive => "seed-naive",
             Impl::Rslock => "rslock",
             Impl::PostgresNotified => "postgres-notified",
+            Impl::PostgresCohort => "postgres-cohort",
             Impl::PostgresPolling => "postgres-polling",
             Impl::PostgresFair => "postgres-fair",
             Impl::MysqlInLine => "mysql-in-line",
+            Impl::MysqlCohort => "mysql-cohort",
             Impl::MysqlPolling => "mysql-polling",
             Impl::EtcdNotified => "etcd-notified",
+            Impl::EtcdCohort => "etcd-cohort",
             Impl::EtcdPolling => "etcd-polling",
             Impl::EtcdFair => "etcd-fair",
             Impl::ZookeeperNotified => "zookeeper-notified",
+            Impl::ZookeeperCohort => "zookeeper-cohort",
             Impl::ZookeeperPolling => "zookeeper-polling",
             Impl::ZookeeperFair => "zookeeper-fair",
         }
@@ -138,14 +164,18 @@ impl Impl {
             self,
             Impl::Memory
                 | Impl::PostgresNotified
+                | Impl::PostgresCohort
                 | Impl::PostgresPolling
                 | Impl::PostgresFair
                 | Impl::MysqlInLine
+                | Impl::MysqlCohort
                 | Impl::MysqlPolling
                 | Impl::EtcdNotified
+                | Impl::EtcdCohort
                 | Impl::EtcdPolling
                 | Impl::EtcdFair
                 | Impl::ZookeeperNotified
+                | Impl::ZookeeperCohort
                 | Impl::ZookeeperPolling
                 | Impl::ZookeeperFair
         )
@@ -157,9 +187,11 @@ impl Impl {
         matches!(
             self,
             Impl::EtcdNotified
+                | Impl::EtcdCohort
                 | Impl::EtcdPolling
                 | Impl::EtcdFair
                 | Impl::ZookeeperNotified
+                | Impl::ZookeeperCohort
                 | Impl::ZookeeperPolling
                 | Impl::ZookeeperFair
         )
@@ -294,7 +326,8 @@ pub enum Contender {
     },
 }
 
-/// The waiting `which` asks for, on `locker`.
+/// The waiting `which` asks for, on `locker`: every release in the store, but for the cohort
+/// rows and memory (which keep the default run of holds handed on in the process).
 fn waiting<B: LockBackend>(which: Impl, locker: LockerBuilder<B>) -> Locker<B> {
     let locker = locker.ttl(TTL);
     let locker = match which {
@@ -302,11 +335,17 @@ fn waiting<B: LockBackend>(which: Impl, locker: LockerBuilder<B>) -> Locker<B> {
         | Impl::PostgresPolling
         | Impl::MysqlPolling
         | Impl::EtcdPolling
-        | Impl::ZookeeperPolling => locker.wait_polling(WAIT),
+        | Impl::ZookeeperPolling => locker.wait_polling(WAIT).max_local_run(1),
         Impl::TowerLockFair | Impl::PostgresFair | Impl::EtcdFair | Impl::ZookeeperFair => {
             locker.wait(WAIT).fair(Duration::from_secs(3))
         }
-        _ => locker.wait(WAIT),
+        Impl::TowerLockCohort
+        | Impl::PostgresCohort
+        | Impl::MysqlCohort
+        | Impl::EtcdCohort
+        | Impl::ZookeeperCohort
+        | Impl::Memory => locker.wait(WAIT),
+        _ => locker.wait(WAIT).max_local_run(1),
     };
     locker.build().expect("valid settings")
 }
@@ -315,7 +354,10 @@ impl Contender {
     /// Connects `which` to the Redis at `url`.
     pub async fn connect(which: Impl, url: &str) -> Self {
         match which {
-            Impl::TowerLockNotified | Impl::TowerLockPolling | Impl::TowerLockFair => {
+            Impl::TowerLockNotified
+            | Impl::TowerLockCohort
+            | Impl::TowerLockPolling
+            | Impl::TowerLockFair => {
                 let backend = CountingBackend::new(
                     RedisBackend::connect(url).await.expect("Redis reachable"),
                 );
@@ -329,21 +371,24 @@ impl Contender {
                     Locker::builder(CountingBackend::new(MemoryBackend::new())),
                 ),
             },
-            Impl::PostgresNotified | Impl::PostgresPolling | Impl::PostgresFair => {
+            Impl::PostgresNotified
+            | Impl::PostgresCohort
+            | Impl::PostgresPolling
+            | Impl::PostgresFair => {
                 let backend = PostgresBackend::connect(url).await;
                 let backend = CountingBackend::new(backend.expect("PostgreSQL reachable"));
                 Contender::Postgres {
                     locker: waiting(which, Locker::builder(backend)),
                 }
             }
-            Impl::MysqlInLine | Impl::MysqlPolling => {
+            Impl::MysqlInLine | Impl::MysqlCohort | Impl::MysqlPolling => {
                 let backend = MysqlBackend::connect(url).await;
                 let backend = CountingBackend::new(backend.expect("MySQL reachable"));
                 Contender::Mysql {
                     locker: waiting(which, Locker::builder(backend)),
                 }
             }
-            Impl::EtcdNotified | Impl::EtcdPolling | Impl::EtcdFair => {
+            Impl::EtcdNotified | Impl::EtcdCohort | Impl::EtcdPolling | Impl::EtcdFair => {
                 let backend = EtcdBackend::connect_with(
                     [url],
                     tower_lock::backend::etcd::EtcdSettings::default().session_ttl(SESSION),
@@ -354,7 +399,10 @@ impl Contender {
                     locker: waiting(which, Locker::builder(backend)),
                 }
             }
-            Impl::ZookeeperNotified | Impl::ZookeeperPolling | Impl::ZookeeperFair => {
+            Impl::ZookeeperNotified
+            | Impl::ZookeeperCohort
+            | Impl::ZookeeperPolling
+            | Impl::ZookeeperFair => {
                 let settings = ZookeeperSettings::default().session_timeout(SESSION);
                 let backend = ZookeeperBackend::connect_with(url, settings).await;
                 let backend = CountingBackend::new(backend.expect("ZooKeeper reachable"));

@@ -79,15 +79,18 @@ struct Args {
     /// median (the host's noise spreads single runs by ±10 % and more).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
-    /// Split the contenders over this many processes (1 or 2).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    /// Split the contenders over this many processes (1 to 16).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=16))]
     processes: u8,
     /// Implementations to compare (repeatable); default: all of the scenario's. Hot key:
-    /// tower-lock-notified, tower-lock-polling, tower-lock-fair, seed-naive, rslock (on
-    /// PostgreSQL: postgres-notified, postgres-polling, postgres-fair, tower-lock-notified; on
-    /// MySQL: mysql-in-line, mysql-polling, tower-lock-notified; on etcd: etcd-notified,
+    /// tower-lock-notified, tower-lock-cohort, tower-lock-polling, tower-lock-fair, memory,
+    /// seed-naive, rslock (on PostgreSQL: postgres-notified, postgres-cohort,
+    /// postgres-polling, postgres-fair, tower-lock-notified; on MySQL: mysql-in-line,
+    /// mysql-cohort, mysql-polling, tower-lock-notified; on etcd: etcd-notified, etcd-cohort,
     /// etcd-fair, etcd-polling, tower-lock-notified; on ZooKeeper: zookeeper-notified,
-    /// zookeeper-fair, zookeeper-polling, tower-lock-notified). Distinct keys: raw-scripts,
+    /// zookeeper-cohort, zookeeper-fair, zookeeper-polling, tower-lock-notified). The
+    /// `-cohort` rows keep tower-lock's default run of 8 holds handed on within a process; the
+    /// others release every lock in the store. Distinct keys: raw-scripts,
     /// seed-minimal, tower-lock, tower-lock-nofence, tower-lock-engine, tower-lock-service,
     /// rslock (on PostgreSQL: postgres-raw, postgres-backend, postgres-engine,
     /// pg-advisory-lock, pg-advisory-engine, redis-engine; on MySQL: mysql-raw, mysql-backend,
@@ -644,7 +647,11 @@ async fn hot_key_once(
     };
     let start_us = now_us() + if processes == 1 { 300_000 } else { 2_000_000 };
     let key = format!("hot:{}:{concurrency}:{hold_ms}:{start_us}", which.name());
-    let plan = |index: usize, listen: Option<SocketAddr>, peer: Option<SocketAddr>| Plan {
+    let ports: Vec<SocketAddr> = match processes {
+        1 => Vec::new(),
+        _ => (0..processes).map(|_| free_udp_port()).collect(),
+    };
+    let plan = |index: usize| Plan {
         which,
         url: url.to_owned(),
         key: key.clone(),
@@ -652,20 +659,20 @@ async fn hot_key_once(
         shape: args.shape,
         contenders: concurrency / processes + usize::from(index < concurrency % processes),
         first_contender: index * (concurrency / processes) + index.min(concurrency % processes),
+        process: index,
         hold: Duration::from_millis(hold_ms),
         duration,
         start_us,
-        listen,
-        peer,
+        listen: ports.get(index).copied(),
+        peers: (ports.iter().enumerate())
+            .filter(|&(other, _)| other != index)
+            .map(|(_, &port)| port)
+            .collect(),
     };
     let measured = if processes == 1 {
-        hot_key::run(plan(0, None, None)).await
+        hot_key::run(plan(0)).await
     } else {
-        let ports = [free_udp_port(), free_udp_port()];
-        let plans = [
-            plan(0, Some(ports[0]), Some(ports[1])),
-            plan(1, Some(ports[1]), Some(ports[0])),
-        ];
+        let plans: Vec<Plan> = (0..processes).map(plan).collect();
         let workers: Vec<_> = plans.iter().map(spawn_worker).collect();
         let mut merged = Measured::default();
         for worker in workers {
@@ -687,7 +694,7 @@ async fn hot_key_once(
         _ if which.counts_round_trips() => measured.round_trips,
         _ => redis_stats::client_issued_by_rslock(&before, &after),
     };
-    let figures = hot_key_figures(measured.acquisitions, concurrency, duration);
+    let figures = hot_key_figures(measured.acquisitions, (concurrency, processes), duration);
     let (wait_p50_ms, wait_p99_ms, wait_max_ms) = HotKeySummary::wait_ms(&figures);
     let (shared_wait_p99_ms, exclusive_wait_p99_ms) = HotKeySummary::wait_p99_by_hold_ms(&figures);
     HotKeySummary {
@@ -700,6 +707,8 @@ async fn hot_key_once(
         acquisitions_per_s: figures.acquisitions_per_s,
         utilization: figures.utilization,
         jain: figures.jain,
+        process_jain: figures.process_jain,
+        max_local_run: figures.max_local_run,
         wait_p50_ms,
         wait_p99_ms,
         wait_max_ms,

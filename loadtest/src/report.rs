@@ -19,6 +19,10 @@ pub struct HotKeySummary {
     pub acquisitions_per_s: f64,
     pub utilization: f64,
     pub jain: f64,
+    /// Jain's index over the processes' acquisitions (1.0 in one process).
+    pub process_jain: f64,
+    /// The longest run of consecutive acquisitions inside one process.
+    pub max_local_run: usize,
     pub wait_p50_ms: f64,
     pub wait_p99_ms: f64,
     pub wait_max_ms: f64,
@@ -56,6 +60,8 @@ pub struct HotKeyFigures {
     pub acquisitions_per_s: f64,
     pub utilization: f64,
     pub jain: f64,
+    pub process_jain: f64,
+    pub max_local_run: usize,
     pub wait_us: Vec<u64>,
     /// `wait_us` of the shared holds alone, and of the exclusive ones.
     pub shared_wait_us: Vec<u64>,
@@ -63,15 +69,20 @@ pub struct HotKeyFigures {
     pub handoff_us: Vec<u64>,
 }
 
+/// The figures of `acquisitions` by `contenders` in `processes`, over a run of `duration`.
 pub fn hot_key_figures(
     mut acquisitions: Vec<Acquisition>,
-    contenders: usize,
+    (contenders, processes): (usize, usize),
     duration: Duration,
 ) -> HotKeyFigures {
     let seconds = duration.as_secs_f64();
     let mut per_contender: HashMap<usize, u64> = (0..contenders).map(|c| (c, 0)).collect();
+    let mut per_process = vec![0; processes];
     for acquisition in &acquisitions {
         *per_contender.entry(acquisition.contender).or_default() += 1;
+        if let Some(count) = per_process.get_mut(acquisition.process) {
+            *count += 1;
+        }
     }
     let counts: Vec<u64> = per_contender.into_values().collect();
     let held_us: u64 = acquisitions
@@ -90,6 +101,11 @@ pub fn hot_key_figures(
     let (wait_us, shared_wait_us, exclusive_wait_us) =
         (waits(None), waits(Some(true)), waits(Some(false)));
     acquisitions.sort_unstable_by_key(|a| a.acquired_us);
+    let max_local_run = acquisitions
+        .chunk_by(|a, b| a.process == b.process)
+        .map(<[Acquisition]>::len)
+        .max()
+        .unwrap_or(0);
     let mut handoff_us: Vec<u64> = acquisitions
         .windows(2)
         .map(|pair| pair[1].acquired_us.saturating_sub(pair[0].hold_end_us))
@@ -99,6 +115,8 @@ pub fn hot_key_figures(
         acquisitions_per_s: acquisitions.len() as f64 / seconds,
         utilization: held_us as f64 / 1e6 / seconds,
         jain: jain(&counts),
+        process_jain: jain(&per_process),
+        max_local_run,
         wait_us,
         shared_wait_us,
         exclusive_wait_us,
@@ -138,7 +156,7 @@ impl HotKeySummary {
 /// Prints the hot-key table.
 pub fn print_hot_key_table(rows: &[HotKeySummary]) {
     println!(
-        "{:<20} {:<11} {:>7} {:>4} {:>4} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
+        "{:<20} {:<11} {:>7} {:>4} {:>4} {:>9} {:>6} {:>6} {:>6} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
         "impl",
         "shape",
         "variant",
@@ -147,6 +165,8 @@ pub fn print_hot_key_table(rows: &[HotKeySummary]) {
         "acq/s",
         "util",
         "jain",
+        "p-jain",
+        "run",
         "wait p50",
         "wait p99",
         "wait max",
@@ -158,8 +178,8 @@ pub fn print_hot_key_table(rows: &[HotKeySummary]) {
         "cmd/acq"
     );
     println!(
-        "{:<20} {:<11} {:>7} {:>4} {:>4} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
-        "", "", "", "", "ms", "", "", "", "ms", "ms", "ms", "ms", "ms", "µs", "µs", "", ""
+        "{:<20} {:<11} {:>7} {:>4} {:>4} {:>9} {:>6} {:>6} {:>6} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
+        "", "", "", "", "ms", "", "", "", "", "", "ms", "ms", "ms", "ms", "ms", "µs", "µs", "", ""
     );
     let or_dash = |ms: f64| {
         if ms.is_nan() {
@@ -170,7 +190,7 @@ pub fn print_hot_key_table(rows: &[HotKeySummary]) {
     };
     for row in rows {
         println!(
-            "{:<20} {:<11} {:>7} {:>4} {:>4} {:>9.1} {:>6.3} {:>6.3} {:>9.2} {:>9.2} {:>9.2} {:>9} {:>9} {:>9.0} {:>9.0} {:>7} {:>7}",
+            "{:<20} {:<11} {:>7} {:>4} {:>4} {:>9.1} {:>6.3} {:>6.3} {:>6.3} {:>5} {:>9.2} {:>9.2} {:>9.2} {:>9} {:>9} {:>9.0} {:>9.0} {:>7} {:>7}",
             row.which,
             row.shape,
             if row.handoff { "handoff" } else { "default" },
@@ -179,6 +199,8 @@ pub fn print_hot_key_table(rows: &[HotKeySummary]) {
             row.acquisitions_per_s,
             row.utilization,
             row.jain,
+            row.process_jain,
+            row.max_local_run,
             row.wait_p50_ms,
             row.wait_p99_ms,
             row.wait_max_ms,
@@ -216,6 +238,7 @@ mod tests {
         let acquisitions = vec![
             Acquisition {
                 contender: 0,
+                process: 0,
                 shared: false,
                 want_us: 0,
                 acquired_us: 0,
@@ -223,18 +246,21 @@ mod tests {
             },
             Acquisition {
                 contender: 1,
+                process: 1,
                 shared: true,
                 want_us: 0,
                 acquired_us: 500_000,
                 hold_end_us: 900_000,
             },
         ];
-        let figures = hot_key_figures(acquisitions, 2, Duration::from_secs(1));
+        let figures = hot_key_figures(acquisitions, (2, 2), Duration::from_secs(1));
         assert!((figures.utilization - 0.8).abs() < 1e-9);
         assert_eq!(figures.handoff_us, [100_000]);
         assert_eq!(figures.wait_us, [0, 500_000]);
         assert_eq!(figures.shared_wait_us, [500_000]);
         assert_eq!(figures.exclusive_wait_us, [0]);
         assert!((figures.jain - 1.0).abs() < 1e-9);
+        assert!((figures.process_jain - 1.0).abs() < 1e-9);
+        assert_eq!(figures.max_local_run, 1);
     }
 }

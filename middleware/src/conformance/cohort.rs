@@ -36,7 +36,10 @@ pub async fn exclusion_holds_with_locks_handed_on_in_three_processes<S: Store>(s
         done.expect("every task gets the lock within the wait");
     }
     assert_eq!(inside.most(), 1, "two tasks held the key at once");
-    assert!(probe.most() > 1, "the probe saw no overlap without the lock");
+    assert!(
+        probe.most() > 1,
+        "the probe saw no overlap without the lock"
+    );
 }
 
 /// Two processes with 16 tasks each take one key over and over: every hold's fence is above
@@ -46,7 +49,10 @@ pub async fn fences_increase_across_local_and_store_handoffs<S: Store>(store: &S
     if !store.fences() {
         return;
     }
-    let lockers = processes(store, 2, |builder| builder.wait(LONG).ttl(LONG).max_local_run(4)).await;
+    let lockers = processes(store, 2, |builder| {
+        builder.wait(LONG).ttl(LONG).max_local_run(4)
+    })
+    .await;
     let holds: Arc<Mutex<Vec<(usize, FencingToken)>>> = Arc::default();
     let mut tasks = Vec::new();
     for task in 0..32 {
@@ -70,10 +76,16 @@ pub async fn fences_increase_across_local_and_store_handoffs<S: Store>(store: &S
     for pair in holds.windows(2) {
         assert!(pair[0].1 < pair[1].1, "fences out of order: {pair:?}");
     }
-    let switches = holds.windows(2).filter(|pair| pair[0].0 != pair[1].0).count();
+    let switches = holds
+        .windows(2)
+        .filter(|pair| pair[0].0 != pair[1].0)
+        .count();
     let runs_within = holds.len() - 1 - switches;
     assert!(switches > 0, "the lock never went to the other process");
-    assert!(runs_within > 0, "the lock was never handed on within a process");
+    assert!(
+        runs_within > 0,
+        "the lock was never handed on within a process"
+    );
 }
 
 /// One process keeps a key busy with 8 tasks, handing it on; a task of another process asks
@@ -97,9 +109,8 @@ pub async fn another_process_waits_at_most_one_run_of_local_holds<S: Store>(stor
 /// How many holds of a busy process (8 tasks, each holding for 5 ms, runs of `max_run`)
 /// started between another process's task asking for the lock and getting it.
 async fn holds_before_the_other_process<S: Store>(store: &S, max_run: u32) -> usize {
-    let settings = move |builder: LockerBuilder<_>| {
-        builder.wait(LONG).ttl(LONG).max_local_run(max_run)
-    };
+    let settings =
+        move |builder: LockerBuilder<_>| builder.wait(LONG).ttl(LONG).max_local_run(max_run);
     let (busy, other) = (store.backend().await, store.backend().await);
     let (busy, other) = (locker(busy, settings), locker(other, settings));
     let started = Arc::new(Mutex::new(Vec::<Instant>::new()));
@@ -126,7 +137,10 @@ async fn holds_before_the_other_process<S: Store>(store: &S, max_run: u32) -> us
     }
     sleep(Duration::from_millis(30)).await;
     let asked = Instant::now();
-    let held = other.lock("k").await.expect("the other process gets the lock");
+    let held = other
+        .lock("k")
+        .await
+        .expect("the other process gets the lock");
     let got = Instant::now();
     stop.notify_waiters();
     held.release().await.ok();
@@ -155,7 +169,10 @@ pub async fn a_handed_lease_ends_when_the_runs_lease_ends<S: Store>(store: &S) {
     first.release().await.expect("released");
     let next = next.await.expect("the next task finished");
     let next = next.expect("the lock is handed on");
-    assert!(next.is_held(), "the next holder holds the lock after the handoff");
+    assert!(
+        next.is_held(),
+        "the next holder holds the lock after the handoff"
+    );
 
     next.lost().await;
     let lost_after = taken.elapsed();
@@ -169,6 +186,33 @@ pub async fn a_handed_lease_ends_when_the_runs_lease_ends<S: Store>(store: &S) {
         assert!(free, "the store frees the lock after the run's lease");
     }
     drop(next);
+}
+
+/// A holder that outlives its unrenewed lease does not hold back the other tasks of its
+/// process: once the lease lapsed, the next one takes the lock from the store (as another
+/// process would) before the stale holder is done, with a larger fence.
+pub async fn a_lapsed_holder_does_not_hold_back_its_processes_waiters<S: Store>(store: &S) {
+    let unrenewed = |builder: LockerBuilder<_>| builder.wait(LONG).ttl(SHORT).renew(false);
+    let process = locker(store.backend().await, unrenewed);
+    let stale = process.lock("k").await.expect("free");
+    let next_task = process.clone();
+    let next = tokio::spawn(async move { next_task.lock("k").await });
+    sleep(SHORT * 2).await;
+    assert!(
+        next.is_finished(),
+        "the next task still waits for the holder whose lease lapsed"
+    );
+    let next = next
+        .await
+        .expect("the next task finished")
+        .expect("it took the lock");
+    if let (Some(stale), Some(next)) = (stale.fence(), next.fence()) {
+        assert!(
+            stale < next,
+            "the next holder's fence {next} is above {stale}"
+        );
+    }
+    drop((stale, next));
 }
 
 /// Four tasks hand one key on for about four lease TTLs: renewal carries over from holder to
@@ -205,7 +249,10 @@ pub async fn a_run_of_local_holds_keeps_renewing_its_lease<S: Store>(store: &S) 
         let holds = task.await.expect("a task panicked");
         assert!(holds.expect("every hold ends held") > 0);
     }
-    assert!(!outsider_got_in, "another process got the lock during the run");
+    assert!(
+        !outsider_got_in,
+        "another process got the lock during the run"
+    );
 }
 
 /// `count` lockers on the store, each as another process, built with `settings`.

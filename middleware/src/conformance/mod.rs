@@ -115,6 +115,7 @@ macro_rules! __conformance_cases {
             release_and_extend_act_only_for_the_owner,
             a_lease_expires_after_its_ttl,
             a_lost_announcement_costs_at_most_the_holders_lease,
+            a_lapsed_holder_does_not_hold_back_its_processes_waiters,
         );
     };
     (read_write, $store:ty) => {

@@ -93,8 +93,7 @@ pub async fn a_queued_waiter_that_gives_up_leaves_the_line<S: Store>(store: &S) 
 /// process's waiters while another process's waiter is in line.
 pub async fn notified_processes_take_turns<S: Store>(store: &S) {
     let (a, b) = two_processes(store).await;
-    let notified =
-        |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG).max_local_run(1);
+    let notified = |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG).max_local_run(1);
     let lockers = [locker(a, notified), locker(b, notified)];
 
     let apart = Duration::from_millis(10);

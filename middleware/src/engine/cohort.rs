@@ -3,10 +3,12 @@
 //! round trip — up to the locker's `max_local_run` holds in a row; then it is released in the
 //! store, so that other processes' waiters get their turn.
 //!
-//! Per lock name, a [`Line`]: the run of holds of this locker (its store grant's fence and how
-//! many holds it has had), whether one of its tasks is asking the store, and the tasks waiting
-//! here. One task per name asks the store at a time (the contender); the others wait for the
-//! lock to be handed to them, or for their turn to ask.
+//! Per lock name, a [`Line`]: the run of holds of this locker (its store grant's fence, how
+//! many holds it has had, until when its lease is known to run), whether one of its tasks is
+//! asking the store, and the tasks waiting here. One task per name asks the store at a time
+//! (the contender); the others wait for the lock to be handed to them, or for their turn to
+//! ask. A run whose lease lapsed (its holder stalled past it, unrenewed) no longer holds its
+//! waiters back: the first of them ends it and asks the store, as another process would.
 //!
 //! Fences: a run's holds are numbered from 0, and a hold's fence is the store's fence times
 //! 256 plus its number ([`compose`]), so they increase strictly within a run, and every hold of
@@ -58,10 +60,18 @@ struct Line<L> {
 /// A run of holds that started with one store grant.
 #[derive(Clone, Copy, Debug)]
 struct Run {
+    id: RunId,
     store_fence: Option<FencingToken>,
     /// Holds so far, the current one included.
     holds: u32,
+    /// Until when its lease certainly runs, as last confirmed.
+    lease_ends: Instant,
 }
+
+/// Which run a hold belongs to: a holder whose run was ended (its lease lapsed) cannot hand
+/// on or end the run after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RunId(u64);
 
 #[derive(Debug)]
 struct Waiter<L> {
@@ -78,11 +88,12 @@ pub(crate) enum Turn<L> {
     Ask,
 }
 
-/// A held lock passed from one task to the next: the store's leases of the run, the fence of
-/// the new hold, and the lease as its last holder knew it (the new holder renews it from
-/// there).
+/// A held lock passed from one task to the next: its run, the store's leases of the run, the
+/// fence of the new hold, and the lease as its last holder knew it (the new holder renews it
+/// from there).
 #[derive(Debug)]
 pub(crate) struct Baton<L> {
+    pub(crate) run: RunId,
     pub(crate) leases: Arc<Vec<L>>,
     pub(crate) fence: Option<FencingToken>,
     pub(crate) renewed_at: Instant,
@@ -102,6 +113,11 @@ impl<L> Default for Line<L> {
 impl<L> Line<L> {
     fn is_idle(&self) -> bool {
         self.run.is_none() && !self.contending && self.waiters.is_empty()
+    }
+
+    /// The current run, if it is `id`.
+    fn run(&mut self, id: RunId) -> Option<&mut Run> {
+        self.run.as_mut().filter(|run| run.id == id)
     }
 
     /// Tells the first waiter still there to ask the store, unless a task holds the lock or
@@ -149,6 +165,10 @@ impl<L> Cohorts<L> {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// A task asks for lock `name`: it contends in the store, or waits here. A lock handed to
     /// it after it left goes to `give_back`.
     pub(crate) fn enter<'a>(&'a self, name: &'a str, give_back: GiveBack<L>) -> Entry<'a, L> {
@@ -161,7 +181,7 @@ impl<L> Cohorts<L> {
                 name,
             });
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = self.next_id();
         let (turn, told) = oneshot::channel();
         line.waiters.push_back(Waiter { id, turn });
         Entry::Wait(Waiting {
@@ -173,21 +193,27 @@ impl<L> Cohorts<L> {
         })
     }
 
-    /// Hands `baton` (without its fence yet) to the next waiter of `name`'s line, unless the
-    /// run has had its holds or nobody waits: then it is given back.
+    /// Hands `baton` (with its run and lease; its fence is set here) to the next waiter of
+    /// `name`'s line, unless the run has had its holds or was ended, or nobody waits: then it
+    /// is given back.
     pub(crate) fn hand_on(&self, name: &str, mut baton: Baton<L>) -> Result<(), Baton<L>> {
         let mut lines = self.lines();
         let Some(line) = lines.get_mut(name) else {
             return Err(baton);
         };
-        let Some(run) = line.run.as_mut().filter(|run| run.holds < self.max_run) else {
+        let max_run = self.max_run;
+        let Some(run) = line.run(baton.run).filter(|run| run.holds < max_run) else {
             return Err(baton);
         };
         baton.fence = compose(run.store_fence, run.holds);
+        run.lease_ends = baton.deadline;
+        let run = *run;
         while let Some(waiter) = line.waiters.pop_front() {
             match waiter.turn.send(Turn::Handed(baton)) {
                 Ok(()) => {
-                    run.holds += 1;
+                    if let Some(current) = line.run(run.id) {
+                        current.holds += 1;
+                    }
                     return Ok(());
                 }
                 Err(Turn::Handed(back)) => baton = back,
@@ -197,13 +223,23 @@ impl<L> Cohorts<L> {
         Err(baton)
     }
 
-    /// The run of `name` ends: its last holder releases the lock in the store. The first
-    /// waiter asks the store next.
-    pub(crate) fn end_run(&self, name: &str) {
+    /// A holder of run `id` renewed its lease, now certain until `lease_ends`.
+    pub(crate) fn renewed(&self, name: &str, id: RunId, lease_ends: Instant) {
+        if let Some(run) = self.lines().get_mut(name).and_then(|line| line.run(id)) {
+            run.lease_ends = lease_ends;
+        }
+    }
+
+    /// Run `id` of `name` ends: its last holder releases the lock in the store. The first
+    /// waiter asks the store next. A run ended already (its lease lapsed) is left alone.
+    pub(crate) fn end_run(&self, name: &str, id: RunId) {
         let mut lines = self.lines();
         let Some(line) = lines.get_mut(name) else {
             return;
         };
+        if line.run(id).is_none() {
+            return;
+        }
         line.run = None;
         line.call_contender();
         if line.is_idle() {
@@ -221,18 +257,23 @@ pub(crate) struct Contender<'a, L> {
 }
 
 impl<L> Contender<'_, L> {
-    /// The store granted the lock with `store_fence`: a run starts, this hold its first (its
-    /// fence is [`compose`]d with 0, as every hold's outside a run).
-    pub(crate) fn won(self, store_fence: Option<FencingToken>) {
+    /// The store granted the lock with `store_fence`, its lease certain until `lease_ends`: a
+    /// run starts, this hold its first (its fence is [`compose`]d with 0, as every hold's
+    /// outside a run).
+    pub(crate) fn won(self, store_fence: Option<FencingToken>, lease_ends: Instant) -> RunId {
+        let id = RunId(self.cohorts.next_id());
         let mut lines = self.cohorts.lines();
         let line = lines.entry(self.name.to_owned()).or_default();
         line.contending = false;
         line.run = Some(Run {
+            id,
             store_fence,
             holds: 1,
+            lease_ends,
         });
         drop(lines);
         std::mem::forget(self);
+        id
     }
 }
 
@@ -263,20 +304,70 @@ pub(crate) struct Waiting<'a, L> {
     give_back: Option<GiveBack<L>>,
 }
 
+/// What a waiting task was told: the lock is its own, or it asks the store now.
+#[derive(Debug)]
+pub(crate) enum Told<'a, L> {
+    Handed(Baton<L>),
+    Ask(Contender<'a, L>),
+}
+
+/// How a look at a waiter's line turned out.
+enum Look {
+    /// Still waiting; look again at this instant at the latest (the run's lease ends).
+    Waiting(Option<Instant>),
+    /// It left the line to ask the store: the run it waited for had lapsed.
+    Asks,
+    /// It is not in the line any more: its turn was sent.
+    Told,
+}
+
 impl<'a, L> Waiting<'a, L> {
     /// Waits for its turn until `deadline`; `None` when the deadline came first (the task
-    /// has left the line then).
+    /// has left the line then). The lock's run lapsing (its lease ran out unrenewed) is its
+    /// turn to ask the store, when nobody else of this locker asks.
     pub(crate) async fn turn(mut self, deadline: Instant) -> Option<Told<'a, L>> {
-        let told = self.told.as_mut()?;
-        let turn = match timeout_at(deadline, told).await {
-            Ok(Ok(turn)) => Some(turn),
-            // A waiter's sender is only dropped once it sent (or with the line, which keeps
-            // its waiters).
-            Ok(Err(_)) => None,
-            Err(_) => self.leave(),
+        let turn = loop {
+            let wake = match self.look() {
+                Look::Waiting(lease_ends) => lease_ends.map_or(deadline, |ends| ends.min(deadline)),
+                Look::Asks => break Some(Turn::Ask),
+                Look::Told => break self.told.as_mut()?.try_recv().ok(),
+            };
+            let told = self.told.as_mut()?;
+            match timeout_at(wake, told).await {
+                Ok(Ok(turn)) => break Some(turn),
+                // A waiter's sender is only dropped once it sent (or with the line, which keeps
+                // its waiters).
+                Ok(Err(_)) => break None,
+                Err(_) if Instant::now() >= deadline => break self.leave(),
+                Err(_) => {}
+            }
         };
         self.told = None;
         turn.map(|turn| self.told(turn))
+    }
+
+    /// Looks at the line: whether this task still waits (and until when the run it waits for
+    /// is known to hold), or was told its turn, or — the run having lapsed — asks now.
+    fn look(&self) -> Look {
+        let mut lines = self.cohorts.lines();
+        let Some(line) = lines.get_mut(self.name) else {
+            return Look::Told;
+        };
+        let Some(place) = line.waiters.iter().position(|waiter| waiter.id == self.id) else {
+            return Look::Told;
+        };
+        let lease_ends = line.run.map(|run| run.lease_ends);
+        let lapsed = lease_ends.is_some_and(|ends| ends <= Instant::now());
+        if !lapsed {
+            return Look::Waiting(lease_ends);
+        }
+        line.run = None;
+        if line.contending {
+            return Look::Waiting(None);
+        }
+        line.waiters.remove(place);
+        line.contending = true;
+        Look::Asks
     }
 
     /// Leaves the line: the turn told meanwhile, if any.
@@ -308,13 +399,6 @@ impl<'a, L> Waiting<'a, L> {
     }
 }
 
-/// What a waiting task was told: the lock is its own, or it asks the store now.
-#[derive(Debug)]
-pub(crate) enum Told<'a, L> {
-    Handed(Baton<L>),
-    Ask(Contender<'a, L>),
-}
-
 impl<L> Drop for Waiting<'_, L> {
     fn drop(&mut self) {
         if self.told.is_none() {
@@ -325,7 +409,10 @@ impl<L> Drop for Waiting<'_, L> {
             // The contender it was made lets the next waiter ask.
             Some(Turn::Ask) => drop(self.told(Turn::Ask)),
             Some(Turn::Handed(baton)) => {
-                tracing::debug!(lock = self.name, "the waiter of a handed lock left; passing it on");
+                tracing::debug!(
+                    lock = self.name,
+                    "the waiter of a handed lock left; passing it on"
+                );
                 if let Some(give_back) = self.give_back.take() {
                     give_back(baton);
                 }

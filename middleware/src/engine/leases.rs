@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
-use super::cohort::Baton;
+use super::cohort::{Baton, RunId};
 use super::error::LockError;
 use super::guard::LockGuard;
 use super::locker::LockerInner;
 use super::telemetry::StoreOp;
-use crate::backend::{BackendError, LockBackend};
+use crate::backend::{BackendError, LockBackend, lease_deadline};
 use crate::background;
 
 /// A held lock's leases, one per name, counted among the locker's held locks until dropped.
@@ -25,18 +25,18 @@ pub(crate) struct Leases<B: LockBackend> {
     guard: LockGuard,
     /// The store's leases, shared by the holds of a cohort run.
     leases: Arc<Vec<B::Lease>>,
-    /// Held in a cohort run: handed on when released, while the run may go on.
-    in_cohort: bool,
+    /// The cohort run it is held in: handed on when released, while the run may go on.
+    run: Option<RunId>,
     released: AtomicBool,
     taken_at: Instant,
 }
 
 impl<B: LockBackend> Leases<B> {
     /// Takes on the release of `guard`'s lock, whose leases are `leases` (one per name),
-    /// taken at `taken_at`, held in a cohort run if `in_cohort`.
+    /// taken at `taken_at`, held in cohort run `run`, if any.
     pub(crate) fn new(
         locker: Arc<LockerInner<B>>,
-        (guard, leases, in_cohort): (LockGuard, Arc<Vec<B::Lease>>, bool),
+        (guard, leases, run): (LockGuard, Arc<Vec<B::Lease>>, Option<RunId>),
         taken_at: Instant,
     ) -> Self {
         locker.held.fetch_add(1, Ordering::Relaxed);
@@ -45,7 +45,7 @@ impl<B: LockBackend> Leases<B> {
             locker,
             guard,
             leases,
-            in_cohort,
+            run,
             released: AtomicBool::new(false),
             taken_at,
         }
@@ -59,8 +59,21 @@ impl<B: LockBackend> Leases<B> {
         &self.locker
     }
 
-    /// Extends every lease by the locker's TTL: `Ok(true)` while all are still ours.
+    /// Extends every lease by the locker's TTL: `Ok(true)` while all are still ours. The
+    /// lock's cohort run, if any, hears until when its lease runs now.
     pub(crate) async fn extend(&self) -> Result<bool, BackendError> {
+        let sent = Instant::now();
+        let extended = self.extend_all().await;
+        if let (Some(run), Ok(true)) = (self.run, &extended) {
+            let lease_ends = lease_deadline(sent, self.locker.settings.ttl);
+            self.locker
+                .cohorts
+                .renewed(self.guard.name(), run, lease_ends);
+        }
+        extended
+    }
+
+    async fn extend_all(&self) -> Result<bool, BackendError> {
         let (backend, ttl) = (&*self.locker.backend, self.locker.settings.ttl);
         let names = self.guard.names();
         match &self.leases[..] {
@@ -109,11 +122,12 @@ impl<B: LockBackend> Leases<B> {
     /// waiting for it, if its cohort run may go on; else ends the run (the next waiter asks
     /// the store) and the caller releases it.
     fn handed_on(&self, was_held: bool) -> bool {
-        if !self.in_cohort {
+        let Some(run) = self.run else {
             return false;
-        }
+        };
         let (renewed_at, deadline) = self.guard.lease().timing();
         let baton = Baton {
+            run,
             leases: Arc::clone(&self.leases),
             fence: None,
             renewed_at,
@@ -122,7 +136,7 @@ impl<B: LockBackend> Leases<B> {
         if was_held && hand_on(&self.locker, self.guard.name(), baton).is_ok() {
             return true;
         }
-        self.locker.cohorts.end_run(self.guard.name());
+        self.locker.cohorts.end_run(self.guard.name(), run);
         false
     }
 
@@ -230,7 +244,7 @@ pub(crate) fn give_back_baton<B: LockBackend>(
     let Err(baton) = hand_on(locker, name, baton) else {
         return;
     };
-    locker.cohorts.end_run(name);
+    locker.cohorts.end_run(name, baton.run);
     let (backend, store_timeout) = (Arc::clone(&locker.backend), locker.settings.store_timeout);
     let name = name.to_owned();
     background::store_call(

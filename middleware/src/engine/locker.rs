@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use super::acquire::{NotObtained, Obtained, acquire, deadline_after};
 use super::ask::Ask;
-use super::cohort::{self, Baton, Cohorts, Entry, Told};
+use super::cohort::{self, Baton, Cohorts, Entry, RunId, Told};
 use super::error::LockError;
 use super::guard::LockGuard;
 use super::held::{Acquisition, HeldLock, Ran};
@@ -24,7 +24,7 @@ use super::reentry::{self, Reentry};
 use super::settings::{LockerBuilder, Settings};
 use super::telemetry::{Instruments, Meters, Outcome, Shape, Tally};
 use crate::OwnerToken;
-use crate::backend::{FencingToken, LockBackend, Semaphores, SharedLocks};
+use crate::backend::{FencingToken, LockBackend, Semaphores, SharedLocks, lease_deadline};
 use tokio::time::Instant;
 
 /// Takes locks in a backend, under one set of settings: the lock engine, usable from any code —
@@ -85,12 +85,12 @@ pub(crate) struct LockerInner<B: LockBackend> {
 }
 
 /// A lock taken: its leases, one per name (shared by the holds of a cohort run), fences, how
-/// its lease began, and whether it is held in a cohort run.
+/// its lease began, and the cohort run it is held in.
 struct Taken<L> {
     leases: Arc<Vec<L>>,
     fences: Vec<Option<FencingToken>>,
     lease: LeaseStart,
-    in_cohort: bool,
+    run: Option<RunId>,
 }
 
 /// How a lease began.
@@ -98,7 +98,10 @@ enum LeaseStart {
     /// With a store command sent then.
     Sent(Instant),
     /// Handed on by another holder, whose lease it continues.
-    Continued { renewed_at: Instant, deadline: Instant },
+    Continued {
+        renewed_at: Instant,
+        deadline: Instant,
+    },
 }
 
 impl<L> Taken<L> {
@@ -113,20 +116,20 @@ impl<L> Taken<L> {
             leases: Arc::new(leases),
             fences,
             lease: LeaseStart::Sent(obtained.sent),
-            in_cohort: false,
+            run: None,
         }
     }
 
     /// Handed on by the previous holder of a cohort run.
     fn handed(baton: Baton<L>) -> Self {
         Self {
+            run: Some(baton.run),
             leases: baton.leases,
             fences: vec![baton.fence],
             lease: LeaseStart::Continued {
                 renewed_at: baton.renewed_at,
                 deadline: baton.deadline,
             },
-            in_cohort: true,
         }
     }
 }
@@ -265,7 +268,10 @@ impl<B: LockBackend> Locker<B> {
         let settings = self.settings();
         let deadline = deadline_after(settings.policy.timeout());
         let taken = match self.cohort_of(&names, &ask) {
-            Some(name) => self.take_in_cohort(name, (&names, ask), deadline, &tally).await,
+            Some(name) => {
+                self.take_in_cohort(name, (&names, ask), deadline, &tally)
+                    .await
+            }
             None => self
                 .take_from_store((&names, ask), deadline, &tally)
                 .await
@@ -307,7 +313,7 @@ impl<B: LockBackend> Locker<B> {
         let inner = Arc::clone(&self.inner);
         Ok(Acquisition::Owned(Leases::new(
             inner,
-            (guard, taken.leases, taken.in_cohort),
+            (guard, taken.leases, taken.run),
             taken_at,
         )))
     }
@@ -351,9 +357,11 @@ impl<B: LockBackend> Locker<B> {
             }
         };
         let obtained = self.take_from_store((names, ask), deadline, tally).await?;
-        contender.won(obtained.grants.first().and_then(|grant| grant.fence));
+        let store_fence = obtained.grants.first().and_then(|grant| grant.fence);
+        let lease_ends = lease_deadline(obtained.sent, self.settings().ttl);
+        let run = contender.won(store_fence, lease_ends);
         Ok(Taken {
-            in_cohort: true,
+            run: Some(run),
             ..Taken::alone(obtained)
         })
     }
