@@ -73,6 +73,11 @@ pub struct Options {
     /// claim runs. Default: 10 000, or the longest the lock store vouches for when shorter.
     #[arg(long, env = "LOCK_TTL_MS")]
     pub lock_ttl_ms: Option<u64>,
+    /// How many claims of one coupon in a row a replica may hand its lock on among its own
+    /// requests before releasing it to the store (1 to 256; 1 releases every lock in the
+    /// store, so replicas alternate claim by claim).
+    #[arg(long, env = "LOCK_LOCAL_RUN", default_value_t = 8)]
+    pub lock_local_run: u32,
     /// Do not renew leases: a claim slower than the TTL loses its lock (for fault tests).
     #[arg(long, env = "NO_RENEW")]
     pub no_renew: bool,
@@ -176,6 +181,8 @@ pub struct LockSettings {
     pub ttl: Option<Duration>,
     /// Whether leases are renewed while a claim runs.
     pub renew: bool,
+    /// Holds in a row a lock may pass among this replica's requests.
+    pub local_run: u32,
     /// What happens to a claim whose lock is lost.
     pub on_lost: OnLost,
     /// Whether claims read and write with the lock's fencing token.
@@ -190,6 +197,7 @@ impl Default for LockSettings {
             wait: Duration::from_secs(3),
             ttl: None,
             renew: true,
+            local_run: 8,
             on_lost: OnLost::Abort,
             fence_writes: true,
             audit_permits: TWO,
@@ -203,6 +211,7 @@ impl From<&Options> for LockSettings {
             wait: Duration::from_millis(options.lock_wait_ms),
             ttl: options.lock_ttl_ms.map(Duration::from_millis),
             renew: !options.no_renew,
+            local_run: options.lock_local_run,
             on_lost: options.on_lost.into(),
             fence_writes: !options.no_fence,
             audit_permits: options.audit_permits,
@@ -315,6 +324,7 @@ fn locker<B: LockBackend>(backend: B, settings: &LockSettings) -> Result<Locker<
     let builder = Locker::builder(backend)
         .wait(settings.wait)
         .renew(settings.renew)
+        .max_local_run(settings.local_run)
         .on_lost(settings.on_lost);
     match settings.ttl {
         Some(ttl) => builder.ttl(ttl),
@@ -341,6 +351,10 @@ fn refused(error: ConfigError, store: &str) -> String {
             ttl.as_millis(),
             max.as_millis(),
             max.as_millis()
+        ),
+        ConfigError::LocalRunOutOfRange(holds) => format!(
+            "--lock-local-run {holds}: a replica hands a lock on among its requests from 1 \
+             (never) to 256 times in a row"
         ),
         error => format!("the lock settings were refused: {error}"),
     }
@@ -742,6 +756,7 @@ pub async fn serve(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         work_ms = options.work_ms,
         lock_wait_ms = options.lock_wait_ms,
         lock_ttl_ms = lease_ttl(&state.locking, options.lock_ttl_ms),
+        lock_local_run = options.lock_local_run,
         audit_permits = options.audit_permits,
         renew = !options.no_renew,
         on_lost = ?options.on_lost,

@@ -26,6 +26,7 @@ use integration_tests::{EtcdCluster, RedisServer, ZookeeperEnsemble};
 
 mod chart;
 mod cpu;
+mod delay_proxy;
 mod distinct_keys;
 mod etcd_pairs;
 mod hot_key;
@@ -114,6 +115,10 @@ struct Args {
     /// Use this Redis instead of starting one.
     #[arg(long)]
     redis_url: Option<String>,
+    /// Reach Redis through a proxy on loopback that delays each direction by this many µs
+    /// (a network's round trip: 500 adds 1 ms per round trip).
+    #[arg(long, default_value_t = 0)]
+    delay_us: u64,
     /// Internal: run one process's share of a run (a JSON plan) and print what it measured.
     #[arg(long, hide = true)]
     worker: Option<String>,
@@ -297,6 +302,10 @@ async fn main() {
         .redis_url
         .clone()
         .unwrap_or_else(|| own_redis.as_ref().expect("started").url());
+    let url = match args.delay_us {
+        0 => url,
+        delay => delayed(&url, Duration::from_micros(delay)),
+    };
 
     match (args.scenario, args.backend) {
         (Scenario::HotKey, None) => hot_key_grid(&args, &Urls::redis(&url), &hot_key_impls).await,
@@ -723,6 +732,20 @@ async fn hot_key_once(
             f64::NAN
         },
     }
+}
+
+/// `url` (a Redis URL) through a delay proxy of `delay` per direction; a URL without an IP
+/// address and port ends lockbench with one line saying so.
+fn delayed(url: &str, delay: Duration) -> String {
+    let address = url
+        .strip_prefix("redis://")
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|host_port| host_port.parse::<SocketAddr>().ok());
+    let Some(address) = address else {
+        eprintln!("--delay-us: the Redis URL must be redis://IP:PORT, got {url}");
+        std::process::exit(2);
+    };
+    format!("redis://{}", delay_proxy::start(address, delay))
 }
 
 fn free_udp_port() -> SocketAddr {

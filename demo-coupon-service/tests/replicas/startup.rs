@@ -160,6 +160,16 @@ fn lease_ttls_out_of_range_are_one_line_naming_the_option_and_its_bounds() {
 }
 
 #[test]
+fn local_runs_out_of_range_are_one_line_naming_the_option_and_its_bounds() {
+    for holds in ["0", "257"] {
+        let output = refused(&["--lock-local-run", holds]);
+
+        one_line_naming(&output, &format!("--lock-local-run {holds}: "));
+        one_line_naming(&output, "from 1 (never) to 256 times in a row");
+    }
+}
+
+#[test]
 fn a_lock_store_that_vouches_for_less_than_the_ttl_asked_names_what_it_allows() {
     let zookeeper = ZookeeperEnsemble::granting_sessions_up_to(1, Duration::from_secs(10));
 

@@ -113,10 +113,12 @@ pub async fn a_holder_cut_off_past_its_session_loses_the_lock<S: ConsensusStore>
         reported.is_ok(),
         "the holder was told by the time the lock passed on"
     );
+    // The store's own token; a guard's is composed with its hold's number in its run: the
+    // store's × 256 + the number (docs/fencing.md).
     let fence = taken.fence.expect("the store fences");
     assert!(
-        fence > stale_fence,
-        "the new holder's fence {fence} > the stale {stale_fence}"
+        fence.get() * 256 > stale_fence.get(),
+        "the new holder's fence {fence} × 256 > the stale {stale_fence}"
     );
     assert!(!held.guard().is_held());
 }

@@ -33,9 +33,12 @@ async fn process(
     order: mpsc::UnboundedSender<String>,
 ) -> Router {
     let backend = RedisBackend::connect(redis.url()).await.unwrap();
+    // Every release through Redis: these cases are about the store's queue, not about locks
+    // handed on within a process.
     let mut locker = Locker::builder(backend)
         .ttl(HOLD_TTL)
-        .wait(Duration::from_secs(20));
+        .wait(Duration::from_secs(20))
+        .max_local_run(1);
     if let Some(ticket_ttl) = fair {
         locker = locker.fair(ticket_ttl);
     }
