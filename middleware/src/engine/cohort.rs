@@ -120,10 +120,12 @@ impl<L> Line<L> {
         self.run.as_mut().filter(|run| run.id == id)
     }
 
-    /// Tells the first waiter still there to ask the store, unless a task holds the lock or
-    /// asks for it already.
-    fn call_contender(&mut self) {
-        if self.run.is_some() || self.contending {
+    /// Tells the first waiter still there to ask the store, unless a task asks for the lock
+    /// already, or holds it in a run that may hand it on (`hands_on`): without handing on,
+    /// the next task asks while the lock is held, so that its place in the store's queue is
+    /// taken when the lock is released.
+    fn call_contender(&mut self, hands_on: bool) {
+        if self.contending || (self.run.is_some() && hands_on) {
             return;
         }
         while let Some(waiter) = self.waiters.pop_front() {
@@ -154,7 +156,7 @@ impl<L> Cohorts<L> {
     }
 
     /// Whether locks are handed on at all.
-    pub(crate) fn hand_on_locally(&self) -> bool {
+    fn hands_on(&self) -> bool {
         self.max_run > 1
     }
 
@@ -174,7 +176,7 @@ impl<L> Cohorts<L> {
     pub(crate) fn enter<'a>(&'a self, name: &'a str, give_back: GiveBack<L>) -> Entry<'a, L> {
         let mut lines = self.lines();
         let line = lines.entry(name.to_owned()).or_default();
-        if line.run.is_none() && !line.contending {
+        if !line.contending && (line.run.is_none() || !self.hands_on()) {
             line.contending = true;
             return Entry::Contend(Contender {
                 cohorts: self,
@@ -241,7 +243,7 @@ impl<L> Cohorts<L> {
             return;
         }
         line.run = None;
-        line.call_contender();
+        line.call_contender(self.hands_on());
         if line.is_idle() {
             lines.remove(name);
         }
@@ -271,6 +273,7 @@ impl<L> Contender<'_, L> {
             holds: 1,
             lease_ends,
         });
+        line.call_contender(self.cohorts.hands_on());
         drop(lines);
         std::mem::forget(self);
         id
@@ -284,7 +287,7 @@ impl<L> Drop for Contender<'_, L> {
             return;
         };
         line.contending = false;
-        line.call_contender();
+        line.call_contender(self.cohorts.hands_on());
         if line.is_idle() {
             lines.remove(self.name);
         }

@@ -267,13 +267,13 @@ impl<B: LockBackend> Locker<B> {
     ) -> Result<Acquisition<B>, LockError> {
         let settings = self.settings();
         let deadline = deadline_after(settings.policy.timeout());
-        let taken = match self.cohort_of(&names, &ask) {
+        let taken = match self.line_of(&names, &ask) {
             Some(name) => {
-                self.take_in_cohort(name, (&names, ask), deadline, &tally)
+                self.take_in_line(name, (&names, ask), deadline, &tally)
                     .await
             }
             None => self
-                .take_from_store((&names, ask), deadline, &tally)
+                .take_from_store((&names, ask), deadline, (&tally, false))
                 .await
                 .map(Taken::alone),
         };
@@ -318,10 +318,11 @@ impl<B: LockBackend> Locker<B> {
         )))
     }
 
-    /// The name of a lock whose holds are handed on among this locker's tasks: one name held
-    /// exclusively (mutex, write), by a locker that waits in notified or polling mode (fair
-    /// mode keeps the store's strict order) with runs longer than one hold.
-    fn cohort_of<'n>(&self, names: &'n LockNames, ask: &Ask<B>) -> Option<&'n str> {
+    /// The name of a lock whose waiters line up in this locker (one asks the store at a time,
+    /// and holds are handed on while a run may go on): one name held exclusively (mutex,
+    /// write), by a locker that waits in notified or polling mode (fair mode keeps the store's
+    /// strict order, every waiter with a place in its queue).
+    fn line_of<'n>(&self, names: &'n LockNames, ask: &Ask<B>) -> Option<&'n str> {
         let waits = match self.settings().policy {
             BusyPolicy::Wait { timeout, mode } => {
                 !timeout.is_zero() && matches!(mode, WaitMode::Notified | WaitMode::Polling)
@@ -329,13 +330,12 @@ impl<B: LockBackend> Locker<B> {
             BusyPolicy::Reject => false,
         };
         let exclusive = matches!(ask, Ask::Mutex | Ask::Write(_));
-        let handed_on = waits && exclusive && self.inner.cohorts.hand_on_locally();
-        handed_on.then(|| names.single()).flatten()
+        (waits && exclusive).then(|| names.single()).flatten()
     }
 
     /// Takes lock `name` in this locker's line for it: handed on by a task of the locker that
     /// holds it, or asked of the store when it is this task's turn.
-    async fn take_in_cohort(
+    async fn take_in_line(
         &self,
         name: &str,
         (names, ask): (&LockNames, Ask<B>),
@@ -345,18 +345,18 @@ impl<B: LockBackend> Locker<B> {
         let inner = Arc::clone(&self.inner);
         let owned_name = name.to_owned();
         let give_back = Box::new(move |baton| give_back_baton(&inner, &owned_name, baton));
-        let contender = match self.inner.cohorts.enter(name, give_back) {
-            Entry::Contend(contender) => contender,
+        let (contender, called) = match self.inner.cohorts.enter(name, give_back) {
+            Entry::Contend(contender) => (contender, false),
             Entry::Wait(waiting) => {
                 tally.waiting();
                 match waiting.turn(deadline).await {
                     Some(Told::Handed(baton)) => return Ok(Taken::handed(baton)),
-                    Some(Told::Ask(contender)) => contender,
+                    Some(Told::Ask(contender)) => (contender, true),
                     None => return Err(NotObtained::Busy { holder_ttl: None }),
                 }
             }
         };
-        let obtained = self.take_from_store((names, ask), deadline, tally).await?;
+        let obtained = (self.take_from_store((names, ask), deadline, (tally, called))).await?;
         let store_fence = obtained.grants.first().and_then(|grant| grant.fence);
         let lease_ends = lease_deadline(obtained.sent, self.settings().ttl);
         let run = contender.won(store_fence, lease_ends);
@@ -367,16 +367,23 @@ impl<B: LockBackend> Locker<B> {
     }
 
     /// Takes `names` as `ask` says from the store, waiting until `deadline` as the settings
-    /// say.
+    /// say (`called`: see [`acquire`]).
     async fn take_from_store(
         &self,
         (names, ask): (&LockNames, Ask<B>),
         deadline: Instant,
-        tally: &Tally,
+        (tally, called): (&Tally, bool),
     ) -> Result<Obtained<B::Lease>, NotObtained> {
         let (backend, settings) = (&self.inner.backend, self.settings());
         let token = OwnerToken::new();
-        acquire(backend, (names, token), ask, (settings, deadline), tally).await
+        acquire(
+            backend,
+            (names, token),
+            ask,
+            (settings, deadline),
+            (tally, called),
+        )
+        .await
     }
 }
 

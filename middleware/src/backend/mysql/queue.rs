@@ -1,7 +1,7 @@
 //! The MySQL/MariaDB backend's wait queue: tickets in the lock's row, changed in short
 //! transactions that hold the row's lock (`sql::queue` decides). MySQL cannot announce a
-//! release, so the room is silent: waiters line up in their process and only the head of each
-//! line polls, in ticket order across processes.
+//! release, so the room is silent: waiters poll, in ticket order across processes, and what a
+//! change of this process would announce is told to its own waiters.
 
 use std::sync::Arc;
 
@@ -22,8 +22,8 @@ impl QueueRows for MysqlBackend {
         &self.slots
     }
 
-    /// Decides once, on the row locked for update in a transaction. Announces nothing: MySQL
-    /// has no `NOTIFY`.
+    /// Decides once, on the row locked for update in a transaction. MySQL has no `NOTIFY`:
+    /// what the change announces is told to this process's waiters alone, once committed.
     async fn decide_on_row<T: Send>(
         &self,
         name: &str,
@@ -60,6 +60,9 @@ impl QueueRows for MysqlBackend {
                 .await
                 .map_err(BackendError::new)?;
             transaction.commit().await.map_err(BackendError::new)?;
+            if let Some(announcement) = change.announce {
+                self.room.announce(name, announcement);
+            }
         }
         Ok(answer)
     }

@@ -8,11 +8,10 @@ use sqlx::{FromRow, Row};
 
 use super::PostgresBackend;
 use super::listener::payload;
-use crate::OwnerToken;
+use crate::backend::BackendError;
 use crate::backend::sql::AcquireSlots;
 use crate::backend::sql::queue::{QueueRows, RowChange, RowColumns, RowState};
 use crate::backend::waiting::{Announcement, WaitingRoom};
-use crate::backend::{BackendError, FencingToken};
 
 impl QueueRows for PostgresBackend {
     fn waiting_room(&self) -> &Arc<WaitingRoom> {
@@ -54,25 +53,6 @@ impl QueueRows for PostgresBackend {
         Err(BackendError::new(format!(
             "lock {name:?}'s row changed under each of {MAX_ROW_ATTEMPTS} attempts to update it"
         )))
-    }
-
-    /// One `UPDATE … RETURNING`, announcing nothing.
-    async fn hand_over(
-        &self,
-        name: &str,
-        from: OwnerToken,
-        to: OwnerToken,
-        lease_us: i64,
-    ) -> Result<Option<FencingToken>, BackendError> {
-        let fence: Option<i64> = sqlx::query_scalar(&self.statements.hand_over)
-            .bind(name)
-            .bind(from.to_string())
-            .bind(to.to_string())
-            .bind(lease_us)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(BackendError::new)?;
-        Ok(fence.map(|fence| FencingToken::new(u64::try_from(fence).unwrap_or(0))))
     }
 }
 

@@ -57,9 +57,6 @@ pub(super) struct Statements {
     /// `NULL`.
     /// → (rows written, announcements made): (0, 0), (1, 0) or (1, 1).
     pub(super) write_row: String,
-    /// Hands `$1` from its live holder `$2` straight to `$3` for `$4` µs (its intent goes), if
-    /// nobody has a ticket in its queue and no reader waits; → the new fence, if it did.
-    pub(super) hand_over: String,
     /// Announces `$2` on channel `$1`.
     pub(super) notify: String,
 }
@@ -249,14 +246,6 @@ impl Statements {
                  announced AS (\
                     SELECT pg_notify($9, $10) FROM written WHERE $10::text IS NOT NULL) \
                  SELECT (SELECT count(*) FROM written), (SELECT count(*) FROM announced)"
-            ),
-            hand_over: format!(
-                "UPDATE {table} AS lease SET owner = $3, \
-                    expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond', \
-                    fence = lease.fence + 1, waited = true, {intent_goes_to_3} \
-                 WHERE name = $1 AND lease.owner = $2 AND lease.expires_at > clock_timestamp() \
-                    AND lease.tickets = '' AND {no_claims} \
-                 RETURNING lease.fence"
             ),
             notify: "SELECT pg_notify($1, $2)".to_owned(),
         })

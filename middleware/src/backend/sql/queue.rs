@@ -10,11 +10,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use super::{AcquireSlots, acquire_detached};
 use crate::OwnerToken;
-use crate::backend::waiting::{Announcement, ReadyHead, WaitingRoom};
+use crate::backend::waiting::{Announcement, WaitingRoom};
 use crate::backend::{
     BackendError, BoxFuture, FencingToken, Granted, Hold, LockBackend, LockRequest, QueuedAttempt,
     TokenLease, WaitQueue,
@@ -41,21 +39,6 @@ pub(in crate::backend) trait QueueRows:
         name: &str,
         decide: impl Fn(RowState) -> (Option<RowChange>, T) + Send + Sync,
     ) -> impl Future<Output = Result<T, BackendError>> + Send;
-
-    /// Hands `name` from `from` straight to `to`, for a fresh lease of `lease_us` and the
-    /// next fence, in one statement — without reading the row first — when `from` holds it
-    /// and nobody has a ticket in its queue. The new fence, or `None` when that does not hold
-    /// (the caller then decides on the row). A store that cannot do this in one statement
-    /// keeps this default: always `None`.
-    fn hand_over(
-        &self,
-        _name: &str,
-        _from: OwnerToken,
-        _to: OwnerToken,
-        _lease_us: i64,
-    ) -> impl Future<Output = Result<Option<FencingToken>, BackendError>> + Send {
-        std::future::ready(Ok(None))
-    }
 }
 
 impl<B: QueueRows> WaitQueue<TokenLease> for B {
@@ -70,18 +53,6 @@ impl<B: QueueRows> WaitQueue<TokenLease> for B {
         request: LockRequest,
         ticket_ttl: Duration,
     ) -> BoxFuture<'a, Result<QueuedAttempt<TokenLease>, BackendError>> {
-        // A waiter of this line holds the lock: its release hands it over, or wakes the head.
-        let terms = ReadyHead {
-            token: request.token,
-            lease: request.ttl,
-            ticket_ttl,
-        };
-        if let Some(left) = self.waiting_room().head_asks(name, terms) {
-            return Box::pin(std::future::ready(Ok(QueuedAttempt::Queued {
-                holder_ttl: Some(left),
-                handover: TokenLease::new(request.token, Hold::Mutex),
-            })));
-        }
         Box::pin(acquire_detached(
             self,
             self.acquire_slots(),
@@ -102,52 +73,21 @@ impl<B: QueueRows> WaitQueue<TokenLease> for B {
     }
 }
 
-/// Releases `token`'s exclusive lease on a lock that is waited for: to the head of this
-/// process's line when no other process's ticket is first (woken here, not announced), else
-/// to the first ticket — handed to it when the ticket outlives the lease it asked for, else
-/// announced for it to take — or, with nobody in line, announced free. Whether the lease was
-/// still the token's.
+/// Releases `token`'s exclusive lease on a lock that is waited for: to the first ticket —
+/// handed to it when the ticket outlives the lease it asked for, else announced for it to
+/// take — or, with nobody in line (or readers waiting for their turn), freed and announced.
+/// Whether the lease was still the token's.
 pub(in crate::backend) async fn release_through_queue<B: QueueRows>(
     backend: &B,
     name: &str,
     token: OwnerToken,
 ) -> Result<bool, BackendError> {
-    let mut releasing = token;
-    let mut was_held = None;
-    loop {
-        let release = backend.waiting_room().begin_release(name, releasing);
-        let straight = match release.head() {
-            Some(head) => backend
-                .hand_over(name, releasing, head.token, micros_of(head.lease))
-                .await?
-                .map(|fence| (head.token, fence)),
-            None => None,
-        };
-        let (held, handed) = match straight {
-            Some(handed) => (true, Some(handed)),
-            None => {
-                backend
-                    .decide_on_row(name, |row| {
-                        let head = release.head().map(|head| LocalHead {
-                            token: head.token,
-                            lease_us: micros_of(head.lease),
-                            ticket_ttl_us: micros_of(head.ticket_ttl),
-                        });
-                        match row.release_waited(releasing, head) {
-                            Some((change, handed)) => (Some(change), (true, handed)),
-                            None => (None, (false, None)),
-                        }
-                    })
-                    .await?
-            }
-        };
-        let was_held = *was_held.get_or_insert(held);
-        match release.finish(handed.map(|(to, fence)| (to, Some(fence)))) {
-            // Handed to a head that has left the line meanwhile: passed on for it.
-            Some(gone) => releasing = gone,
-            None => return Ok(was_held),
-        }
-    }
+    backend
+        .decide_on_row(name, |row| match row.release_waited(token) {
+            Some(change) => (Some(change), true),
+            None => (None, false),
+        })
+        .await
 }
 
 /// [`WaitQueue::acquire_queued`](crate::backend::WaitQueue::acquire_queued) on the row.
@@ -158,7 +98,6 @@ async fn acquire_with_ticket<B: QueueRows>(
     ticket_ttl: Duration,
 ) -> Result<QueuedAttempt<TokenLease>, BackendError> {
     let (lease_us, ticket_us) = (micros_of(request.ttl), micros_of(ticket_ttl));
-    let sent = Instant::now();
     let queued = backend
         .decide_on_row(name, |row| {
             let (change, queued) = row.acquire_queued(request.token, lease_us, ticket_us);
@@ -167,13 +106,10 @@ async fn acquire_with_ticket<B: QueueRows>(
         .await?;
     let lease = TokenLease::new(request.token, Hold::Mutex);
     Ok(match queued {
-        Queued::Acquired(fence) => {
-            backend.waiting_room().head_took(name, request.token, sent);
-            QueuedAttempt::Acquired(Granted {
-                lease,
-                fence: Some(fence),
-            })
-        }
+        Queued::Acquired(fence) => QueuedAttempt::Acquired(Granted {
+            lease,
+            fence: Some(fence),
+        }),
         Queued::Waiting(holder_ttl) => QueuedAttempt::Queued {
             holder_ttl,
             handover: lease,
@@ -215,15 +151,6 @@ pub(in crate::backend) struct Ticket {
     lease_us: i64,
 }
 
-/// The head of the releasing process's line, as a release sees it: who, the lease it asks
-/// for, and how long its ticket lives unless renewed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(in crate::backend) struct LocalHead {
-    pub(in crate::backend) token: OwnerToken,
-    pub(in crate::backend) lease_us: i64,
-    pub(in crate::backend) ticket_ttl_us: i64,
-}
-
 /// A lock's queue of live tickets, in arrival order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(in crate::backend) struct Tickets(Vec<Ticket>);
@@ -256,10 +183,6 @@ impl Tickets {
 
     fn first(&self) -> Option<&Ticket> {
         self.0.first()
-    }
-
-    fn holds(&self, token: OwnerToken) -> bool {
-        self.0.iter().any(|ticket| ticket.token == token)
     }
 
     fn remove(&mut self, token: OwnerToken) -> bool {
@@ -420,91 +343,44 @@ impl RowState {
         (change, Queued::Waiting(Some(micros(wait))))
     }
 
-    /// `token` releases the lock, which is waited for. It goes to `local_head` (the head of
-    /// the releasing process's line) when the line is empty or that head's ticket is first —
-    /// handed over without an announcement, the caller tells the head — else to the first
-    /// ticket: handed to it when the ticket outlives the lease it asked for, else announced
-    /// for it to take; `local_head` then gets a ticket at the end of the line if it has none.
-    /// With nobody waiting it is announced free, and while readers wait for their turn (a
-    /// writer released) it is freed and announced for them, whoever else waits. Returns the
-    /// change and, for a handoff to `local_head`, its fence; `None` when `token` no longer
-    /// holds the lock.
-    pub(in crate::backend) fn release_waited(
-        mut self,
-        token: OwnerToken,
-        local_head: Option<LocalHead>,
-    ) -> Option<(RowChange, Option<(OwnerToken, FencingToken)>)> {
+    /// `token` releases the lock, which is waited for. It goes to the first ticket: handed to
+    /// it when the ticket outlives the lease it asked for, else announced for it to take. With
+    /// nobody waiting it is announced free, and while readers wait for their turn (a writer
+    /// released) it is freed and announced for them, whoever else waits. Returns the change;
+    /// `None` when `token` no longer holds the lock.
+    pub(in crate::backend) fn release_waited(mut self, token: OwnerToken) -> Option<RowChange> {
         if !matches!(self.holder, Some((holder, _)) if holder == token) {
             return None;
         }
         if self.readers_wait {
             // The waiting readers' turn (a writer released): freed for them, announced.
-            let change = RowChange {
+            return Some(RowChange {
                 holder: Holder::Freed,
                 fence: self.fence,
                 waited: false,
                 tickets: self.tickets,
                 announce: Some(Announcement::Free),
-            };
-            return Some((change, None));
-        }
-        let first = self.tickets.first().map(|ticket| ticket.token);
-        if let Some(LocalHead {
-            token: head,
-            lease_us,
-            ..
-        }) = local_head
-            && first.is_none_or(|first| first == head)
-        {
-            self.tickets.remove(head);
-            let fence = self.fence_after();
-            let change = RowChange {
-                holder: Holder::Taken {
-                    owner: head,
-                    lease_us,
-                },
-                fence: self.fence + 1,
-                waited: true,
-                tickets: self.tickets,
-                announce: None,
-            };
-            return Some((change, Some((head, fence))));
-        }
-        if let Some(head) = local_head
-            && !self.tickets.holds(head.token)
-        {
-            // Keeps the head's process's turn behind the other processes' tickets.
-            self.tickets.put(Ticket {
-                token: head.token,
-                expires_us: self.now_us + head.ticket_ttl_us,
-                lease_us: head.lease_us,
             });
         }
         let Some(&next) = self.tickets.first() else {
-            return Some((
-                RowChange {
-                    holder: Holder::Freed,
-                    fence: self.fence,
-                    waited: false,
-                    tickets: self.tickets,
-                    announce: Some(Announcement::Free),
-                },
-                None,
-            ));
+            return Some(RowChange {
+                holder: Holder::Freed,
+                fence: self.fence,
+                waited: false,
+                tickets: self.tickets,
+                announce: Some(Announcement::Free),
+            });
         };
         if next.expires_us - self.now_us < next.lease_us {
             // The ticket may expire before the lease would: it takes the lock itself, or
             // expires.
-            return Some((
-                RowChange {
-                    holder: Holder::Freed,
-                    fence: self.fence,
-                    waited: true,
-                    tickets: self.tickets,
-                    announce: Some(Announcement::Next(next.token)),
-                },
-                None,
-            ));
+            return Some(RowChange {
+                holder: Holder::Freed,
+                fence: self.fence,
+                waited: true,
+                tickets: self.tickets,
+                announce: Some(Announcement::Next(next.token)),
+            });
         }
         self.tickets.remove(next.token);
         let fence = self.fence_after();
@@ -521,7 +397,7 @@ impl RowState {
                 fence: Some(fence),
             }),
         };
-        Some((change, None))
+        Some(change)
     }
 
     /// `token`'s waiter gave up: its ticket leaves the line. Returns the change and whether a
@@ -594,23 +470,19 @@ mod tests {
 
     #[test]
     fn a_release_while_readers_wait_frees_the_lock_for_them() {
-        let (writer, head) = (OwnerToken::new(), OwnerToken::new());
-        let local_head = LocalHead {
-            token: head,
-            lease_us: SECOND,
-            ticket_ttl_us: SECOND,
-        };
+        let (writer, next) = (OwnerToken::new(), OwnerToken::new());
         let waiting = RowState {
             readers_wait: true,
-            ..row(Some(writer), &[])
+            ..row(Some(writer), &[(next, 3 * SECOND)])
         };
 
-        let (change, handed) = waiting
-            .release_waited(writer, Some(local_head))
-            .expect("it held the lock");
+        let change = waiting.release_waited(writer).expect("it held the lock");
 
-        assert_eq!(handed, None, "not handed to the next writer");
-        assert_eq!(change.holder, Holder::Freed);
+        assert_eq!(
+            change.holder,
+            Holder::Freed,
+            "not handed to the next writer"
+        );
         assert_eq!(change.announce, Some(Announcement::Free));
     }
 
@@ -650,8 +522,8 @@ mod tests {
     fn a_release_hands_the_lock_to_a_ticket_that_outlives_its_lease() {
         let (holder, waiter) = (OwnerToken::new(), OwnerToken::new());
 
-        let (change, local) = row(Some(holder), &[(waiter, 3 * SECOND)])
-            .release_waited(holder, None)
+        let change = row(Some(holder), &[(waiter, 3 * SECOND)])
+            .release_waited(holder)
             .expect("held");
 
         let to_waiter = Holder::Taken {
@@ -664,79 +536,23 @@ mod tests {
             fence: Some(FencingToken::new(8)),
         };
         assert_eq!(change.announce, Some(handed));
-        assert_eq!(local, None);
     }
 
     #[test]
     fn a_release_names_a_ticket_that_may_expire_first_and_frees_an_empty_line() {
         let (holder, waiter) = (OwnerToken::new(), OwnerToken::new());
 
-        let named = row(Some(holder), &[(waiter, SECOND / 2)]).release_waited(holder, None);
-        let freed = row(Some(holder), &[]).release_waited(holder, None);
-        let lost = row(Some(waiter), &[]).release_waited(holder, None);
+        let named = row(Some(holder), &[(waiter, SECOND / 2)]).release_waited(holder);
+        let freed = row(Some(holder), &[]).release_waited(holder);
+        let lost = row(Some(waiter), &[]).release_waited(holder);
 
-        let (named, _) = named.expect("held");
+        let named = named.expect("held");
         assert_eq!(named.holder, Holder::Freed);
         assert_eq!(named.announce, Some(Announcement::Next(waiter)));
-        let (freed, _) = freed.expect("held");
+        let freed = freed.expect("held");
         assert_eq!(freed.announce, Some(Announcement::Free));
         assert!(!freed.waited, "nobody waits any more");
         assert_eq!(lost, None, "somebody else holds it");
-    }
-
-    #[test]
-    fn a_release_hands_the_lock_to_its_own_processs_head_unless_another_ticket_is_first() {
-        let (holder, head, other) = (OwnerToken::new(), OwnerToken::new(), OwnerToken::new());
-        let local_head = Some(LocalHead {
-            token: head,
-            lease_us: 2 * SECOND,
-            ticket_ttl_us: 3 * SECOND,
-        });
-        let to_head = Holder::Taken {
-            owner: head,
-            lease_us: 2 * SECOND,
-        };
-
-        let (empty_line, handed) = row(Some(holder), &[])
-            .release_waited(holder, local_head)
-            .expect("held");
-        assert_eq!((empty_line.holder, empty_line.fence), (to_head, 8));
-        assert_eq!(handed, Some((head, FencingToken::new(8))));
-        assert_eq!(empty_line.announce, None, "the head is told in-process");
-
-        let (head_first, handed) = row(Some(holder), &[(head, SECOND), (other, SECOND)])
-            .release_waited(holder, local_head)
-            .expect("held");
-        assert_eq!(head_first.holder, to_head);
-        assert!(handed.is_some());
-        let line: Vec<OwnerToken> = head_first.tickets.0.iter().map(|t| t.token).collect();
-        assert_eq!(line, [other], "the head's ticket is used up");
-
-        let (other_first, handed) = row(Some(holder), &[(other, 3 * SECOND), (head, SECOND)])
-            .release_waited(holder, local_head)
-            .expect("held");
-        assert_eq!(handed, None, "another process's turn");
-        let to_other = Holder::Taken {
-            owner: other,
-            lease_us: SECOND,
-        };
-        assert_eq!(other_first.holder, to_other);
-
-        let (queued, _) = row(Some(holder), &[(other, 3 * SECOND)])
-            .release_waited(holder, local_head)
-            .expect("held");
-        assert_eq!(queued.holder, to_other);
-        let line: Vec<(OwnerToken, i64)> = queued
-            .tickets
-            .0
-            .iter()
-            .map(|ticket| (ticket.token, ticket.expires_us - 100 * SECOND))
-            .collect();
-        assert_eq!(
-            line,
-            [(head, 3 * SECOND)],
-            "the head keeps its process's turn"
-        );
     }
 
     #[test]

@@ -1,48 +1,38 @@
-//! Where waiters for busy locks wait: one local queue per lock name, woken by release
-//! announcements instead of polling.
+//! Where waiters for busy locks hear that a lock may be free: release announcements instead of
+//! polling, per lock name and waiter.
 //!
 //! A backend that can announce releases owns a [`WaitingRoom`] (shared by its clones), feeds
 //! it what the store announces ([`WaitingRoom::announce`]) and offers it through its
-//! [`WaitQueue`](super::WaitQueue). The engine's waiters wait in it:
+//! [`WaitQueue`](super::WaitQueue). The engine decides who waits how — its per-process line
+//! lets one task per lock ask the store at a time, and hands a lock on within the process —
+//! and registers each waiter that asks the store here, by its owner token (its *ticket*):
 //!
-//! * Inside one process, waiters for the same lock line up in arrival order and only the head
-//!   of the line contends in the store; when it gets the lock, the next one becomes head. So N
-//!   local waiters cost O(1) store commands per handoff, not O(N). A backend may go further
-//!   (`local.rs`, the SQL backends): while a waiter of the line holds the lock, its release
-//!   hands the lock to the head and wakes it here, and the head asks the store nothing.
-//! * The head sleeps until a release of its lock is announced or until the holder's lease runs
+//! * A waiter sleeps until a release of its lock is announced or until the holder's lease runs
 //!   out, whichever comes first: a lost announcement costs at most one lease-bounded retry.
 //! * The store keeps a queue of tickets per lock, and a release goes to the first ticket: only
 //!   the waiter holding it is woken, and only it may take the lock — or already holds it, when
-//!   the store handed the lock over in the release itself. In fair mode every waiter holds a
-//!   ticket; in notified mode the head of each process's line does, so processes take turns.
+//!   the store handed the lock over in the release itself. A process's head of line (the one
+//!   task of a locker that asks the store) is also woken by announcements naming others until
+//!   its ticket is in the store's queue, so that it takes one.
 //! * Announcements reach the room through a subscription per lock name (Redis pub/sub,
 //!   PostgreSQL `LISTEN`), made when the first waiter arrives and dropped a while after the
 //!   last one leaves. Until the store confirms it, and after a disconnection, waiters retry on
-//!   timers.
+//!   timers. A silent room (a store that cannot announce) hears only what the backend
+//!   announces from releases in this process.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc};
-use tokio::time::Instant;
 
 use super::{BoxFuture, FencingToken};
 use crate::{OwnerToken, background};
 
 mod announcement;
-#[cfg(any(feature = "postgres", feature = "mysql", test))]
-mod local;
 mod place;
 
 pub use announcement::Announcement;
-#[cfg(any(feature = "postgres", feature = "mysql", test))]
-use local::Handoffs;
-#[cfg(any(feature = "postgres", feature = "mysql", test))]
-pub(crate) use local::ReadyHead;
-use place::Member;
 pub(crate) use place::Place;
 
 /// How long a lock name's subscription outlives its last waiter, so that a burst of
@@ -79,7 +69,6 @@ pub trait Subscriptions: Send + 'static {
 pub struct WaitingRoom {
     names: Mutex<HashMap<String, Waiters>>,
     delivery: Delivery,
-    next_id: AtomicU64,
 }
 
 /// How announcements reach the room.
@@ -110,59 +99,37 @@ enum Subscription {
 
 #[derive(Debug)]
 struct Waiters {
-    /// Local waiters in arrival order, with their owner tokens; the front one contends in the
-    /// store.
-    line: VecDeque<(u64, OwnerToken, Arc<Notify>)>,
-    /// The head of the line holds a ticket in the store's queue: announcements naming other
-    /// tickets need not wake it (it is named when its turn comes).
-    head_enqueued: bool,
-    /// Release announcements for the head (a stored permit is not lost between attempts).
-    released: Arc<Notify>,
-    /// Waiters with tickets of their own, by ticket.
-    tickets: HashMap<OwnerToken, Arc<Notify>>,
+    /// The waiters, by ticket.
+    tickets: HashMap<OwnerToken, Waiter>,
     subscription: Subscription,
-    /// Bumped whenever the last member leaves, so a lingering cleanup knows it is stale.
+    /// Bumped whenever the last waiter leaves, so a lingering cleanup knows it is stale.
     generation: u64,
-    /// The last ticket a release handed the lock to, with its fence, until its waiter hears;
-    /// and when the handing write was sent, if it was sent from this process.
-    handed: Option<Handed>,
-    /// What releases in this process may hand over to the line (`local.rs`).
-    #[cfg(any(feature = "postgres", feature = "mysql", test))]
-    handoffs: Handoffs,
+    /// The last ticket a release handed the lock to, with its fence, until its waiter hears.
+    handed: Option<(OwnerToken, Option<FencingToken>)>,
 }
 
-/// A lock a release handed to a ticket: to whom, with what fence, and when the handing write
-/// was sent (when it was sent from this process).
-#[derive(Clone, Copy, Debug)]
-struct Handed {
-    to: OwnerToken,
-    fence: Option<FencingToken>,
-    sent: Option<Instant>,
+/// One waiter: how it is woken, and whether announcements naming others wake it too.
+#[derive(Debug)]
+struct Waiter {
+    wake: Arc<Notify>,
+    /// A process's head of line whose ticket is not in the store's queue yet: woken by any
+    /// announcement, so that it asks (and takes its place) at once.
+    unqueued_head: bool,
 }
 
 impl Waiters {
     fn new(subscription: Subscription) -> Self {
         Self {
-            line: VecDeque::new(),
-            head_enqueued: false,
-            released: Arc::new(Notify::new()),
             tickets: HashMap::new(),
             subscription,
             generation: 0,
             handed: None,
-            #[cfg(any(feature = "postgres", feature = "mysql", test))]
-            handoffs: Handoffs::default(),
         }
     }
 
-    fn members(&self) -> usize {
-        self.line.len() + self.tickets.len()
-    }
-
     fn wake_everyone(&self) {
-        self.released.notify_one();
-        for ticket in self.tickets.values() {
-            ticket.notify_one();
+        for waiter in self.tickets.values() {
+            waiter.wake.notify_one();
         }
     }
 }
@@ -184,7 +151,6 @@ impl WaitingRoom {
         Arc::new(Self {
             names: Mutex::default(),
             delivery,
-            next_id: AtomicU64::new(0),
         })
     }
 
@@ -226,18 +192,19 @@ impl WaitingRoom {
         self.names().len()
     }
 
-    /// Whether any waiter of this process waits for `name` now (in line or with a ticket): a
-    /// backend may then announce a release without asking the store whether anybody waits.
+    /// Whether any waiter of this process waits for `name` now: a backend may then announce a
+    /// release without asking the store whether anybody waits.
     pub fn has_waiters(&self, name: &str) -> bool {
         self.names()
             .get(name)
-            .is_some_and(|waiters| waiters.members() > 0)
+            .is_some_and(|waiters| !waiters.tickets.is_empty())
     }
 
     /// Lock `name` was released: wakes whoever it concerns.
     ///
-    /// A named ticket's holder is woken; so is the head of the line when it holds no ticket
-    /// yet, so that it takes one instead of sleeping through the other processes' turns.
+    /// A named ticket's holder is woken; so is every head of line whose ticket is not in the
+    /// store's queue yet, so that it takes a place instead of sleeping through the other
+    /// processes' turns.
     pub fn announce(&self, name: &str, announcement: Announcement) {
         let mut names = self.names();
         let Some(waiters) = names.get_mut(name) else {
@@ -250,22 +217,14 @@ impl WaitingRoom {
             }
             Announcement::Next(next) => next,
             Announcement::Handed { to, fence } => {
-                waiters.handed = Some(Handed {
-                    to,
-                    fence,
-                    sent: None,
-                });
+                waiters.handed = Some((to, fence));
                 to
             }
         };
-        if let Some(ticket) = waiters.tickets.get(&next) {
-            ticket.notify_one();
-        } else if waiters
-            .line
-            .front()
-            .is_some_and(|(_, head, _)| *head == next || !waiters.head_enqueued)
-        {
-            waiters.released.notify_one();
+        for (ticket, waiter) in &waiters.tickets {
+            if *ticket == next || waiter.unqueued_head {
+                waiter.wake.notify_one();
+            }
         }
     }
 
@@ -298,46 +257,31 @@ impl WaitingRoom {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Joins the local line for `name`, as the waiter owning `token`.
-    pub(crate) fn join_line(self: &Arc<Self>, name: &str, token: OwnerToken) -> Place {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let turn = Arc::new(Notify::new());
-        let released = self.enter(name, |waiters| {
-            waiters.line.push_back((id, token, turn.clone()));
-        });
-        Place {
-            room: Arc::clone(self),
-            name: name.to_owned(),
-            member: Member::InLine { id, turn },
-            released,
-        }
-    }
-
     /// Registers a waiter holding `ticket` for `name`, woken when its ticket is named (or the
-    /// lock announced free to anybody).
-    pub(crate) fn take_ticket(self: &Arc<Self>, name: &str, ticket: OwnerToken) -> Place {
-        let notify = Arc::new(Notify::new());
-        self.enter(name, |waiters| {
-            waiters.tickets.insert(ticket, notify.clone());
-        });
+    /// lock announced free to anybody). A process's `head` of line is also woken by
+    /// announcements naming others until it is [`enqueued`](Place::enqueued).
+    pub(crate) fn take_ticket(
+        self: &Arc<Self>,
+        name: &str,
+        ticket: OwnerToken,
+        head: bool,
+    ) -> Place {
+        let wake = Arc::new(Notify::new());
+        let waiter = Waiter {
+            wake: Arc::clone(&wake),
+            unqueued_head: head,
+        };
+        self.enter(name, ticket, waiter);
         Place {
             room: Arc::clone(self),
             name: name.to_owned(),
-            member: Member::Ticket(ticket),
-            released: notify,
+            ticket,
+            wake,
         }
     }
 
-    /// Whether local waiters are lined up for `name`: a newcomer joins them instead of
-    /// jumping the line.
-    pub(crate) fn has_line(&self, name: &str) -> bool {
-        self.names()
-            .get(name)
-            .is_some_and(|waiters| !waiters.line.is_empty())
-    }
-
-    /// Adds a member to `name`'s waiters, creating them (and subscribing) for the first one.
-    fn enter(&self, name: &str, add: impl FnOnce(&mut Waiters)) -> Arc<Notify> {
+    /// Adds a waiter to `name`'s, creating them (and subscribing) for the first one.
+    fn enter(&self, name: &str, ticket: OwnerToken, waiter: Waiter) {
         let mut names = self.names();
         let waiters = names.entry(name.to_owned()).or_insert_with(|| {
             let subscription = match &self.delivery {
@@ -350,40 +294,17 @@ impl WaitingRoom {
             };
             Waiters::new(subscription)
         });
-        add(waiters);
-        waiters.released.clone()
+        waiters.tickets.insert(ticket, waiter);
     }
 
-    fn leave(self: &Arc<Self>, name: &str, member: &Member) {
+    fn leave(self: &Arc<Self>, name: &str, ticket: OwnerToken) {
         let mut names = self.names();
         let Some(waiters) = names.get_mut(name) else {
             return;
         };
-        match member {
-            Member::InLine { id, .. } => {
-                let was_head = waiters.line.front().is_some_and(|(head, ..)| head == id);
-                waiters.line.retain(|(other, ..)| other != id);
-                if was_head {
-                    waiters.head_enqueued = false;
-                    #[cfg(any(feature = "postgres", feature = "mysql", test))]
-                    {
-                        waiters.handoffs.ready = None;
-                    }
-                    if let Some((.., next)) = waiters.line.front() {
-                        next.notify_one();
-                    }
-                }
-            }
-            Member::Ticket(ticket) => {
-                waiters.tickets.remove(ticket);
-            }
-        }
-        if waiters.members() > 0 {
+        waiters.tickets.remove(&ticket);
+        if !waiters.tickets.is_empty() {
             return;
-        }
-        #[cfg(any(feature = "postgres", feature = "mysql", test))]
-        {
-            waiters.handoffs.local = None;
         }
         waiters.generation += 1;
         let generation = waiters.generation;
@@ -395,33 +316,21 @@ impl WaitingRoom {
         });
     }
 
-    /// The fence of the lock a release handed to `token`, and when the handing write was sent
-    /// if this process sent it; once (`None` if it was not handed).
-    fn take_handed(
-        &self,
-        name: &str,
-        token: OwnerToken,
-    ) -> Option<(Option<FencingToken>, Option<Instant>)> {
+    /// The fence of the lock a release handed to `ticket`; once (`None` if it was not handed).
+    fn take_handed(&self, name: &str, ticket: OwnerToken) -> Option<Option<FencingToken>> {
         let mut names = self.names();
         let handed = &mut names.get_mut(name)?.handed;
         handed
-            .take_if(|handed| handed.to == token)
-            .map(|handed| (handed.fence, handed.sent))
+            .take_if(|(to, _)| *to == ticket)
+            .map(|(_, fence)| fence)
     }
 
-    /// `id`, heading its line, holds a ticket in the store's queue.
-    fn head_enqueued(&self, name: &str, id: u64) {
-        if let Some(waiters) = self.names().get_mut(name)
-            && waiters.line.front().is_some_and(|(head, ..)| *head == id)
+    /// `ticket`'s place is in the store's queue: announcements naming others need not wake it.
+    fn enqueued(&self, name: &str, ticket: OwnerToken) {
+        if let Some(waiter) = (self.names().get_mut(name)).and_then(|w| w.tickets.get_mut(&ticket))
         {
-            waiters.head_enqueued = true;
+            waiter.unqueued_head = false;
         }
-    }
-
-    fn is_head(&self, name: &str, id: u64) -> bool {
-        self.names()
-            .get(name)
-            .is_some_and(|waiters| waiters.line.front().is_some_and(|(head, ..)| *head == id))
     }
 
     fn is_live(&self, name: &str) -> bool {
@@ -439,7 +348,7 @@ fn forget_if_idle(room: &Weak<WaitingRoom>, name: &str, generation: u64) {
     let mut names = room.names();
     let idle = names
         .get(name)
-        .is_some_and(|waiters| waiters.members() == 0 && waiters.generation == generation);
+        .is_some_and(|waiters| waiters.tickets.is_empty() && waiters.generation == generation);
     if idle {
         names.remove(name);
         if let Delivery::Subscribed(commands) = &room.delivery {

@@ -154,16 +154,15 @@ impl<B: LockBackend> Attempts<'_, B> {
                 Some(announced) => drop(timeout(delay, announced).await),
                 None => sleep(delay).await,
             }
-            // A release handed the lock over: in a write this process sent at `handed`, or
-            // (sent elsewhere) to our ticket after the busy answer to the attempt made at
-            // `asked`. The lease started later than that.
-            if let Some((fence, handed)) = place.and_then(|place| place.handed(self.request.token))
+            // A release handed the lock over to our ticket, after the busy answer to the
+            // attempt made at `asked`: the lease started later than that.
+            if let Some(fence) = place.and_then(Place::handed)
                 && let Some(lease) = handover.take()
             {
                 let grants = vec![Granted { lease, fence }];
                 return Ok(Obtained {
                     grants,
-                    sent: handed.unwrap_or(asked),
+                    sent: asked,
                 });
             }
             attempt = attempt.saturating_add(1);

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::{Instant, timeout_at};
+use tokio::time::Instant;
 
 use super::ask::Ask;
 use super::names::LockNames;
@@ -58,13 +58,15 @@ pub(crate) enum NotObtained {
 
 /// Takes `names` for `token` as `ask` says (several names: always exclusively), waiting while
 /// busy as `settings` allow, until `deadline` at the latest; its attempts and its wait are
-/// counted in `tally`.
+/// counted in `tally`. `called`: the task was waiting in its locker's line for the lock, whose
+/// turn to ask has come — it takes its place in the store's queue at once, without a first
+/// look.
 pub(crate) async fn acquire<B: LockBackend>(
     backend: &Arc<B>,
     (names, token): (&LockNames, OwnerToken),
     ask: Ask<B>,
     (settings, deadline): (&Settings, Instant),
-    tally: &Tally,
+    (tally, called): (&Tally, bool),
 ) -> Result<Obtained<B::Lease>, NotObtained> {
     let Some(name) = names.single() else {
         return many::acquire_all(backend, names, token, settings, tally).await;
@@ -89,16 +91,16 @@ pub(crate) async fn acquire<B: LockBackend>(
     }
     match (ask, mode, queue) {
         (Ask::Mutex, WaitMode::Fair { ticket_ttl }, Some(queue)) => {
-            let place = queue.room().take_ticket(name, token);
+            let place = queue.room().take_ticket(name, token, false);
             attempts
                 .wait_queued(Some(&place), deadline, ticket_ttl)
                 .await
         }
         (Ask::Mutex, WaitMode::Notified, Some(queue)) => {
-            wait_in_line(&attempts, queue, deadline).await
+            wait_queued_ahead(&attempts, queue, deadline, called).await
         }
         (Ask::Mutex, ..) => attempts.wait(None, deadline, None, How::Plain).await,
-        (_, _, queue) => wait_shared(&attempts, queue, deadline).await,
+        (_, _, queue) => wait_shared(&attempts, queue, deadline, called).await,
     }
 }
 
@@ -123,28 +125,25 @@ fn patience(policy: BusyPolicy, can_listen: bool) -> Patience {
     }
 }
 
-/// Notified mode: one attempt (unless local waiters are lined up already: a newcomer does not
-/// jump the line), then the local line, whose head asks with a ticket in the store's queue.
-async fn wait_in_line<B: LockBackend>(
+/// Notified mode, by the one task of its locker asking for the lock: one attempt (unless it
+/// was `called` from its locker's line: it does not jump the line of the store), then its
+/// place in the store's queue, kept until the lock is its own.
+async fn wait_queued_ahead<B: LockBackend>(
     attempts: &Attempts<'_, B>,
     queue: &dyn WaitQueue<B::Lease>,
     deadline: Instant,
+    called: bool,
 ) -> Result<Obtained<B::Lease>, NotObtained> {
-    let (room, name) = (queue.room(), attempts.name);
-    if !room.has_line(name) {
+    if !called {
         match attempts.once(How::Plain).await? {
             Answer::Acquired(obtained) => return Ok(obtained),
             Answer::Busy { .. } => {}
         }
     }
-    // Once at the head of the local line, it asks at once, even when the previous head just
-    // took the lock: its ticket is then in the store's queue when that lock is released, and
-    // the release hands the lock straight to it.
     attempts.tally.waiting();
-    let place = room.join_line(name, attempts.request.token);
-    if timeout_at(deadline, place.turn()).await.is_err() {
-        return attempts.once_more_busy().await;
-    }
+    let place = queue
+        .room()
+        .take_ticket(attempts.name, attempts.request.token, true);
     let ticket_ttl = head_ticket_ttl(attempts.settings.ttl);
     attempts
         .wait_queued(Some(&place), deadline, ticket_ttl)
@@ -152,22 +151,24 @@ async fn wait_in_line<B: LockBackend>(
 }
 
 /// Shared shapes (read, write, permit). Readers and permit holders each ask for themselves
-/// (readers can share), woken by any release when they listen. Writers line up in the room:
-/// only the head of a process's line asks the store, so a release wakes one writer per process
-/// instead of every one (each then asks once more). Only a caller that found the lock busy
-/// enters the waiting room (which subscribes to the lock's announcements); its first wait
+/// (readers can share), woken by any release when they listen. Writers line up in their
+/// locker's line: only one of them asks the store at a time, so a release wakes one writer per
+/// process instead of every one (each then asks once more). Only a caller that found the lock
+/// busy enters the waiting room (which subscribes to the lock's announcements); its first wait
 /// attempt asks again, so no release between the two is missed.
 ///
 /// A writer's intent (the next writer's turn; once readers alone held it back, a bar to new
-/// readers) is only ever left by the head of its line, the one writer of the process that keeps
-/// asking: a writer's first look leaves nothing, since a writer that then queued behind another
-/// head would leave its intent standing, unrenewed, barring the head until it lapsed (2 s). A
-/// reader that waits claims the next turn for readers. A writer or reader that gives up withdraws
-/// its intent or claim before it answers, so that nobody is held back by a caller that left.
+/// readers) is only ever left by the one writer of its locker that keeps asking: a writer's
+/// first look leaves nothing, since a writer that then queued behind another would leave its
+/// intent standing, unrenewed, barring the other until it lapsed (2 s). A writer `called` from
+/// its locker's line skips that look. A reader that waits claims the next turn for readers. A
+/// writer or reader that gives up withdraws its intent or claim before it answers, so that
+/// nobody is held back by a caller that left.
 async fn wait_shared<B: LockBackend>(
     attempts: &Attempts<'_, B>,
     queue: Option<&dyn WaitQueue<B::Lease>>,
     deadline: Instant,
+    called: bool,
 ) -> Result<Obtained<B::Lease>, NotObtained> {
     let (request, name) = (attempts.request, attempts.name);
     let is_writer = matches!(attempts.ask, Ask::Write(_));
@@ -177,8 +178,7 @@ async fn wait_shared<B: LockBackend>(
         Abandon::new(attempts.backend, attempts.names, request, store_timeout)
     });
     let room = queue.map(WaitQueue::room);
-    let lined_up = is_writer && room.is_some_and(|room| room.has_line(name));
-    if !lined_up {
+    if !(is_writer && called) {
         let first_look = if is_writer {
             attempts.look().await?
         } else {
@@ -193,24 +193,17 @@ async fn wait_shared<B: LockBackend>(
     }
     attempts.tally.waiting();
     let place = match room {
-        Some(room) if is_writer => Some(room.join_line(name, request.token)),
+        Some(room) if is_writer => Some(room.take_ticket(name, request.token, true)),
         // In a room that hears no announcements a ticket costs the store nothing, and lets a
         // release in this process wake the reader or permit waiter.
         Some(room) if request.patience == Patience::Listens || !room.hears_announcements() => {
-            Some(room.take_ticket(name, request.token))
+            Some(room.take_ticket(name, request.token, false))
         }
         _ => None,
     };
-    let waited = match &place {
-        Some(place) if timeout_at(deadline, place.turn()).await.is_err() => {
-            attempts.once_more_busy().await
-        }
-        place => {
-            attempts
-                .wait(place.as_ref(), deadline, Some(SHARED_REFRESH), How::Plain)
-                .await
-        }
-    };
+    let waited = attempts
+        .wait(place.as_ref(), deadline, Some(SHARED_REFRESH), How::Plain)
+        .await;
     match (marks, &waited) {
         (Some(marks), Err(NotObtained::Busy { .. })) => marks.now().await,
         (Some(marks), Ok(_)) => marks.disarm(),
