@@ -101,11 +101,7 @@ pub fn hot_key_figures(
     let (wait_us, shared_wait_us, exclusive_wait_us) =
         (waits(None), waits(Some(true)), waits(Some(false)));
     acquisitions.sort_unstable_by_key(|a| a.acquired_us);
-    let max_local_run = acquisitions
-        .chunk_by(|a, b| a.process == b.process)
-        .map(<[Acquisition]>::len)
-        .max()
-        .unwrap_or(0);
+    let max_local_run = max_local_run(&acquisitions, processes);
     let mut handoff_us: Vec<u64> = acquisitions
         .windows(2)
         .map(|pair| pair[1].acquired_us.saturating_sub(pair[0].hold_end_us))
@@ -122,6 +118,36 @@ pub fn hot_key_figures(
         exclusive_wait_us,
         handoff_us,
     }
+}
+
+/// The longest run of consecutive acquisitions (sorted by time) inside one process, while
+/// every one of the `processes` contends: between the last process's first acquisition and
+/// the first process's last one. (As a run ends, processes stop a few ms apart, and the last
+/// one left takes every acquisition.)
+fn max_local_run(sorted: &[Acquisition], processes: usize) -> usize {
+    let mut first = vec![u64::MAX; processes];
+    let mut last = vec![0; processes];
+    for acquisition in sorted {
+        if let (Some(first), Some(last)) = (
+            first.get_mut(acquisition.process),
+            last.get_mut(acquisition.process),
+        ) {
+            *first = (*first).min(acquisition.acquired_us);
+            *last = (*last).max(acquisition.acquired_us);
+        }
+    }
+    let (from, to) = (first.into_iter().max(), last.into_iter().min());
+    let (Some(from), Some(to)) = (from, to) else {
+        return 0;
+    };
+    sorted
+        .iter()
+        .filter(|a| (from..=to).contains(&a.acquired_us))
+        .collect::<Vec<_>>()
+        .chunk_by(|a, b| a.process == b.process)
+        .map(<[&Acquisition]>::len)
+        .max()
+        .unwrap_or(0)
 }
 
 fn ms(us: u64) -> f64 {
@@ -262,5 +288,30 @@ mod tests {
         assert!((figures.jain - 1.0).abs() < 1e-9);
         assert!((figures.process_jain - 1.0).abs() < 1e-9);
         assert_eq!(figures.max_local_run, 1);
+    }
+
+    #[test]
+    fn local_runs_count_only_while_every_process_contends() {
+        let at = |process, acquired_us| Acquisition {
+            contender: process,
+            process,
+            shared: false,
+            want_us: 0,
+            acquired_us,
+            hold_end_us: acquired_us,
+        };
+        // Process 0 runs three times in a row while 1 contends, then alone at the end.
+        let sorted = [
+            at(0, 1),
+            at(1, 2),
+            at(0, 3),
+            at(0, 4),
+            at(0, 5),
+            at(1, 6),
+            at(0, 7),
+            at(0, 8),
+        ];
+
+        assert_eq!(max_local_run(&sorted, 2), 3);
     }
 }

@@ -121,7 +121,6 @@ pub mod memory;
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-mod queue;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod request;
@@ -130,6 +129,7 @@ pub(crate) mod shapes;
 mod sql;
 #[cfg(test)]
 mod tests;
+mod wait_queue;
 pub mod waiting;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
@@ -137,11 +137,11 @@ pub mod zookeeper;
 pub use crate::token::OwnerToken;
 pub use attempt::{Attempt, FencingToken, Granted, TokenLease};
 pub use error::BackendError;
-pub use queue::{BoxFuture, QueuedAttempt, WaitQueue};
 pub use request::{LockRequest, Patience, drift_margin, lease_deadline};
 pub use shapes::{Hold, Semaphores, SharedLocks};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use sql::session::ConnectionLease;
+pub use wait_queue::{BoxFuture, QueuedAttempt, WaitQueue};
 
 /// A store of leases on lock names: exclusive, expiring, owner-checked, optionally fenced.
 ///

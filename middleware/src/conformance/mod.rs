@@ -32,16 +32,16 @@ use crate::backend::{Semaphores, SharedLocks};
 mod cohort;
 mod mutex;
 mod outage;
-mod queue;
 mod shapes;
 mod support;
+mod wait_queue;
 
 pub use cohort::*;
 pub use mutex::*;
 pub use outage::*;
-pub use queue::*;
 pub use shapes::*;
 pub use support::Occupancy;
+pub use wait_queue::*;
 
 /// A store under test: a fresh one per case, and backends on it.
 pub trait Store: Send + Sync + Sized + 'static {

@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use super::lease::{Lease, LeaseLost};
+use super::held::{Lease, LeaseLost};
 use super::names::LockNames;
 use super::telemetry::Outcome;
 use crate::backend::{FencingToken, Hold};

@@ -11,13 +11,10 @@ use tracing::Instrument;
 
 use super::acquire::{NotObtained, Obtained, acquire, deadline_after};
 use super::ask::Ask;
-use super::cohort::{self, Baton, Cohorts, Entry, RunId, Told};
 use super::error::LockError;
 use super::guard::LockGuard;
-use super::held::{Acquisition, HeldLock, Ran};
-use super::hold_times::HoldTimes;
-use super::lease::Lease;
-use super::leases::{Leases, give_back_baton};
+use super::held::{Acquisition, HeldLock, HoldTimes, Lease, Ran, StoreLeases, give_back_baton};
+use super::line::{self, Baton, Entry, Lines, RunId, Told};
 use super::names::LockNames;
 use super::policy::{BusyPolicy, WaitMode};
 use super::reentry::{self, Reentry};
@@ -80,12 +77,12 @@ pub(crate) struct LockerInner<B: LockBackend> {
     pub(crate) hold_times: Arc<HoldTimes>,
     /// The handles of its metrics.
     pub(crate) instruments: Instruments,
-    /// The lines of its tasks waiting for a lock held in this locker, handed on locally.
-    pub(crate) cohorts: Cohorts<B::Lease>,
+    /// Its lines: per lock, its tasks waiting for it, one asking the store, holds handed on.
+    pub(crate) lines: Lines<B::Lease>,
 }
 
-/// A lock taken: its leases, one per name (shared by the holds of a cohort run), fences, how
-/// its lease began, and the cohort run it is held in.
+/// A lock taken: its leases, one per name (shared by the holds of a run), fences, how
+/// its lease began, and the run it is held in.
 struct Taken<L> {
     leases: Arc<Vec<L>>,
     fences: Vec<Option<FencingToken>>,
@@ -105,12 +102,12 @@ enum LeaseStart {
 }
 
 impl<L> Taken<L> {
-    /// Taken from the store by one task, outside any cohort run.
+    /// Taken from the store by one task, outside any run.
     fn alone(obtained: Obtained<L>) -> Self {
         let (leases, fences): (Vec<_>, Vec<_>) = obtained
             .grants
             .into_iter()
-            .map(|grant| (grant.lease, cohort::compose(grant.fence, 0)))
+            .map(|grant| (grant.lease, line::compose(grant.fence, 0)))
             .unzip();
         Self {
             leases: Arc::new(leases),
@@ -120,7 +117,7 @@ impl<L> Taken<L> {
         }
     }
 
-    /// Handed on by the previous holder of a cohort run.
+    /// Handed on by the previous holder of a run.
     fn handed(baton: Baton<L>) -> Self {
         Self {
             run: Some(baton.run),
@@ -311,7 +308,7 @@ impl<B: LockBackend> Locker<B> {
         let guard = LockGuard::new(names, (ask.hold(), taken.fences), lease);
         tracing::trace!(lock = guard.name(), fence = ?guard.fence(), "acquired");
         let inner = Arc::clone(&self.inner);
-        Ok(Acquisition::Owned(Leases::new(
+        Ok(Acquisition::Owned(StoreLeases::new(
             inner,
             (guard, taken.leases, taken.run),
             taken_at,
@@ -345,8 +342,11 @@ impl<B: LockBackend> Locker<B> {
         let inner = Arc::clone(&self.inner);
         let owned_name = name.to_owned();
         let give_back = Box::new(move |baton| give_back_baton(&inner, &owned_name, baton));
-        let (contender, called) = match self.inner.cohorts.enter(name, give_back) {
-            Entry::Contend(contender) => (contender, false),
+        let (contender, called) = match self.inner.lines.enter(name, give_back) {
+            Entry::Contend {
+                contender,
+                behind_a_holder,
+            } => (contender, behind_a_holder),
             Entry::Wait(waiting) => {
                 tally.waiting();
                 match waiting.turn(deadline).await {

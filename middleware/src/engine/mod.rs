@@ -9,14 +9,11 @@
 
 mod acquire;
 mod ask;
-mod cohort;
 mod error;
 mod guard;
 mod held;
-mod hold_times;
 mod key_error;
-mod lease;
-mod leases;
+mod line;
 mod locker;
 mod names;
 mod policy;
@@ -32,9 +29,9 @@ pub(crate) use ask::Ask;
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use held::HeldLock;
+pub use held::LeaseLost;
 pub(crate) use held::Ran;
 pub use key_error::KeyError;
-pub use lease::LeaseLost;
 pub use locker::Locker;
 pub(crate) use policy::BusyPolicy;
 pub use policy::OnLost;

@@ -4,9 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-use super::cohort::{Cohorts, MAX_LOCAL_RUN};
-use super::hold_times::HoldTimes;
-use super::lease::LeasePlan;
+use super::held::{HoldTimes, LeasePlan};
+use super::line::{Lines, MAX_LOCAL_RUN};
 use super::locker::{Locker, LockerInner};
 use super::names::DEFAULT_MAX_KEY_LEN;
 use super::policy::{Backoff, BusyPolicy, OnLost, WaitMode};
@@ -253,7 +252,7 @@ impl<B: LockBackend> LockerBuilder<B> {
         let group = self.settings.metrics_group.clone();
         Locker::from_inner(LockerInner {
             instruments: Instruments::new(self.backend.store_kind(), group),
-            cohorts: Cohorts::new(self.settings.max_local_run),
+            lines: Lines::new(self.settings.max_local_run),
             settings: self.settings,
             backend: self.backend,
             held: self.held,

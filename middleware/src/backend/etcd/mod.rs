@@ -45,9 +45,9 @@ use members::Members;
 use session::Session;
 use watches::Watches;
 
+mod key_line;
 mod keys;
 mod members;
-mod queue;
 mod session;
 mod shapes;
 mod watches;

@@ -9,7 +9,7 @@ use sqlx::mysql::{MySqlArguments, MySqlRow};
 use sqlx::query::Query;
 use sqlx::{MySql, MySqlPool, Row};
 
-use super::sql::queue::release_through_queue;
+use super::sql::tickets::release_through_queue;
 use super::sql::{AcquireSlots, acquire_detached, pool_options};
 use super::waiting::{Announcement, WaitingRoom};
 use super::{
@@ -20,7 +20,7 @@ use crate::FencingToken;
 use statements::{MAX_NAME_LEN, Param, Statement, Statements};
 
 mod nowait;
-mod queue;
+mod queue_rows;
 mod statements;
 
 pub use nowait::{DEFAULT_ROW_TABLE, NowaitBackend};

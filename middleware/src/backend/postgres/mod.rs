@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use super::sql::queue::release_through_queue;
+use super::sql::tickets::release_through_queue;
 use super::sql::{AcquireSlots, acquire_detached, pool_options};
 use super::waiting::WaitingRoom;
 use super::{
@@ -19,7 +19,7 @@ use statements::Statements;
 
 mod advisory;
 mod listener;
-mod queue;
+mod queue_rows;
 mod statements;
 
 pub use advisory::{AdvisoryBackend, DEFAULT_NAMESPACE};

@@ -47,7 +47,7 @@ pub(super) struct Statements {
     pub(super) mark_waited: String,
     /// Makes sure `$1` has a row, to lock.
     pub(super) ensure_row: String,
-    /// `$1`'s row as the queue sees it (`sql::queue::RowColumns`: now, the live exclusive
+    /// `$1`'s row as the queue sees it (`sql::tickets::RowColumns`: now, the live exclusive
     /// holder and its µs left, µs until the first shared hold ends, fence, tickets, whether
     /// readers wait), and its version: `xmin`, the transaction that wrote it, as text.
     pub(super) read_row: String,

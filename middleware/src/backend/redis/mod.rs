@@ -22,9 +22,9 @@ use scripts::{LuaScript, Scripts};
 
 mod announcements;
 mod commands;
+mod fair_line;
 mod hash_slot;
 mod keys;
-mod queue;
 mod scripts;
 mod shapes;
 

@@ -1,7 +1,7 @@
 //! What the SQL backends share: table names they can put in statements, acquires that
 //! outlive their caller (a pooled store could otherwise see an `abandon`, sent on another
 //! connection, before the acquire it undoes) and leave connections for the holders, the
-//! queue of waiters (`queue.rs`), and locks held by a session instead of a row (`session.rs`).
+//! queue of waiters (`tickets.rs`), and locks held by a session instead of a row (`session.rs`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,8 +15,8 @@ use super::{
     Attempt, BackendError, Granted, LockBackend, LockRequest, QueuedAttempt, TokenLease, WaitQueue,
 };
 
-pub(super) mod queue;
 pub(super) mod session;
+pub(super) mod tickets;
 
 /// How long a pooled connection may have been idle and still be handed out without a ping.
 const TRUSTED_IDLE: Duration = Duration::from_secs(1);

@@ -43,8 +43,8 @@ use session::{Ensemble, Session};
 use watches::Watches;
 
 mod in_flight;
+mod node_line;
 mod nodes;
-mod queue;
 mod session;
 mod shapes;
 mod watches;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
 
-use super::guards::{Abandon, Ticket};
+use super::cleanup::{Abandon, QueuePlace};
 use super::{NotObtained, Obtained};
 use crate::backend::waiting::Place;
 use crate::backend::{
@@ -197,7 +197,7 @@ impl<B: LockBackend> Attempts<'_, B> {
         deadline: Instant,
         ticket_ttl: Duration,
     ) -> Result<Obtained<B::Lease>, NotObtained> {
-        let ticket = Ticket::new(
+        let place_in_queue = QueuePlace::new(
             self.backend,
             self.name,
             self.request.token,
@@ -208,7 +208,7 @@ impl<B: LockBackend> Attempts<'_, B> {
             .wait(place, deadline, refresh, How::Queued(ticket_ttl))
             .await;
         if acquired.is_ok() {
-            ticket.used();
+            place_in_queue.used();
         }
         acquired
     }

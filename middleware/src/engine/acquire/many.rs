@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::time::{Instant, sleep};
 
-use super::guards::Abandon;
+use super::cleanup::Abandon;
 use super::{NotObtained, Obtained};
 use crate::OwnerToken;
 use crate::backend::{Attempt, BackendError, LockBackend, LockRequest, Patience};

@@ -14,10 +14,10 @@ use super::telemetry::Tally;
 use crate::OwnerToken;
 use crate::backend::{BackendError, Granted, LockBackend, LockRequest, Patience, WaitQueue};
 use attempts::{Answer, Attempts, How};
-use guards::Abandon;
+use cleanup::Abandon;
 
 mod attempts;
-mod guards;
+mod cleanup;
 mod many;
 
 /// How often a waiter for a shared-shape lock asks again at the latest: a waiting writer's

@@ -10,7 +10,7 @@ use super::PostgresBackend;
 use super::listener::payload;
 use crate::backend::BackendError;
 use crate::backend::sql::AcquireSlots;
-use crate::backend::sql::queue::{QueueRows, RowChange, RowColumns, RowState};
+use crate::backend::sql::tickets::{QueueRows, RowChange, RowColumns, RowState};
 use crate::backend::waiting::{Announcement, WaitingRoom};
 
 impl QueueRows for PostgresBackend {
@@ -27,7 +27,8 @@ impl QueueRows for PostgresBackend {
     /// transaction that wrote it), announcing the change with `pg_notify` in the same
     /// statement (delivered at its commit). A row changed meanwhile is read and decided on
     /// again. So the row is locked only while that one statement commits, not across the
-    /// round trips of a transaction, and a release waited for costs two round trips.
+    /// round trips of a transaction, and a release waited for costs two round trips. This
+    /// process's own waiters are told what the change announces as soon as it is written.
     async fn decide_on_row<T: Send>(
         &self,
         name: &str,
@@ -47,6 +48,11 @@ impl QueueRows for PostgresBackend {
                 return Ok(answer);
             };
             if self.write_row(name, &version, &change).await? {
+                // This process's waiters hear it now, not a NOTIFY's trip later (the NOTIFY
+                // repeating it changes nothing: a handed lock is taken once).
+                if let Some(announcement) = change.announce {
+                    self.room.announce(name, announcement);
+                }
                 return Ok(answer);
             }
         }

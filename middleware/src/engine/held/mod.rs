@@ -9,18 +9,26 @@ use std::sync::Arc;
 
 use tokio::task::AbortHandle;
 
-use super::error::LockError;
-use super::guard::LockGuard;
-use super::lease::keep;
-use super::leases::Leases;
-use super::policy::OnLost;
-use super::reentry;
 use crate::backend::LockBackend;
+use crate::engine::error::LockError;
+use crate::engine::guard::LockGuard;
+use crate::engine::policy::OnLost;
+use crate::engine::reentry;
+use lease::keep;
+
+mod hold_times;
+mod lease;
+mod store_leases;
+
+pub(crate) use hold_times::HoldTimes;
+pub use lease::LeaseLost;
+pub(crate) use lease::{Lease, LeasePlan};
+pub(crate) use store_leases::{StoreLeases, give_back_baton};
 
 /// A lock just taken by the engine, or found already held by the running future.
 pub(crate) enum Acquisition<B: LockBackend> {
     /// Taken now: its leases must be given back.
-    Owned(Leases<B>),
+    Owned(StoreLeases<B>),
     /// Held by the running future already (re-entered): the outer holder gives it back.
     Reentered(LockGuard),
 }
@@ -95,7 +103,7 @@ impl<B: LockBackend> Acquisition<B> {
 /// is dropped on return) or lets it finish, as `on_lost` says.
 async fn run_while_held<F: Future, B: LockBackend>(
     work: F,
-    leases: &Leases<B>,
+    leases: &StoreLeases<B>,
     on_lost: OnLost,
 ) -> Ran<F::Output> {
     let (guard, plan) = (leases.guard(), leases.locker().settings.lease_plan());
@@ -149,12 +157,12 @@ pub struct HeldLock<B: LockBackend> {
 }
 
 struct Owned<B: LockBackend> {
-    leases: Arc<Leases<B>>,
-    renewal: Renewal,
+    leases: Arc<StoreLeases<B>>,
+    renewal: RenewalTask,
 }
 
 /// The task renewing a held lock's lease.
-enum Renewal {
+enum RenewalTask {
     /// Not started: the lease is not being renewed.
     Idle,
     Running(AbortHandle),
@@ -164,12 +172,12 @@ enum Renewal {
 
 impl<B: LockBackend> HeldLock<B> {
     /// The handle of `leases`, not renewing them yet.
-    fn idle(leases: Leases<B>) -> Self {
+    fn idle(leases: StoreLeases<B>) -> Self {
         Self {
             guard: leases.guard().clone(),
             owned: Some(Owned {
                 leases: Arc::new(leases),
-                renewal: Renewal::Idle,
+                renewal: RenewalTask::Idle,
             }),
         }
     }
@@ -180,7 +188,7 @@ impl<B: LockBackend> HeldLock<B> {
         let Some(owned) = self.owned.as_mut() else {
             return;
         };
-        if !matches!(owned.renewal, Renewal::Idle) {
+        if !matches!(owned.renewal, RenewalTask::Idle) {
             return;
         }
         owned.renewal = match tokio::runtime::Handle::try_current() {
@@ -191,9 +199,9 @@ impl<B: LockBackend> HeldLock<B> {
                     let lost = keep(guard.lease(), plan, guard.name(), || leases.extend()).await;
                     tracing::warn!(lock = guard.name(), because = %lost, "lock lost");
                 });
-                Renewal::Running(renewal.abort_handle())
+                RenewalTask::Running(renewal.abort_handle())
             }
-            Err(_) => Renewal::Impossible,
+            Err(_) => RenewalTask::Impossible,
         };
     }
 
@@ -232,9 +240,9 @@ impl<B: LockBackend> Drop for HeldLock<B> {
     }
 }
 
-impl Renewal {
+impl RenewalTask {
     fn stop(&self) {
-        if let Renewal::Running(task) = self {
+        if let RenewalTask::Running(task) = self {
             task.abort();
         }
     }

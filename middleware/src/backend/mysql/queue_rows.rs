@@ -10,7 +10,7 @@ use sqlx::MySqlConnection;
 use super::MysqlBackend;
 use crate::backend::BackendError;
 use crate::backend::sql::AcquireSlots;
-use crate::backend::sql::queue::{QueueRows, RowChange, RowColumns, RowState};
+use crate::backend::sql::tickets::{QueueRows, RowChange, RowColumns, RowState};
 use crate::backend::waiting::WaitingRoom;
 
 impl QueueRows for MysqlBackend {

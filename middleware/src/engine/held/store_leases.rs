@@ -1,6 +1,6 @@
 //! The backend's leases of a held lock, and the duty to give them back: explicitly, or in the
 //! background when dropped — or to hand them on to the next task of the locker waiting for the
-//! lock (`cohort.rs`).
+//! lock (`line.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,32 +8,32 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
-use super::cohort::{Baton, RunId};
-use super::error::LockError;
-use super::guard::LockGuard;
-use super::locker::LockerInner;
-use super::telemetry::StoreOp;
 use crate::backend::{BackendError, LockBackend, lease_deadline};
 use crate::background;
+use crate::engine::error::LockError;
+use crate::engine::guard::LockGuard;
+use crate::engine::line::{Baton, RunId};
+use crate::engine::locker::LockerInner;
+use crate::engine::telemetry::StoreOp;
 
 /// A held lock's leases, one per name, counted among the locker's held locks until dropped.
 /// Dropped unreleased (the work was cancelled, the handle dropped), they are released in the
-/// background. A lock held in a cohort run is handed on to the next waiting task of the locker
+/// background. A lock held in a run is handed on to the next waiting task of the locker
 /// instead, while the run may go on.
-pub(crate) struct Leases<B: LockBackend> {
+pub(crate) struct StoreLeases<B: LockBackend> {
     locker: Arc<LockerInner<B>>,
     guard: LockGuard,
-    /// The store's leases, shared by the holds of a cohort run.
+    /// The store's leases, shared by the holds of a run.
     leases: Arc<Vec<B::Lease>>,
-    /// The cohort run it is held in: handed on when released, while the run may go on.
+    /// The run it is held in: handed on when released, while the run may go on.
     run: Option<RunId>,
     released: AtomicBool,
     taken_at: Instant,
 }
 
-impl<B: LockBackend> Leases<B> {
+impl<B: LockBackend> StoreLeases<B> {
     /// Takes on the release of `guard`'s lock, whose leases are `leases` (one per name),
-    /// taken at `taken_at`, held in cohort run `run`, if any.
+    /// taken at `taken_at`, held in run `run`, if any.
     pub(crate) fn new(
         locker: Arc<LockerInner<B>>,
         (guard, leases, run): (LockGuard, Arc<Vec<B::Lease>>, Option<RunId>),
@@ -60,14 +60,14 @@ impl<B: LockBackend> Leases<B> {
     }
 
     /// Extends every lease by the locker's TTL: `Ok(true)` while all are still ours. The
-    /// lock's cohort run, if any, hears until when its lease runs now.
+    /// lock's run, if any, hears until when its lease runs now.
     pub(crate) async fn extend(&self) -> Result<bool, BackendError> {
         let sent = Instant::now();
         let extended = self.extend_all().await;
         if let (Some(run), Ok(true)) = (self.run, &extended) {
             let lease_ends = lease_deadline(sent, self.locker.settings.ttl);
             self.locker
-                .cohorts
+                .lines
                 .renewed(self.guard.name(), run, lease_ends);
         }
         extended
@@ -119,7 +119,7 @@ impl<B: LockBackend> Leases<B> {
     }
 
     /// Hands the lock (if it `was_held` until its release) to the next task of the locker
-    /// waiting for it, if its cohort run may go on; else ends the run (the next waiter asks
+    /// waiting for it, if its run may go on; else ends the run (the next waiter asks
     /// the store) and the caller releases it.
     fn handed_on(&self, was_held: bool) -> bool {
         let Some(run) = self.run else {
@@ -136,7 +136,7 @@ impl<B: LockBackend> Leases<B> {
         if was_held && hand_on(&self.locker, self.guard.name(), baton).is_ok() {
             return true;
         }
-        self.locker.cohorts.end_run(self.guard.name(), run);
+        self.locker.lines.end_run(self.guard.name(), run);
         false
     }
 
@@ -185,7 +185,7 @@ async fn give_back<B: LockBackend>(
     }
 }
 
-impl<B: LockBackend> Drop for Leases<B> {
+impl<B: LockBackend> Drop for StoreLeases<B> {
     fn drop(&mut self) {
         self.locker.held.fetch_sub(1, Ordering::Relaxed);
         if *self.released.get_mut() {
@@ -231,7 +231,7 @@ fn hand_on<B: LockBackend>(
     if left <= locker.settings.ttl / 3 {
         return Err(baton);
     }
-    locker.cohorts.hand_on(name, baton)
+    locker.lines.hand_on(name, baton)
 }
 
 /// Gives back a lock handed to a task of `locker` that left before it heard: to the next
@@ -244,7 +244,7 @@ pub(crate) fn give_back_baton<B: LockBackend>(
     let Err(baton) = hand_on(locker, name, baton) else {
         return;
     };
-    locker.cohorts.end_run(name, baton.run);
+    locker.lines.end_run(name, baton.run);
     let (backend, store_timeout) = (Arc::clone(&locker.backend), locker.settings.store_timeout);
     let name = name.to_owned();
     background::store_call(

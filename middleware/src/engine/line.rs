@@ -41,7 +41,7 @@ pub(crate) fn compose(store: Option<FencingToken>, hold: u32) -> Option<FencingT
 
 /// The lines of one locker, by lock name.
 #[derive(Debug)]
-pub(crate) struct Cohorts<L> {
+pub(crate) struct Lines<L> {
     lines: Mutex<HashMap<String, Line<L>>>,
     /// Holds in a row before a release goes to the store; 1 turns handoffs off.
     max_run: u32,
@@ -139,13 +139,18 @@ impl<L> Line<L> {
 
 /// How a task enters its lock's line.
 pub(crate) enum Entry<'a, L> {
-    /// Nobody of this locker holds or asks for the lock: this task asks the store.
-    Contend(Contender<'a, L>),
+    /// Nobody of this locker asks for the lock: this task asks the store — at once with its
+    /// place in the store's queue when a task of the locker holds the lock (`behind_a_holder`:
+    /// a first look would find it busy).
+    Contend {
+        contender: Contender<'a, L>,
+        behind_a_holder: bool,
+    },
     /// It waits for a handoff or for its turn to ask.
     Wait(Waiting<'a, L>),
 }
 
-impl<L> Cohorts<L> {
+impl<L> Lines<L> {
     /// The lines of a locker handing a lock on locally up to `max_run` holds in a row.
     pub(crate) fn new(max_run: u32) -> Self {
         Self {
@@ -178,16 +183,16 @@ impl<L> Cohorts<L> {
         let line = lines.entry(name.to_owned()).or_default();
         if !line.contending && (line.run.is_none() || !self.hands_on()) {
             line.contending = true;
-            return Entry::Contend(Contender {
-                cohorts: self,
-                name,
-            });
+            return Entry::Contend {
+                contender: Contender { lines: self, name },
+                behind_a_holder: line.run.is_some(),
+            };
         }
         let id = self.next_id();
         let (turn, told) = oneshot::channel();
         line.waiters.push_back(Waiter { id, turn });
         Entry::Wait(Waiting {
-            cohorts: self,
+            lines: self,
             name,
             id,
             told: Some(told),
@@ -254,7 +259,7 @@ impl<L> Cohorts<L> {
 /// [`won`](Self::won) it, it lets the next waiter ask.
 #[derive(Debug)]
 pub(crate) struct Contender<'a, L> {
-    cohorts: &'a Cohorts<L>,
+    lines: &'a Lines<L>,
     name: &'a str,
 }
 
@@ -263,8 +268,8 @@ impl<L> Contender<'_, L> {
     /// run starts, this hold its first (its fence is [`compose`]d with 0, as every hold's
     /// outside a run).
     pub(crate) fn won(self, store_fence: Option<FencingToken>, lease_ends: Instant) -> RunId {
-        let id = RunId(self.cohorts.next_id());
-        let mut lines = self.cohorts.lines();
+        let id = RunId(self.lines.next_id());
+        let mut lines = self.lines.lines();
         let line = lines.entry(self.name.to_owned()).or_default();
         line.contending = false;
         line.run = Some(Run {
@@ -273,7 +278,7 @@ impl<L> Contender<'_, L> {
             holds: 1,
             lease_ends,
         });
-        line.call_contender(self.cohorts.hands_on());
+        line.call_contender(self.lines.hands_on());
         drop(lines);
         std::mem::forget(self);
         id
@@ -282,12 +287,12 @@ impl<L> Contender<'_, L> {
 
 impl<L> Drop for Contender<'_, L> {
     fn drop(&mut self) {
-        let mut lines = self.cohorts.lines();
+        let mut lines = self.lines.lines();
         let Some(line) = lines.get_mut(self.name) else {
             return;
         };
         line.contending = false;
-        line.call_contender(self.cohorts.hands_on());
+        line.call_contender(self.lines.hands_on());
         if line.is_idle() {
             lines.remove(self.name);
         }
@@ -300,7 +305,7 @@ pub(crate) type GiveBack<L> = Box<dyn FnOnce(Baton<L>) + Send>;
 /// A task waiting in its lock's line. Dropped, it leaves the line; a turn it was told
 /// meanwhile is passed on (a handed lock through its `give_back`).
 pub(crate) struct Waiting<'a, L> {
-    cohorts: &'a Cohorts<L>,
+    lines: &'a Lines<L>,
     name: &'a str,
     id: u64,
     told: Option<oneshot::Receiver<Turn<L>>>,
@@ -352,7 +357,7 @@ impl<'a, L> Waiting<'a, L> {
     /// Looks at the line: whether this task still waits (and until when the run it waits for
     /// is known to hold), or was told its turn, or — the run having lapsed — asks now.
     fn look(&self) -> Look {
-        let mut lines = self.cohorts.lines();
+        let mut lines = self.lines.lines();
         let Some(line) = lines.get_mut(self.name) else {
             return Look::Told;
         };
@@ -375,7 +380,7 @@ impl<'a, L> Waiting<'a, L> {
 
     /// Leaves the line: the turn told meanwhile, if any.
     fn leave(&mut self) -> Option<Turn<L>> {
-        let mut lines = self.cohorts.lines();
+        let mut lines = self.lines.lines();
         if let Some(line) = lines.get_mut(self.name) {
             let before = line.waiters.len();
             line.waiters.retain(|waiter| waiter.id != self.id);
@@ -395,7 +400,7 @@ impl<'a, L> Waiting<'a, L> {
         match turn {
             Turn::Handed(baton) => Told::Handed(baton),
             Turn::Ask => Told::Ask(Contender {
-                cohorts: self.cohorts,
+                lines: self.lines,
                 name: self.name,
             }),
         }

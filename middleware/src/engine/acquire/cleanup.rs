@@ -89,7 +89,7 @@ impl<B: LockBackend> Drop for Abandon<'_, B> {
 /// A ticket in the store's queue: withdrawn in the background when the waiter gives up or is
 /// dropped, so that it does not hold up the line until it expires (and a lock handed to it
 /// meanwhile is passed on).
-pub(super) struct Ticket<'a, B: LockBackend> {
+pub(super) struct QueuePlace<'a, B: LockBackend> {
     backend: &'a Arc<B>,
     name: &'a str,
     token: OwnerToken,
@@ -97,7 +97,7 @@ pub(super) struct Ticket<'a, B: LockBackend> {
     used: bool,
 }
 
-impl<'a, B: LockBackend> Ticket<'a, B> {
+impl<'a, B: LockBackend> QueuePlace<'a, B> {
     pub(super) fn new(
         backend: &'a Arc<B>,
         name: &'a str,
@@ -119,7 +119,7 @@ impl<'a, B: LockBackend> Ticket<'a, B> {
     }
 }
 
-impl<B: LockBackend> Drop for Ticket<'_, B> {
+impl<B: LockBackend> Drop for QueuePlace<'_, B> {
     fn drop(&mut self) {
         if self.used {
             return;

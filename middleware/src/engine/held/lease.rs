@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 
-use super::telemetry::{Meters, Outcome, Renewal, StoreOp};
 use crate::backend::{BackendError, lease_deadline};
+use crate::engine::telemetry::{Meters, Outcome, Renewal, StoreOp};
 
 /// Why a lease was lost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
