@@ -3,7 +3,7 @@
 
 Usage:
   loadtest/compare-builds.py BEFORE AFTER [--rounds N] [--baseline IMPL] [--save FILE]
-      -- LOCKBENCH-ARGS...
+      [--as BEFORE_IMPL=AFTER_IMPL] -- LOCKBENCH-ARGS...
 
 BEFORE and AFTER are lockbench binaries (release builds of two commits). Each round runs
 both with the same LOCKBENCH-ARGS (plus --json and --redis-url) on one redis-server this
@@ -16,6 +16,9 @@ With --baseline (an implementation both builds run unchanged, such as raw-script
 row's throughput is also divided by the baseline's at the same concurrency in the same run,
 and the after/before ratio of those medians is printed ("normalized"): most of the host's
 drift between runs cancels. --save writes every row as JSON lines, to look at again.
+--as compares an implementation under a new name (a default that became a row of its own):
+the after build runs AFTER_IMPL where LOCKBENCH-ARGS say `--impl BEFORE_IMPL`, and its rows are
+compared with BEFORE_IMPL's.
 
   loadtest/compare-builds.py ../before/target/release/lockbench target/release/lockbench \\
       --rounds 3 -- --scenario distinct-keys --duration-s 2 --rounds 1 \\
@@ -76,16 +79,21 @@ def main():
     before, after = own[0], own[1]
     option = lambda name, default: own[own.index(name) + 1] if name in own else default
     rounds, baseline, save = int(option("--rounds", 3)), option("--baseline", None), option("--save", None)
+    renamed = option("--as", None)
+    before_impl, after_impl = renamed.split("=", 1) if renamed else (None, None)
+    after_args = [after_impl if renamed and arg == before_impl else arg for arg in bench_args]
     directory = tempfile.mkdtemp()
     server, url = start_redis(directory)
     results = {"before": {}, "after": {}}
     saved = open(save, "w") if save else None
     try:
         for round_no in range(rounds):
-            order = [("before", before), ("after", after)]
-            for label, binary in order if round_no % 2 == 0 else reversed(order):
-                rows = run(binary, url, bench_args)
+            order = [("before", before, bench_args), ("after", after, after_args)]
+            for label, binary, args in order if round_no % 2 == 0 else reversed(order):
+                rows = run(binary, url, args)
                 for row in rows:
+                    if renamed and row["impl"] == after_impl:
+                        row["impl"] = before_impl
                     if baseline:
                         base = next(r for r in rows if r["impl"] == baseline
                                     and r["concurrency"] == row["concurrency"])

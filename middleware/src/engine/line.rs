@@ -1,19 +1,24 @@
+//! The per-process line: a locker's tasks waiting for one lock (mutex or write) line up here,
+//! and only one of them asks the store at a time (the contender). N local waiters cost the
+//! store what one does, and a newcomer never jumps the line.
+//!
 //! Cohort handoff (lock cohorting: Dice, Marathe and Shavit, PPoPP 2012): a lock released while
 //! another task of the same locker waits for it is handed straight to that task — no store
-//! round trip — up to the locker's `max_local_run` holds in a row; then it is released in the
-//! store, so that other processes' waiters get their turn.
+//! round trip — up to the locker's `max_local_run` holds in a row (a *run*); then it is
+//! released in the store, and the first waiter asks for it there, behind the other processes'
+//! waiters. Without handing on (`max_local_run(1)`), the next task asks while the lock is still
+//! held, so that its place in the store's queue is taken when the lock is released.
 //!
 //! Per lock name, a [`Line`]: the run of holds of this locker (its store grant's fence, how
-//! many holds it has had, until when its lease is known to run), whether one of its tasks is
-//! asking the store, and the tasks waiting here. One task per name asks the store at a time
-//! (the contender); the others wait for the lock to be handed to them, or for their turn to
-//! ask. A run whose lease lapsed (its holder stalled past it, unrenewed) no longer holds its
-//! waiters back: the first of them ends it and asks the store, as another process would.
+//! many holds it has had, until when its lease is known to run), whether a task is asking the
+//! store, and the tasks waiting for the lock to be handed to them or for their turn to ask. A
+//! run whose lease lapsed (its holder stalled past it, unrenewed) no longer holds its waiters
+//! back: the first of them ends it and asks the store, as another process would.
 //!
 //! Fences: a run's holds are numbered from 0, and a hold's fence is the store's fence times
 //! 256 plus its number ([`compose`]), so they increase strictly within a run, and every hold of
 //! a later store grant (larger store fence) is above all of them. Every fence the engine hands
-//! out is composed this way, so lockers with and without cohorting agree.
+//! out is composed this way, so lockers with and without handing on agree.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -349,6 +349,10 @@ impl<B: LockBackend> Locker<B> {
             } => (contender, behind_a_holder),
             Entry::Wait(waiting) => {
                 tally.waiting();
+                // Seen by the backend as a waiter of this process, so that a release goes
+                // through the store's queue at once, without asking whether anybody waits.
+                let _present = (self.inner.backend.wait_queue())
+                    .map(|queue| queue.room().take_ticket(name, OwnerToken::new(), false));
                 match waiting.turn(deadline).await {
                     Some(Told::Handed(baton)) => return Ok(Taken::handed(baton)),
                     Some(Told::Ask(contender)) => (contender, true),
