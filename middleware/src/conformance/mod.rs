@@ -130,6 +130,7 @@ macro_rules! __conformance_cases {
             a_writer_that_gives_up_waiting_leaves_nothing_behind,
             waiting_writers_in_two_processes_take_turns,
             writers_alone_hand_over_like_a_mutex,
+            fair_writers_alone_hand_over_like_fair_mutexes,
             a_writer_is_woken_by_a_release_in_its_own_process,
         );
     };

@@ -334,6 +334,22 @@ where
     );
 }
 
+/// The same with fair lockers (writers wait as in notified mode there, one per process asking
+/// the store): a writer waits no longer than a fair mutex does, beyond a small margin.
+pub async fn fair_writers_alone_hand_over_like_fair_mutexes<S: Store>(store: &S)
+where
+    S::Backend: SharedLocks,
+{
+    let fair = |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG).fair(LONG);
+    let mutexes = longest_of_eight_waiting(store, Take::Mutex, fair).await;
+    let writers = longest_of_eight_waiting(store, Take::Write, fair).await;
+    let bound = mutexes + WAITER_MARK_TTL * 3 / 4;
+    assert!(
+        writers < bound,
+        "a fair writer waited {writers:?}, fair mutexes at most {mutexes:?} in the same loop"
+    );
+}
+
 /// A writer waiting in the same process as the holder — a writer, then readers — is woken by
 /// their release, not by its backoff: on a store that cannot announce a release (MySQL), the
 /// release in the process wakes it. The waiter's backoff is as long as its wait; what else
@@ -390,9 +406,20 @@ async fn longest_of_eight_in_turn<S: Store>(store: &S, take: Take) -> Duration
 where
     S::Backend: SharedLocks,
 {
+    longest_of_eight_waiting(store, take, |builder| builder.wait(LONG).ttl(LONG)).await
+}
+
+/// [`longest_of_eight_in_turn`] with lockers built by `settings`.
+async fn longest_of_eight_waiting<S: Store>(
+    store: &S,
+    take: Take,
+    settings: impl Fn(crate::LockerBuilder<S::Backend>) -> crate::LockerBuilder<S::Backend> + Copy,
+) -> Duration
+where
+    S::Backend: SharedLocks,
+{
     let (a, b) = two_processes(store).await;
-    let wait = |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG);
-    let lockers = [locker(a, wait), locker(b, wait)];
+    let lockers = [locker(a, settings), locker(b, settings)];
     let inside = Arc::new(Occupancy::default());
     let longest_micros = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..8)

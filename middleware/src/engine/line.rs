@@ -60,6 +60,8 @@ struct Line<L> {
     /// One of its tasks is asking the store for the lock.
     contending: bool,
     waiters: VecDeque<Waiter<L>>,
+    /// Readers of this locker waiting for the lock: a write lock is not handed on past them.
+    readers: usize,
 }
 
 /// A run of holds that started with one store grant.
@@ -111,13 +113,14 @@ impl<L> Default for Line<L> {
             run: None,
             contending: false,
             waiters: VecDeque::new(),
+            readers: 0,
         }
     }
 }
 
 impl<L> Line<L> {
     fn is_idle(&self) -> bool {
-        self.run.is_none() && !self.contending && self.waiters.is_empty()
+        self.run.is_none() && !self.contending && self.waiters.is_empty() && self.readers == 0
     }
 
     /// The current run, if it is `id`.
@@ -206,13 +209,22 @@ impl<L> Lines<L> {
     }
 
     /// Hands `baton` (with its run and lease; its fence is set here) to the next waiter of
-    /// `name`'s line, unless the run has had its holds or was ended, or nobody waits: then it
-    /// is given back.
-    pub(crate) fn hand_on(&self, name: &str, mut baton: Baton<L>) -> Result<(), Baton<L>> {
+    /// `name`'s line, unless the run has had its holds or was ended, or nobody waits — or, for a
+    /// write lock (`shared_with_readers`), a reader of this locker waits for it: then it is
+    /// given back.
+    pub(crate) fn hand_on(
+        &self,
+        name: &str,
+        mut baton: Baton<L>,
+        shared_with_readers: bool,
+    ) -> Result<(), Baton<L>> {
         let mut lines = self.lines();
         let Some(line) = lines.get_mut(name) else {
             return Err(baton);
         };
+        if shared_with_readers && line.readers > 0 {
+            return Err(baton);
+        }
         let max_run = self.max_run;
         let Some(run) = line.run(baton.run).filter(|run| run.holds < max_run) else {
             return Err(baton);
@@ -256,6 +268,35 @@ impl<L> Lines<L> {
         line.call_contender(self.hands_on());
         if line.is_idle() {
             lines.remove(name);
+        }
+    }
+}
+
+/// A reader of a locker waiting for a lock: while it waits, a write lock is not handed on
+/// within the locker (readers wait at most one writer's hold behind the writers already in).
+#[derive(Debug)]
+pub(crate) struct WaitingReader<'a, L> {
+    lines: &'a Lines<L>,
+    name: &'a str,
+}
+
+impl<L> Lines<L> {
+    /// A reader of this locker waits for lock `name` until the guard is dropped.
+    pub(crate) fn reader_waits<'a>(&'a self, name: &'a str) -> WaitingReader<'a, L> {
+        self.lines().entry(name.to_owned()).or_default().readers += 1;
+        WaitingReader { lines: self, name }
+    }
+}
+
+impl<L> Drop for WaitingReader<'_, L> {
+    fn drop(&mut self) {
+        let mut lines = self.lines.lines();
+        let Some(line) = lines.get_mut(self.name) else {
+            return;
+        };
+        line.readers = line.readers.saturating_sub(1);
+        if line.is_idle() {
+            lines.remove(self.name);
         }
     }
 }

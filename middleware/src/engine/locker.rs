@@ -269,10 +269,19 @@ impl<B: LockBackend> Locker<B> {
                 self.take_in_line(name, (&names, ask), deadline, &tally)
                     .await
             }
-            None => self
-                .take_from_store((&names, ask), deadline, (&tally, false))
-                .await
-                .map(Taken::alone),
+            None => {
+                // A reader that will wait keeps its locker's writers from handing the lock on.
+                let waits = !settings.policy.timeout().is_zero();
+                let _reader = match (&ask, names.single()) {
+                    (Ask::Read(_), Some(name)) if waits => {
+                        Some(self.inner.lines.reader_waits(name))
+                    }
+                    _ => None,
+                };
+                self.take_from_store((&names, ask), deadline, (&tally, false))
+                    .await
+                    .map(Taken::alone)
+            }
         };
         let taken = match taken {
             Ok(taken) => taken,
@@ -316,18 +325,26 @@ impl<B: LockBackend> Locker<B> {
     }
 
     /// The name of a lock whose waiters line up in this locker (one asks the store at a time,
-    /// and holds are handed on while a run may go on): one name held exclusively (mutex,
-    /// write), by a locker that waits in notified or polling mode (fair mode keeps the store's
-    /// strict order, every waiter with a place in its queue).
+    /// and holds are handed on while a run may go on): one name held exclusively by a locker
+    /// that waits — a write lock always; a mutex when notified, or polling with holds handed
+    /// on (fair mutexes each keep a place in the store's queue, in strict order; polling ones
+    /// without handing on each poll, as the baseline does).
     fn line_of<'n>(&self, names: &'n LockNames, ask: &Ask<B>) -> Option<&'n str> {
-        let waits = match self.settings().policy {
-            BusyPolicy::Wait { timeout, mode } => {
-                !timeout.is_zero() && matches!(mode, WaitMode::Notified | WaitMode::Polling)
-            }
-            BusyPolicy::Reject => false,
+        let BusyPolicy::Wait { timeout, mode } = self.settings().policy else {
+            return None;
         };
-        let exclusive = matches!(ask, Ask::Mutex | Ask::Write(_));
-        (waits && exclusive).then(|| names.single()).flatten()
+        let lines_up = match ask {
+            Ask::Write(_) => true,
+            Ask::Mutex => match mode {
+                WaitMode::Notified => true,
+                WaitMode::Polling => self.settings().max_local_run > 1,
+                WaitMode::Fair { .. } => false,
+            },
+            Ask::Read(_) | Ask::Permit(..) => false,
+        };
+        (!timeout.is_zero() && lines_up)
+            .then(|| names.single())
+            .flatten()
     }
 
     /// Takes lock `name` in this locker's line for it: handed on by a task of the locker that

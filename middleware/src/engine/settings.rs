@@ -252,7 +252,14 @@ impl<B: LockBackend> LockerBuilder<B> {
         let group = self.settings.metrics_group.clone();
         Locker::from_inner(LockerInner {
             instruments: Instruments::new(self.backend.store_kind(), group),
-            lines: Lines::new(self.settings.max_local_run),
+            // Fair mode keeps the store's order: its writers line up, but nothing is handed on.
+            lines: Lines::new(match self.settings.policy {
+                BusyPolicy::Wait {
+                    mode: WaitMode::Fair { .. },
+                    ..
+                } => 1,
+                _ => self.settings.max_local_run,
+            }),
             settings: self.settings,
             backend: self.backend,
             held: self.held,

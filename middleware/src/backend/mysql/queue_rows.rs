@@ -22,30 +22,66 @@ impl QueueRows for MysqlBackend {
         &self.slots
     }
 
-    /// Decides once, on the row locked for update in a transaction. MySQL has no `NOTIFY`:
-    /// what the change announces is told to this process's waiters alone, once committed.
+    /// Decides once, on the row locked for update in a transaction — again when InnoDB chose
+    /// the transaction as a deadlock's victim (SQLSTATE 40001: "try restarting transaction"),
+    /// up to a few times. MySQL has no `NOTIFY`: what the change announces is told to this
+    /// process's waiters alone, once committed.
     async fn decide_on_row<T: Send>(
         &self,
         name: &str,
         decide: impl Fn(RowState) -> (Option<RowChange>, T) + Send + Sync,
     ) -> Result<T, BackendError> {
+        let mut tries = 1;
+        loop {
+            match self.decide_in_transaction(name, &decide).await {
+                Err(error) if is_deadlock_victim(&error) && tries < DEADLOCK_TRIES => tries += 1,
+                Err(error) => return Err(BackendError::new(error)),
+                Ok((change, answer)) => {
+                    if let Some(announcement) = change.and_then(|change| change.announce) {
+                        self.room.announce(name, announcement);
+                    }
+                    return Ok(answer);
+                }
+            }
+        }
+    }
+}
+
+/// How many times a queue operation runs its transaction when InnoDB keeps choosing it as a
+/// deadlock's victim.
+const DEADLOCK_TRIES: u32 = 5;
+
+/// Whether `error` says the transaction was rolled back to break a deadlock.
+fn is_deadlock_victim(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|error| error.code())
+        .is_some_and(|code| code == "40001")
+}
+
+impl MysqlBackend {
+    /// One try of [`QueueRows::decide_on_row`]: the change written (if any) and the answer.
+    async fn decide_in_transaction<T: Send>(
+        &self,
+        name: &str,
+        decide: &(impl Fn(RowState) -> (Option<RowChange>, T) + Send + Sync),
+    ) -> Result<(Option<RowChange>, T), sqlx::Error> {
         let statements = &self.statements;
-        let mut transaction = self.pool.begin().await.map_err(BackendError::new)?;
+        let mut transaction = self.pool.begin().await?;
         let row = match lock_row(&mut transaction, &statements.lock_row, name).await? {
             Some(row) => row,
             None => {
                 sqlx::query(&statements.ensure_row)
                     .bind(name.as_bytes())
                     .execute(&mut *transaction)
-                    .await
-                    .map_err(BackendError::new)?;
+                    .await?;
                 lock_row(&mut transaction, &statements.lock_row, name)
                     .await?
-                    .ok_or_else(|| BackendError::new("the lock's row vanished"))?
+                    .ok_or(sqlx::Error::RowNotFound)?
             }
         };
         let (change, answer) = decide(row);
-        if let Some(change) = change {
+        if let Some(change) = &change {
             let (action, owner, lease_us) = change.holder.columns();
             sqlx::query(&statements.write_row)
                 .bind(action)
@@ -57,14 +93,10 @@ impl QueueRows for MysqlBackend {
                 .bind(change.tickets.column())
                 .bind(name.as_bytes())
                 .execute(&mut *transaction)
-                .await
-                .map_err(BackendError::new)?;
-            transaction.commit().await.map_err(BackendError::new)?;
-            if let Some(announcement) = change.announce {
-                self.room.announce(name, announcement);
-            }
+                .await?;
+            transaction.commit().await?;
         }
-        Ok(answer)
+        Ok((change, answer))
     }
 }
 
@@ -72,11 +104,10 @@ async fn lock_row(
     connection: &mut MySqlConnection,
     statement: &str,
     name: &str,
-) -> Result<Option<RowState>, BackendError> {
+) -> Result<Option<RowState>, sqlx::Error> {
     let row: Option<RowColumns> = sqlx::query_as(statement)
         .bind(name.as_bytes())
         .fetch_optional(connection)
-        .await
-        .map_err(BackendError::new)?;
+        .await?;
     Ok(row.map(RowState::from_columns))
 }

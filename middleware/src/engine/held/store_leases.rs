@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
-use crate::backend::{BackendError, LockBackend, lease_deadline};
+use crate::backend::{BackendError, Hold, LockBackend, lease_deadline};
 use crate::background;
 use crate::engine::error::LockError;
 use crate::engine::guard::LockGuard;
@@ -133,7 +133,9 @@ impl<B: LockBackend> StoreLeases<B> {
             renewed_at,
             deadline,
         };
-        if was_held && hand_on(&self.locker, self.guard.name(), baton).is_ok() {
+        let shared_with_readers = self.guard.hold() == Hold::Write;
+        if was_held && hand_on(&self.locker, self.guard.name(), baton, shared_with_readers).is_ok()
+        {
             return true;
         }
         self.locker.lines.end_run(self.guard.name(), run);
@@ -221,17 +223,19 @@ impl<B: LockBackend> Drop for StoreLeases<B> {
 
 /// Hands `baton` on to the next task of `locker` waiting for lock `name`, unless the lease has
 /// too little left for the new holder to renew it in time (a third of the TTL: its renewal is
-/// due), the run has had its holds, or nobody waits.
+/// due), the run has had its holds, nobody waits, or — a write lock, `shared_with_readers` —
+/// a reader of the locker waits.
 fn hand_on<B: LockBackend>(
     locker: &LockerInner<B>,
     name: &str,
     baton: Baton<B::Lease>,
+    shared_with_readers: bool,
 ) -> Result<(), Baton<B::Lease>> {
     let left = baton.deadline.saturating_duration_since(Instant::now());
     if left <= locker.settings.ttl / 3 {
         return Err(baton);
     }
-    locker.lines.hand_on(name, baton)
+    locker.lines.hand_on(name, baton, shared_with_readers)
 }
 
 /// Gives back a lock handed to a task of `locker` that left before it heard: to the next
@@ -241,7 +245,8 @@ pub(crate) fn give_back_baton<B: LockBackend>(
     name: &str,
     baton: Baton<B::Lease>,
 ) {
-    let Err(baton) = hand_on(locker, name, baton) else {
+    // A lock handed to a waiter that left: a writer's or a mutex's; readers may wait for it.
+    let Err(baton) = hand_on(locker, name, baton, true) else {
         return;
     };
     locker.lines.end_run(name, baton.run);
