@@ -287,7 +287,6 @@ mod tests {
         assert_eq!(figures.exclusive_wait_us, [0]);
         assert!((figures.jain - 1.0).abs() < 1e-9);
         assert!((figures.process_jain - 1.0).abs() < 1e-9);
-        assert_eq!(figures.max_local_run, 1);
     }
 
     #[test]
