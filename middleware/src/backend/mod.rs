@@ -137,7 +137,7 @@ pub mod zookeeper;
 pub use crate::token::OwnerToken;
 pub use attempt::{Attempt, FencingToken, Granted, TokenLease};
 pub use error::BackendError;
-pub use request::{LockRequest, Patience, drift_margin, lease_deadline};
+pub use request::{LockRequest, Patience, lease_deadline};
 pub use shapes::{Hold, Semaphores, SharedLocks};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use sql::session::ConnectionLease;

@@ -64,12 +64,13 @@ impl LockRequest {
 
 /// How much earlier than the store's expiry a lease's local deadline falls: clocks drift, and
 /// the store starts counting when it receives the command, not when it was sent.
-pub fn drift_margin(ttl: Duration) -> Duration {
+fn drift_margin(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 
 /// Until when a lease of `ttl`, asked for (or extended) by a command sent at `sent`, is
-/// certainly still held by this process's clock: `sent + ttl - drift_margin(ttl)`.
+/// certainly still held by this process's clock: `sent + ttl` less a drift margin of
+/// `ttl / 100 + 2 ms`.
 ///
 /// The engine reports a lease lost once this passes without a confirmed renewal; a backend
 /// that must know its answer arrived while the lease ran (the Redis backend's fencing) checks

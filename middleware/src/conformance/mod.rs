@@ -32,6 +32,7 @@ use crate::backend::{Semaphores, SharedLocks};
 mod cohort;
 mod mutex;
 mod outage;
+mod reader_runs;
 mod shapes;
 mod support;
 mod wait_queue;
@@ -39,6 +40,7 @@ mod wait_queue;
 pub use cohort::*;
 pub use mutex::*;
 pub use outage::*;
+pub use reader_runs::*;
 pub use shapes::*;
 pub use support::Occupancy;
 pub use wait_queue::*;
@@ -132,6 +134,10 @@ macro_rules! __conformance_cases {
             writers_alone_hand_over_like_a_mutex,
             fair_writers_alone_hand_over_like_fair_mutexes,
             a_writer_is_woken_by_a_release_in_its_own_process,
+            readers_of_a_process_share_one_store_hold,
+            a_reader_comes_in_after_a_waiting_writer_of_any_process,
+            readers_sharing_a_hold_keep_renewing_it,
+            readers_and_writers_exclude_each_other_in_three_processes,
         );
     };
     (semaphore, $store:ty) => {

@@ -13,8 +13,10 @@ use super::acquire::{NotObtained, Obtained, acquire, deadline_after};
 use super::ask::Ask;
 use super::error::LockError;
 use super::guard::LockGuard;
-use super::held::{Acquisition, HeldLock, HoldTimes, Lease, Ran, StoreLeases, give_back_baton};
-use super::line::{self, Baton, Entry, Lines, RunId, Told};
+use super::held::{
+    Acquisition, HeldLock, HoldTimes, Lease, Ran, StoreLeases, give_back_baton, give_back_share,
+};
+use super::line::{self, Baton, Entry, Lines, ReadEntry, RunId, Told};
 use super::names::LockNames;
 use super::policy::{BusyPolicy, WaitMode};
 use super::reentry::{self, Reentry};
@@ -79,6 +81,14 @@ pub(crate) struct LockerInner<B: LockBackend> {
     pub(crate) instruments: Instruments,
     /// Its lines: per lock, its tasks waiting for it, one asking the store, holds handed on.
     pub(crate) lines: Lines<B::Lease>,
+}
+
+/// How a lock of one name lines up in its locker.
+enum Lineup<'n> {
+    /// Mutex or write lock: one task asks the store at a time; holds are handed on.
+    Exclusive(&'n str),
+    /// Read lock: readers that wait for one store answer share its hold.
+    Readers(&'n str),
 }
 
 /// A lock taken: its leases, one per name (shared by the holds of a run), fences, how
@@ -264,9 +274,13 @@ impl<B: LockBackend> Locker<B> {
     ) -> Result<Acquisition<B>, LockError> {
         let settings = self.settings();
         let deadline = deadline_after(settings.policy.timeout());
-        let taken = match self.line_of(&names, &ask) {
-            Some(name) => {
+        let taken = match self.lineup(&names, &ask) {
+            Some(Lineup::Exclusive(name)) => {
                 self.take_in_line(name, (&names, ask), deadline, &tally)
+                    .await
+            }
+            Some(Lineup::Readers(name)) => {
+                self.take_reading(name, (&names, ask), deadline, &tally)
                     .await
             }
             None => {
@@ -324,12 +338,17 @@ impl<B: LockBackend> Locker<B> {
         )))
     }
 
-    /// The name of a lock whose waiters line up in this locker (one asks the store at a time,
-    /// and holds are handed on while a run may go on): one name held exclusively by a locker
-    /// that waits — a write lock always; a mutex when notified, or polling with holds handed
+    /// How a lock of one name lines up in this locker, if it does. Held exclusively by a
+    /// locker that waits, one task asks the store at a time, and holds are handed on while a
+    /// run may go on — a write lock always; a mutex when notified, or polling with holds handed
     /// on (fair mutexes each keep a place in the store's queue, in strict order; polling ones
-    /// without handing on each poll, as the baseline does).
-    fn line_of<'n>(&self, names: &'n LockNames, ask: &Ask<B>) -> Option<&'n str> {
+    /// without handing on each poll, as the baseline does). Readers share a store read hold
+    /// wherever holds are handed on (not in fair mode, nor with `max_local_run(1)`).
+    fn lineup<'n>(&self, names: &'n LockNames, ask: &Ask<B>) -> Option<Lineup<'n>> {
+        let name = names.single()?;
+        if let Ask::Read(_) = ask {
+            return self.inner.lines.hands_on().then_some(Lineup::Readers(name));
+        }
         let BusyPolicy::Wait { timeout, mode } = self.settings().policy else {
             return None;
         };
@@ -342,9 +361,7 @@ impl<B: LockBackend> Locker<B> {
             },
             Ask::Read(_) | Ask::Permit(..) => false,
         };
-        (!timeout.is_zero() && lines_up)
-            .then(|| names.single())
-            .flatten()
+        (!timeout.is_zero() && lines_up).then_some(Lineup::Exclusive(name))
     }
 
     /// Takes lock `name` in this locker's line for it: handed on by a task of the locker that
@@ -385,6 +402,44 @@ impl<B: LockBackend> Locker<B> {
             run: Some(run),
             ..Taken::alone(obtained)
         })
+    }
+
+    /// Takes a read lock on `name` in this locker's line for it: asked of the store, or shared
+    /// with the reader of the locker asking it.
+    async fn take_reading(
+        &self,
+        name: &str,
+        (names, ask): (&LockNames, Ask<B>),
+        deadline: Instant,
+        tally: &Tally,
+    ) -> Result<Taken<B::Lease>, NotObtained> {
+        let waits = !self.settings().policy.timeout().is_zero();
+        // A reader that will wait keeps its locker's writers from handing the lock on.
+        let _reader = waits.then(|| self.inner.lines.reader_waits(name));
+        let inner = Arc::clone(&self.inner);
+        let owned_name = name.to_owned();
+        let give_back = Box::new(move |baton| give_back_share(&inner, &owned_name, baton));
+        let contender = match self.inner.lines.enter_read(name, waits, give_back) {
+            ReadEntry::Contend(contender) => contender,
+            ReadEntry::Alone => {
+                let obtained = self.take_from_store((names, ask), deadline, (tally, false));
+                return obtained.await.map(Taken::alone);
+            }
+            ReadEntry::Wait(waiting) => {
+                tally.waiting();
+                match waiting.turn(deadline).await {
+                    Some(Told::Handed(baton)) => return Ok(Taken::handed(baton)),
+                    Some(Told::Ask(contender)) => contender,
+                    None => return Err(NotObtained::Busy { holder_ttl: None }),
+                }
+            }
+        };
+        let obtained = (self.take_from_store((names, ask), deadline, (tally, false))).await?;
+        let sent = obtained.sent;
+        let taken = Taken::alone(obtained);
+        let lease = (sent, lease_deadline(sent, self.settings().ttl));
+        let run = contender.won_read(&taken.leases, lease);
+        Ok(Taken { run, ..taken })
     }
 
     /// Takes `names` as `ask` says from the store, waiting until `deadline` as the settings

@@ -23,7 +23,7 @@ mod store_leases;
 pub(crate) use hold_times::HoldTimes;
 pub use lease::LeaseLost;
 pub(crate) use lease::{Lease, LeasePlan};
-pub(crate) use store_leases::{StoreLeases, give_back_baton};
+pub(crate) use store_leases::{StoreLeases, give_back_baton, give_back_share};
 
 /// A lock just taken by the engine, or found already held by the running future.
 pub(crate) enum Acquisition<B: LockBackend> {

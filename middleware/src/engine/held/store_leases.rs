@@ -100,14 +100,17 @@ impl<B: LockBackend> StoreLeases<B> {
         self.record_hold_time();
         let was_held = self.guard.is_held();
         self.guard.lease().release();
+        let key = || self.guard.lock_names().joined_keys();
         if self.handed_on(was_held) {
-            return Ok(());
+            return match was_held {
+                true => Ok(()),
+                false => Err(LockError::LeaseLost { key: key() }),
+            };
         }
         let store_timeout = self.locker.settings.store_timeout;
         let give_back = give_back(&*self.locker.backend, &self.guard, &self.leases);
         let meters = self.guard.lease().meters();
         let released = (meters.store_call(StoreOp::Release, store_timeout, give_back)).await;
-        let key = || self.guard.lock_names().joined_keys();
         match released {
             Ok(Ok(true)) if was_held => Ok(()),
             Ok(Ok(_)) => Err(LockError::LeaseLost { key: key() }),
@@ -120,11 +123,15 @@ impl<B: LockBackend> StoreLeases<B> {
 
     /// Hands the lock (if it `was_held` until its release) to the next task of the locker
     /// waiting for it, if its run may go on; else ends the run (the next waiter asks
-    /// the store) and the caller releases it.
+    /// the store) and the caller releases it. A reader sharing its hold leaves it to the
+    /// others, and the last of them releases it.
     fn handed_on(&self, was_held: bool) -> bool {
         let Some(run) = self.run else {
             return false;
         };
+        if self.guard.hold() == Hold::Read {
+            return !self.locker.lines.leave_read(self.guard.name(), run);
+        }
         let (renewed_at, deadline) = self.guard.lease().timing();
         let baton = Baton {
             run,
@@ -250,6 +257,27 @@ pub(crate) fn give_back_baton<B: LockBackend>(
         return;
     };
     locker.lines.end_run(name, baton.run);
+    release_in_background(locker, name, baton.leases);
+}
+
+/// Gives back a read hold shared with a reader of `locker` that left before it heard: the last
+/// reader of its run releases it in the store, in the background.
+pub(crate) fn give_back_share<B: LockBackend>(
+    locker: &Arc<LockerInner<B>>,
+    name: &str,
+    baton: Baton<B::Lease>,
+) {
+    if locker.lines.leave_read(name, baton.run) {
+        release_in_background(locker, name, baton.leases);
+    }
+}
+
+/// Releases `leases` of a lock (of one name) nobody holds, in the background.
+fn release_in_background<B: LockBackend>(
+    locker: &LockerInner<B>,
+    name: &str,
+    leases: Arc<Vec<B::Lease>>,
+) {
     let (backend, store_timeout) = (Arc::clone(&locker.backend), locker.settings.store_timeout);
     let name = name.to_owned();
     background::store_call(
@@ -257,7 +285,7 @@ pub(crate) fn give_back_baton<B: LockBackend>(
         name.clone(),
         store_timeout,
         async move {
-            match baton.leases.first() {
+            match leases.first() {
                 Some(lease) => backend.release(&name, lease).await,
                 None => Ok(false),
             }

@@ -1,19 +1,25 @@
-//! The per-process line: a locker's tasks waiting for one lock (mutex or write) line up here,
-//! and only one of them asks the store at a time (the contender). N local waiters cost the
-//! store what one does, and a newcomer never jumps the line.
+//! The per-process line: a locker's tasks waiting for one lock line up here, and only one of
+//! them asks the store at a time (the contender). N local waiters cost the store what one does,
+//! and a newcomer never jumps the line.
 //!
-//! Cohort handoff (lock cohorting: Dice, Marathe and Shavit, PPoPP 2012): a lock released while
-//! another task of the same locker waits for it is handed straight to that task — no store
-//! round trip — up to the locker's `max_local_run` holds in a row (a *run*); then it is
-//! released in the store, and the first waiter asks for it there, behind the other processes'
-//! waiters. Without handing on (`max_local_run(1)`), the next task asks while the lock is still
-//! held, so that its place in the store's queue is taken when the lock is released.
+//! Cohort handoff (lock cohorting: Dice, Marathe and Shavit, PPoPP 2012): a mutex or write lock
+//! released while another task of the same locker waits for it is handed straight to that task
+//! — no store round trip — up to the locker's `max_local_run` holds in a row (a *run*); then it
+//! is released in the store, and the first waiter asks for it there, behind the other
+//! processes' waiters. Without handing on (`max_local_run(1)`), the next task asks while the
+//! lock is still held, so that its place in the store's queue is taken when the lock is
+//! released.
 //!
-//! Per lock name, a [`Line`]: the run of holds of this locker (its store grant's fence, how
-//! many holds it has had, until when its lease is known to run), whether a task is asking the
-//! store, and the tasks waiting for the lock to be handed to them or for their turn to ask. A
-//! run whose lease lapsed (its holder stalled past it, unrenewed) no longer holds its waiters
-//! back: the first of them ends it and asks the store, as another process would.
+//! Readers share (`reading.rs`): one store read hold serves every reader of the locker that
+//! waited for the store's answer, while holds are handed on (`max_local_run` above 1).
+//!
+//! Per lock name, a [`Line`]: the run of exclusive holds of this locker (its store grant's
+//! fence, how many holds it has had, until when its lease is known to run), its runs of
+//! readers, and two queues — exclusive (mutex, writers) and shared (readers) — each with
+//! whether a task is asking the store and the tasks waiting for the lock to be handed to them
+//! or for their turn to ask. A run whose lease lapsed (its holder stalled past it, unrenewed)
+//! no longer holds its waiters back: the first of them ends it and asks the store, as another
+//! process would.
 //!
 //! Fences: a run's holds are numbered from 0, and a hold's fence is the store's fence times
 //! 256 plus its number ([`compose`]), so they increase strictly within a run, and every hold of
@@ -28,6 +34,11 @@ use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout_at};
 
 use crate::backend::FencingToken;
+use reading::ReadRun;
+
+mod reading;
+
+pub(crate) use reading::ReadEntry;
 
 /// How many holds a run may have at most: their numbers fit the fence's low byte.
 pub(crate) const MAX_LOCAL_RUN: u32 = 256;
@@ -55,13 +66,31 @@ pub(crate) struct Lines<L> {
 
 #[derive(Debug)]
 struct Line<L> {
-    /// The run of holds of this locker, while one of its tasks holds the lock.
+    /// The run of exclusive holds of this locker, while one of its tasks holds the lock.
     run: Option<Run>,
-    /// One of its tasks is asking the store for the lock.
-    contending: bool,
-    waiters: VecDeque<Waiter<L>>,
+    /// Mutex and writer tasks.
+    exclusive: Queue<L>,
+    /// Reader tasks.
+    shared: Queue<L>,
+    /// The locker's runs of readers sharing a store read hold, the newest last.
+    reading: Vec<ReadRun>,
     /// Readers of this locker waiting for the lock: a write lock is not handed on past them.
     readers: usize,
+}
+
+/// The tasks of a locker waiting for one lock in one way: whether one of them is asking the
+/// store (the contender), and the others, in the order they came.
+#[derive(Debug)]
+struct Queue<L> {
+    contending: bool,
+    waiters: VecDeque<Waiter<L>>,
+}
+
+/// Which queue of its line a task waits in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Exclusive,
+    Shared,
 }
 
 /// A run of holds that started with one store grant.
@@ -89,15 +118,15 @@ struct Waiter<L> {
 /// What a waiting task is told.
 #[derive(Debug)]
 pub(crate) enum Turn<L> {
-    /// The lock is handed to it.
+    /// The lock is handed (or, to a reader, shared) with it.
     Handed(Baton<L>),
     /// It asks the store now.
     Ask,
 }
 
-/// A held lock passed from one task to the next: its run, the store's leases of the run, the
-/// fence of the new hold, and the lease as its last holder knew it (the new holder renews it
-/// from there).
+/// A held lock passed from one task to the next, or shared with a reader: its run, the
+/// store's leases of the run, the fence of the new hold, and the lease as it was last known
+/// (the new holder renews it from there).
 #[derive(Debug)]
 pub(crate) struct Baton<L> {
     pub(crate) run: RunId,
@@ -107,33 +136,23 @@ pub(crate) struct Baton<L> {
     pub(crate) deadline: Instant,
 }
 
-impl<L> Default for Line<L> {
+impl<L> Default for Queue<L> {
     fn default() -> Self {
         Self {
-            run: None,
             contending: false,
             waiters: VecDeque::new(),
-            readers: 0,
         }
     }
 }
 
-impl<L> Line<L> {
+impl<L> Queue<L> {
     fn is_idle(&self) -> bool {
-        self.run.is_none() && !self.contending && self.waiters.is_empty() && self.readers == 0
+        !self.contending && self.waiters.is_empty()
     }
 
-    /// The current run, if it is `id`.
-    fn run(&mut self, id: RunId) -> Option<&mut Run> {
-        self.run.as_mut().filter(|run| run.id == id)
-    }
-
-    /// Tells the first waiter still there to ask the store, unless a task asks for the lock
-    /// already, or holds it in a run that may hand it on (`hands_on`): without handing on,
-    /// the next task asks while the lock is held, so that its place in the store's queue is
-    /// taken when the lock is released.
-    fn call_contender(&mut self, hands_on: bool) {
-        if self.contending || (self.run.is_some() && hands_on) {
+    /// Tells the first waiter still there to ask the store, unless a task asks already.
+    fn call_contender(&mut self) {
+        if self.contending {
             return;
         }
         while let Some(waiter) = self.waiters.pop_front() {
@@ -142,6 +161,63 @@ impl<L> Line<L> {
                 return;
             }
         }
+    }
+
+    /// Hands `baton` to the first waiter still there: `Err` with the baton when nobody is.
+    fn hand_to_first(&mut self, mut baton: Baton<L>) -> Result<(), Baton<L>> {
+        while let Some(waiter) = self.waiters.pop_front() {
+            match waiter.turn.send(Turn::Handed(baton)) {
+                Ok(()) => return Ok(()),
+                Err(Turn::Handed(back)) => baton = back,
+                Err(Turn::Ask) => unreachable!("the turn sent was a handoff"),
+            }
+        }
+        Err(baton)
+    }
+}
+
+impl<L> Default for Line<L> {
+    fn default() -> Self {
+        Self {
+            run: None,
+            exclusive: Queue::default(),
+            shared: Queue::default(),
+            reading: Vec::new(),
+            readers: 0,
+        }
+    }
+}
+
+impl<L> Line<L> {
+    fn is_idle(&self) -> bool {
+        self.run.is_none()
+            && self.exclusive.is_idle()
+            && self.shared.is_idle()
+            && self.reading.is_empty()
+            && self.readers == 0
+    }
+
+    fn queue(&mut self, side: Side) -> &mut Queue<L> {
+        match side {
+            Side::Exclusive => &mut self.exclusive,
+            Side::Shared => &mut self.shared,
+        }
+    }
+
+    /// The current run, if it is `id`.
+    fn run(&mut self, id: RunId) -> Option<&mut Run> {
+        self.run.as_mut().filter(|run| run.id == id)
+    }
+
+    /// Tells the first waiter of `side` still there to ask the store, unless a task asks for
+    /// the lock already — or, exclusive, holds it in a run that may hand it on (`hands_on`):
+    /// without handing on, the next task asks while the lock is held, so that its place in the
+    /// store's queue is taken when the lock is released.
+    fn call_contender(&mut self, side: Side, hands_on: bool) {
+        if side == Side::Exclusive && self.run.is_some() && hands_on {
+            return;
+        }
+        self.queue(side).call_contender();
     }
 }
 
@@ -168,8 +244,8 @@ impl<L> Lines<L> {
         }
     }
 
-    /// Whether locks are handed on at all.
-    fn hands_on(&self) -> bool {
+    /// Whether locks are handed on (and read holds shared) at all.
+    pub(crate) fn hands_on(&self) -> bool {
         self.max_run > 1
     }
 
@@ -184,33 +260,44 @@ impl<L> Lines<L> {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// A task asks for lock `name`: it contends in the store, or waits here. A lock handed to
-    /// it after it left goes to `give_back`.
+    /// A mutex or writer task asks for lock `name`: it contends in the store, or waits here. A
+    /// lock handed to it after it left goes to `give_back`.
     pub(crate) fn enter<'a>(&'a self, name: &'a str, give_back: GiveBack<L>) -> Entry<'a, L> {
         let mut lines = self.lines();
         let line = lines.entry(name.to_owned()).or_default();
-        if !line.contending && (line.run.is_none() || !self.hands_on()) {
-            line.contending = true;
+        if !line.exclusive.contending && (line.run.is_none() || !self.hands_on()) {
+            line.exclusive.contending = true;
             return Entry::Contend {
-                contender: Contender { lines: self, name },
+                contender: Contender::new(self, name, Side::Exclusive),
                 behind_a_holder: line.run.is_some(),
             };
         }
+        Entry::Wait(self.wait_in(line, (name, Side::Exclusive), give_back))
+    }
+
+    /// Queues a task in `line` (of lock `name`) on `side`.
+    fn wait_in<'a>(
+        &'a self,
+        line: &mut Line<L>,
+        (name, side): (&'a str, Side),
+        give_back: GiveBack<L>,
+    ) -> Waiting<'a, L> {
         let id = self.next_id();
         let (turn, told) = oneshot::channel();
-        line.waiters.push_back(Waiter { id, turn });
-        Entry::Wait(Waiting {
+        line.queue(side).waiters.push_back(Waiter { id, turn });
+        Waiting {
             lines: self,
             name,
+            side,
             id,
             told: Some(told),
             give_back: Some(give_back),
-        })
+        }
     }
 
     /// Hands `baton` (with its run and lease; its fence is set here) to the next waiter of
-    /// `name`'s line, unless the run has had its holds or was ended, or nobody waits — or, for a
-    /// write lock (`shared_with_readers`), a reader of this locker waits for it: then it is
+    /// `name`'s line, unless the run has had its holds or was ended, or nobody waits — or, for
+    /// a write lock (`shared_with_readers`), a reader of this locker waits for it: then it is
     /// given back.
     pub(crate) fn hand_on(
         &self,
@@ -231,20 +318,12 @@ impl<L> Lines<L> {
         };
         baton.fence = compose(run.store_fence, run.holds);
         run.lease_ends = baton.deadline;
-        let run = *run;
-        while let Some(waiter) = line.waiters.pop_front() {
-            match waiter.turn.send(Turn::Handed(baton)) {
-                Ok(()) => {
-                    if let Some(current) = line.run(run.id) {
-                        current.holds += 1;
-                    }
-                    return Ok(());
-                }
-                Err(Turn::Handed(back)) => baton = back,
-                Err(Turn::Ask) => unreachable!("the turn sent was a handoff"),
-            }
+        let id = run.id;
+        line.exclusive.hand_to_first(baton)?;
+        if let Some(run) = line.run(id) {
+            run.holds += 1;
         }
-        Err(baton)
+        Ok(())
     }
 
     /// A holder of run `id` renewed its lease, now certain until `lease_ends`.
@@ -265,7 +344,7 @@ impl<L> Lines<L> {
             return;
         }
         line.run = None;
-        line.call_contender(self.hands_on());
+        line.call_contender(Side::Exclusive, self.hands_on());
         if line.is_idle() {
             lines.remove(name);
         }
@@ -301,15 +380,20 @@ impl<L> Drop for WaitingReader<'_, L> {
     }
 }
 
-/// The task of a locker asking the store for a lock. Dropped without having
-/// [`won`](Self::won) it, it lets the next waiter ask.
+/// The task of a locker asking the store for a lock. Dropped without having won it
+/// ([`won`](Self::won), or `won_read`), it lets the next waiter ask.
 #[derive(Debug)]
 pub(crate) struct Contender<'a, L> {
     lines: &'a Lines<L>,
     name: &'a str,
+    side: Side,
 }
 
-impl<L> Contender<'_, L> {
+impl<'a, L> Contender<'a, L> {
+    fn new(lines: &'a Lines<L>, name: &'a str, side: Side) -> Self {
+        Self { lines, name, side }
+    }
+
     /// The store granted the lock with `store_fence`, its lease certain until `lease_ends`: a
     /// run starts, this hold its first (its fence is [`compose`]d with 0, as every hold's
     /// outside a run).
@@ -317,14 +401,14 @@ impl<L> Contender<'_, L> {
         let id = RunId(self.lines.next_id());
         let mut lines = self.lines.lines();
         let line = lines.entry(self.name.to_owned()).or_default();
-        line.contending = false;
+        line.exclusive.contending = false;
         line.run = Some(Run {
             id,
             store_fence,
             holds: 1,
             lease_ends,
         });
-        line.call_contender(self.lines.hands_on());
+        line.call_contender(Side::Exclusive, self.lines.hands_on());
         drop(lines);
         std::mem::forget(self);
         id
@@ -337,8 +421,8 @@ impl<L> Drop for Contender<'_, L> {
         let Some(line) = lines.get_mut(self.name) else {
             return;
         };
-        line.contending = false;
-        line.call_contender(self.lines.hands_on());
+        line.queue(self.side).contending = false;
+        line.call_contender(self.side, self.lines.hands_on());
         if line.is_idle() {
             lines.remove(self.name);
         }
@@ -353,6 +437,7 @@ pub(crate) type GiveBack<L> = Box<dyn FnOnce(Baton<L>) + Send>;
 pub(crate) struct Waiting<'a, L> {
     lines: &'a Lines<L>,
     name: &'a str,
+    side: Side,
     id: u64,
     told: Option<oneshot::Receiver<Turn<L>>>,
     give_back: Option<GiveBack<L>>,
@@ -377,7 +462,7 @@ enum Look {
 
 impl<'a, L> Waiting<'a, L> {
     /// Waits for its turn until `deadline`; `None` when the deadline came first (the task
-    /// has left the line then). The lock's run lapsing (its lease ran out unrenewed) is its
+    /// has left the line then). The exclusive run lapsing (its lease ran out unrenewed) is its
     /// turn to ask the store, when nobody else of this locker asks.
     pub(crate) async fn turn(mut self, deadline: Instant) -> Option<Told<'a, L>> {
         let turn = loop {
@@ -407,20 +492,25 @@ impl<'a, L> Waiting<'a, L> {
         let Some(line) = lines.get_mut(self.name) else {
             return Look::Told;
         };
-        let Some(place) = line.waiters.iter().position(|waiter| waiter.id == self.id) else {
+        let queue = line.queue(self.side);
+        let Some(place) = queue.waiters.iter().position(|waiter| waiter.id == self.id) else {
             return Look::Told;
         };
+        if self.side == Side::Shared {
+            // Readers wait for the one of them asking the store, which has a deadline of its own.
+            return Look::Waiting(None);
+        }
         let lease_ends = line.run.map(|run| run.lease_ends);
         let lapsed = lease_ends.is_some_and(|ends| ends <= Instant::now());
         if !lapsed {
             return Look::Waiting(lease_ends);
         }
         line.run = None;
-        if line.contending {
+        if line.exclusive.contending {
             return Look::Waiting(None);
         }
-        line.waiters.remove(place);
-        line.contending = true;
+        line.exclusive.waiters.remove(place);
+        line.exclusive.contending = true;
         Look::Asks
     }
 
@@ -428,9 +518,10 @@ impl<'a, L> Waiting<'a, L> {
     fn leave(&mut self) -> Option<Turn<L>> {
         let mut lines = self.lines.lines();
         if let Some(line) = lines.get_mut(self.name) {
-            let before = line.waiters.len();
-            line.waiters.retain(|waiter| waiter.id != self.id);
-            if line.waiters.len() < before {
+            let waiters = &mut line.queue(self.side).waiters;
+            let before = waiters.len();
+            waiters.retain(|waiter| waiter.id != self.id);
+            if waiters.len() < before {
                 if line.is_idle() {
                     lines.remove(self.name);
                 }
@@ -445,10 +536,7 @@ impl<'a, L> Waiting<'a, L> {
     fn told(&self, turn: Turn<L>) -> Told<'a, L> {
         match turn {
             Turn::Handed(baton) => Told::Handed(baton),
-            Turn::Ask => Told::Ask(Contender {
-                lines: self.lines,
-                name: self.name,
-            }),
+            Turn::Ask => Told::Ask(Contender::new(self.lines, self.name, self.side)),
         }
     }
 }
