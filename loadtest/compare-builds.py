@@ -126,7 +126,8 @@ def main():
             na = statistics.median(r["normalized"] for r in afters)
             extra.append(f"vs {baseline} {nb:.2f} → {na:.2f} (normalized after/before {na / nb:.2f})")
         for field in ("round_trips_per_acquire", "utilization", "jain", "handoff_p50_us",
-                      "client_cpu_us", "redis_cpu_us"):
+                      "client_cpu_us", "redis_cpu_us", "shared_wait_p99_ms",
+                      "exclusive_wait_p99_ms"):
             if field in afters[0] and afters[0][field] is not None:
                 mb = statistics.median(r[field] for r in befores)
                 ma = statistics.median(r[field] for r in afters)

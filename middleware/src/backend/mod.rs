@@ -129,6 +129,7 @@ pub(crate) mod shapes;
 mod sql;
 #[cfg(test)]
 mod tests;
+mod ticket_rules;
 mod wait_queue;
 pub mod waiting;
 #[cfg(feature = "zookeeper")]

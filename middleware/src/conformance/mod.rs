@@ -35,6 +35,7 @@ mod outage;
 mod reader_runs;
 mod shapes;
 mod support;
+mod ticket_rules;
 mod wait_queue;
 
 pub use cohort::*;
@@ -43,6 +44,7 @@ pub use outage::*;
 pub use reader_runs::*;
 pub use shapes::*;
 pub use support::Occupancy;
+pub use ticket_rules::*;
 pub use wait_queue::*;
 
 /// A store under test: a fresh one per case, and backends on it.
@@ -164,6 +166,7 @@ macro_rules! __conformance_cases {
             notified_handoffs_never_let_two_in,
             a_queued_waiter_that_gives_up_leaves_the_line,
             another_process_waits_at_most_one_run_of_local_holds,
+            a_queue_follows_the_ticket_rules,
         );
     };
     (outage, $store:ty) => {

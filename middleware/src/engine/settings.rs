@@ -379,7 +379,9 @@ impl<B: LockBackend> LockerBuilder<B> {
     /// the store, so that other processes' waiters get their turn (they wait at most that many
     /// holds more). The lease and its renewal carry over; every hold gets a fence of its own,
     /// larger than the one before it and smaller than any later holder's
-    /// ([`fencing`](crate::fencing)). Fair mode keeps the store's strict order instead.
+    /// ([`fencing`](crate::fencing)). Readers share likewise: the readers of a key waiting for
+    /// one store answer all come in with the one hold it grants (1 turns that off too). Fair
+    /// mode keeps the store's strict order instead.
     pub fn max_local_run(mut self, holds: u32) -> Self {
         self.settings.max_local_run = holds;
         self

@@ -1,12 +1,13 @@
 //! The state of one lock name in the memory backend, and the rules every shape follows on it.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::OwnerToken;
 use crate::backend::shapes::WAITER_MARK_TTL;
+use crate::backend::ticket_rules::{HolderChange, QueueView, Queued, Step, Tickets};
+use crate::backend::ticket_rules::{from_micros, to_micros};
 use crate::backend::waiting::Announcement;
 use crate::backend::{Attempt, FencingToken, Patience};
 
@@ -39,8 +40,11 @@ pub(super) struct KeyState {
     intent: Option<Intent>,
     /// Readers that found a writer in their way and wait: the next turn is theirs.
     claims: Shared,
-    /// Tickets in arrival order (see `WaitQueue::acquire_queued`).
-    tickets: VecDeque<Ticket>,
+    /// Tickets in arrival order (see `WaitQueue::acquire_queued`), on the clock that starts
+    /// at `epoch`.
+    tickets: Tickets,
+    /// When the name's ticket clock started: at its first ticket.
+    epoch: Option<Instant>,
 }
 
 /// A waiting writer's intent: the next writer's turn is its own; once readers alone held it
@@ -56,15 +60,6 @@ struct Intent {
 struct Holder {
     token: OwnerToken,
     expires_at: Instant,
-}
-
-/// A waiter's place in a lock's queue.
-#[derive(Debug)]
-struct Ticket {
-    token: OwnerToken,
-    expires_at: Instant,
-    /// The lease it asked for: a release hands the lock over with it.
-    lease: Duration,
 }
 
 fn busy(wait: Duration) -> Taken {
@@ -105,6 +100,8 @@ impl KeyState {
         self.live_holder(now).map(|holder| holder.expires_at - now)
     }
 
+    /// The exclusive holder's token, while its lease runs.
+    #[cfg(test)]
     pub(super) fn holder_token(&self, now: Instant) -> Option<OwnerToken> {
         self.live_holder(now).map(|holder| holder.token)
     }
@@ -117,8 +114,13 @@ impl KeyState {
     }
 
     pub(super) fn is_dead(&self, now: Instant) -> bool {
+        let now_us = self.now_us(now);
         self.live_holder(now).is_none()
-            && self.tickets.is_empty()
+            && self
+                .tickets
+                .0
+                .iter()
+                .all(|ticket| ticket.expires_us <= now_us)
             && self
                 .readers
                 .iter()
@@ -131,8 +133,10 @@ impl KeyState {
             && self.intent.is_none_or(|intent| intent.expires_at <= now)
     }
 
-    /// Drops expired shared holds and readers' claims, and a lapsed writer intent.
+    /// Drops expired shared holds, readers' claims and tickets, and a lapsed writer intent.
     pub(super) fn forget_expired(&mut self, now: Instant) {
+        let now_us = self.now_us(now);
+        self.tickets.drop_expired(now_us);
         self.readers.retain(|(_, expires_at)| *expires_at > now);
         self.permits.retain(|(_, expires_at)| *expires_at > now);
         self.claims.retain(|(_, expires_at)| *expires_at > now);
@@ -268,20 +272,18 @@ impl KeyState {
             || extend_shared(&mut self.permits, token, expires_at)
     }
 
-    /// Gives back `token`'s exclusive hold; what to announce, when it was held.
+    /// Gives back `token`'s exclusive hold, passing it on as the queue's rules say; what to
+    /// announce, when it was held.
     pub(super) fn release_exclusive(
         &mut self,
         token: OwnerToken,
         fences: &mut FenceCounter,
         now: Instant,
     ) -> Option<Announcement> {
-        let owned = self
-            .live_holder(now)
-            .is_some_and(|holder| holder.token == token);
-        owned.then(|| {
-            self.holder = None;
-            self.pass_on(fences, now)
-        })
+        self.forget_expired(now);
+        let step = self.queue_view(now).release_waited(token)?;
+        let (announcement, _) = self.apply(step, fences, now);
+        Some(announcement.unwrap_or(Announcement::Free))
     }
 
     /// Gives back `token`'s shared hold; whether it was held.
@@ -308,8 +310,9 @@ impl KeyState {
             .or((shared || intent || claim).then_some(Announcement::Free))
     }
 
-    /// Queued attempt: the lock if it is free and `token` is first in line (or already holds
-    /// it, handed over by a release); else a ticket in the line, and how long to wait.
+    /// Queued attempt, by the queue's rules: the lock if it is free and `token` is first in
+    /// line (or already holds it, handed over by a release); else a ticket in the line, and how
+    /// long to wait.
     pub(super) fn take_queued(
         &mut self,
         (token, ttl, ticket_ttl): (OwnerToken, Duration, Duration),
@@ -317,79 +320,71 @@ impl KeyState {
         now: Instant,
     ) -> Taken {
         self.forget_expired(now);
-        if self.holder_token(now) == Some(token) {
-            // Handed to this ticket by a release: a fresh lease and fence.
-            return Attempt::Acquired(Some(self.take(token, ttl, fences, now)));
+        let view = self.queue_view(now);
+        let (step, queued) = view.acquire_queued(token, to_micros(ttl), to_micros(ticket_ttl));
+        let (_, fence) = self.apply(step, fences, now);
+        match queued {
+            Queued::Acquired => Attempt::Acquired(fence),
+            Queued::Waiting(holder_ttl) => Attempt::Busy { holder_ttl },
         }
-        let first = self.next_ticket(now);
-        if self.exclusive_wait(now).is_none() && first.is_none_or(|first| first == token) {
-            if first.is_some() {
-                self.tickets.pop_front();
-            }
-            return Attempt::Acquired(Some(self.take(token, ttl, fences, now)));
-        }
-        let ticket = Ticket {
-            token,
-            expires_at: now + ticket_ttl,
-            lease: ttl,
-        };
-        match self.tickets.iter_mut().find(|queued| queued.token == token) {
-            Some(queued) => *queued = ticket,
-            None => self.tickets.push_back(ticket),
-        }
-        // Free, but promised to the first ticket: at most until that ticket expires.
-        let promised = || self.tickets.front().map(|first| first.expires_at - now);
-        busy(
-            self.exclusive_wait(now)
-                .or_else(promised)
-                .unwrap_or(ticket_ttl),
-        )
     }
 
-    /// Withdraws `token`'s ticket; what to announce, when that frees the lock for the next one
-    /// (it was free, or handed to `token` meanwhile).
+    /// Withdraws `token`'s ticket; what to announce: a lock handed to `token` meanwhile is
+    /// passed on, a free one announced to the next ticket.
     pub(super) fn leave_queue(
         &mut self,
         token: OwnerToken,
         fences: &mut FenceCounter,
         now: Instant,
     ) -> Option<Announcement> {
-        self.tickets.retain(|ticket| ticket.token != token);
-        if let Some(announcement) = self.release_exclusive(token, fences, now) {
-            return Some(announcement);
+        self.forget_expired(now);
+        let (step, handed) = self.queue_view(now).leave(token);
+        let (announcement, _) = self.apply(step, fences, now);
+        match handed {
+            true => self.release_exclusive(token, fences, now),
+            false => announcement,
         }
-        self.wait_for_exclusive(now)
-            .is_none()
-            .then(|| self.pass_on(fences, now))
     }
 
-    /// Drops expired tickets from the front of the line and returns the first live one.
-    fn next_ticket(&mut self, now: Instant) -> Option<OwnerToken> {
-        while self
-            .tickets
-            .front()
-            .is_some_and(|ticket| ticket.expires_at <= now)
-        {
-            self.tickets.pop_front();
-        }
-        self.tickets.front().map(|ticket| ticket.token)
+    /// Microseconds on the name's ticket clock at `now`.
+    fn now_us(&self, now: Instant) -> i64 {
+        self.epoch
+            .map_or(0, |epoch| to_micros(now.saturating_duration_since(epoch)))
     }
 
-    /// After a release: the lock goes to the first live ticket, handed to it when the ticket
-    /// outlives the lease it asked for, else announced for it to take.
-    fn pass_on(&mut self, fences: &mut FenceCounter, now: Instant) -> Announcement {
-        let Some(next) = self.next_ticket(now) else {
-            return Announcement::Free;
-        };
-        let lease = match self.tickets.front() {
-            Some(first) if first.expires_at - now >= first.lease => first.lease,
-            _ => return Announcement::Next(next),
-        };
-        self.tickets.pop_front();
-        Announcement::Handed {
-            to: next,
-            fence: Some(self.take(next, lease, fences, now)),
+    /// The lock as the queue's rules see it at `now` (expired state forgotten).
+    fn queue_view(&mut self, now: Instant) -> QueueView {
+        self.epoch.get_or_insert(now);
+        QueueView {
+            now_us: self.now_us(now),
+            holder: (self.live_holder(now))
+                .map(|holder| (holder.token, to_micros(holder.expires_at - now))),
+            shared_left_us: last_expiry(&self.readers, now).map(to_micros),
+            tickets: self.tickets.clone(),
+            readers_wait: !self.claims.is_empty(),
         }
+    }
+
+    /// Carries out a step of the queue's rules: what it announces, and the fence of a lock it
+    /// gave somebody.
+    fn apply(
+        &mut self,
+        step: Step,
+        fences: &mut FenceCounter,
+        now: Instant,
+    ) -> (Option<Announcement>, Option<FencingToken>) {
+        self.tickets = step.tickets;
+        let fence = match step.holder {
+            HolderChange::Unchanged => None,
+            HolderChange::Taken { owner, lease_us } => {
+                Some(self.take(owner, from_micros(lease_us), fences, now))
+            }
+            HolderChange::Freed => {
+                self.holder = None;
+                None
+            }
+        };
+        (step.notice.map(|notice| notice.announcement(fence)), fence)
     }
 
     /// Hands the exclusive hold to `token`; returns its new fence.

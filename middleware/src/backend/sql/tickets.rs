@@ -1,10 +1,11 @@
-//! The SQL backends' queue of waiters, decided in Rust on the lock's row.
+//! The SQL backends' queue of waiters, decided on the lock's row by the queue's rules
+//! (`backend::ticket_rules`, which the memory backend follows too).
 //!
 //! The tickets live in the lock's row (`tickets`, text), so every queue operation reads one row
 //! and writes it back as one atomic step (MySQL: in a transaction holding the row's lock;
 //! PostgreSQL: a write that applies only to the row version read): the same atomicity as the
-//! Redis backend's scripts, with the same rules (`fair.lua`, `release.lua`). Times are the
-//! database's, in microseconds since the epoch.
+//! Redis backend's scripts. Times are the database's, in microseconds since the epoch; the
+//! row's fence counter gives a lock taken its fence.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,6 +13,9 @@ use std::time::Duration;
 
 use super::{AcquireSlots, acquire_detached};
 use crate::OwnerToken;
+use crate::backend::ticket_rules::{
+    HolderChange, QueueView, Queued, Step, Ticket, Tickets, to_micros,
+};
 use crate::backend::waiting::{Announcement, WaitingRoom};
 use crate::backend::{
     BackendError, BoxFuture, FencingToken, Granted, Hold, LockBackend, LockRequest, QueuedAttempt,
@@ -83,8 +87,8 @@ pub(in crate::backend) async fn release_through_queue<B: QueueRows>(
     token: OwnerToken,
 ) -> Result<bool, BackendError> {
     backend
-        .decide_on_row(name, |row| match row.release_waited(token) {
-            Some(change) => (Some(change), true),
+        .decide_on_row(name, |row| match row.queue.clone().release_waited(token) {
+            Some(step) => (Some(row.change(step).0), true),
             None => (None, false),
         })
         .await
@@ -97,19 +101,18 @@ async fn acquire_with_ticket<B: QueueRows>(
     request: LockRequest,
     ticket_ttl: Duration,
 ) -> Result<QueuedAttempt<TokenLease>, BackendError> {
-    let (lease_us, ticket_us) = (micros_of(request.ttl), micros_of(ticket_ttl));
-    let queued = backend
+    let (lease_us, ticket_us) = (to_micros(request.ttl), to_micros(ticket_ttl));
+    let (queued, fence) = backend
         .decide_on_row(name, |row| {
-            let (change, queued) = row.acquire_queued(request.token, lease_us, ticket_us);
-            (Some(change), queued)
+            let queue = row.queue.clone();
+            let (step, queued) = queue.acquire_queued(request.token, lease_us, ticket_us);
+            let (change, fence) = row.change(step);
+            (Some(change), (queued, fence))
         })
         .await?;
     let lease = TokenLease::new(request.token, Hold::Mutex);
     Ok(match queued {
-        Queued::Acquired(fence) => QueuedAttempt::Acquired(Granted {
-            lease,
-            fence: Some(fence),
-        }),
+        Queued::Acquired => QueuedAttempt::Acquired(Granted { lease, fence }),
         Queued::Waiting(holder_ttl) => QueuedAttempt::Queued {
             holder_ttl,
             handover: lease,
@@ -126,8 +129,8 @@ async fn leave_line<B: QueueRows>(
 ) -> Result<(), BackendError> {
     let handed = backend
         .decide_on_row(name, |row| {
-            let (change, handed) = row.leave(token);
-            (Some(change), handed)
+            let (step, handed) = row.queue.clone().leave(token);
+            (Some(row.change(step).0), handed)
         })
         .await?;
     if handed {
@@ -135,25 +138,6 @@ async fn leave_line<B: QueueRows>(
     }
     Ok(())
 }
-
-/// A duration in whole microseconds, as tickets keep them.
-fn micros_of(duration: Duration) -> i64 {
-    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
-}
-
-/// One waiter's place in a lock's queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(in crate::backend) struct Ticket {
-    token: OwnerToken,
-    /// When the ticket expires unless its waiter asks again.
-    expires_us: i64,
-    /// The lease its waiter asked for: a release may hand it the lock for this long.
-    lease_us: i64,
-}
-
-/// A lock's queue of live tickets, in arrival order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(in crate::backend) struct Tickets(Vec<Ticket>);
 
 impl Tickets {
     /// Reads the `tickets` column (`"<token> <expiry µs> <lease µs>"`, joined by `;`),
@@ -180,54 +164,16 @@ impl Tickets {
             .collect();
         tickets.join(";")
     }
-
-    fn first(&self) -> Option<&Ticket> {
-        self.0.first()
-    }
-
-    fn remove(&mut self, token: OwnerToken) -> bool {
-        let before = self.0.len();
-        self.0.retain(|ticket| ticket.token != token);
-        self.0.len() < before
-    }
-
-    /// Refreshes `ticket` in its place, or puts it at the end of the line.
-    fn put(&mut self, ticket: Ticket) {
-        match self.0.iter_mut().find(|held| held.token == ticket.token) {
-            Some(held) => *held = ticket,
-            None => self.0.push(ticket),
-        }
-    }
 }
 
-/// A lock's row as the queue operations see it.
+/// A lock's row as the queue operations see it: the queue, and the last fencing token issued.
 #[derive(Clone, Debug)]
 pub(in crate::backend) struct RowState {
-    /// The database's clock.
-    pub(in crate::backend) now_us: i64,
-    /// The exclusive holder and how long its lease has left, while it runs.
-    pub(in crate::backend) holder: Option<(OwnerToken, i64)>,
-    /// How long until the first live shared hold (reader or permit) ends, if any.
-    pub(in crate::backend) shared_left_us: Option<i64>,
-    /// The last fencing token issued.
+    pub(in crate::backend) queue: QueueView,
     pub(in crate::backend) fence: i64,
-    pub(in crate::backend) tickets: Tickets,
-    /// Whether readers wait for the next turn (their claims): a release is theirs.
-    pub(in crate::backend) readers_wait: bool,
 }
 
-/// Who holds the lock after a queue operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(in crate::backend) enum Holder {
-    /// As before.
-    Unchanged,
-    /// `owner`, for a fresh lease of `lease_us`.
-    Taken { owner: OwnerToken, lease_us: i64 },
-    /// Nobody.
-    Freed,
-}
-
-impl Holder {
+impl HolderChange {
     /// The row-writing statements' parameters: the action (0 keeps the holder, 1 takes the
     /// lock, 2 frees it), the new owner's token and its lease in µs.
     pub(in crate::backend) fn columns(self) -> (i32, Option<String>, i64) {
@@ -257,175 +203,41 @@ impl RowState {
         (now_us, owner, left_us, shared_left_us, fence, tickets, readers_wait): RowColumns,
     ) -> Self {
         let owner = owner.as_deref().and_then(OwnerToken::parse);
-        Self {
+        let queue = QueueView {
             now_us,
             holder: owner.zip(left_us),
             shared_left_us,
-            fence,
             tickets: Tickets::parse(&tickets, now_us),
             readers_wait,
-        }
+        };
+        Self { queue, fence }
+    }
+
+    /// The row's change for the rules' `step`: a lock taken gets the next fence.
+    fn change(&self, step: Step) -> (RowChange, Option<FencingToken>) {
+        let taken = matches!(step.holder, HolderChange::Taken { .. });
+        let fence = if taken { self.fence + 1 } else { self.fence };
+        let issued = taken.then(|| FencingToken::new(u64::try_from(fence).unwrap_or(0)));
+        let change = RowChange {
+            holder: step.holder,
+            fence,
+            waited: step.waited,
+            tickets: step.tickets,
+            announce: step.notice.map(|notice| notice.announcement(issued)),
+        };
+        (change, issued)
     }
 }
 
 /// What a queue operation writes to the row, and announces.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(in crate::backend) struct RowChange {
-    pub(in crate::backend) holder: Holder,
+    pub(in crate::backend) holder: HolderChange,
     pub(in crate::backend) fence: i64,
     /// Whether the lock's releases go through the queue (and are announced).
     pub(in crate::backend) waited: bool,
     pub(in crate::backend) tickets: Tickets,
     pub(in crate::backend) announce: Option<Announcement>,
-}
-
-/// The answer to a queued acquire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(in crate::backend) enum Queued {
-    /// Taken, with this fence.
-    Acquired(FencingToken),
-    /// The ticket is in the line; ask again within this long.
-    Waiting(Option<Duration>),
-}
-
-impl RowState {
-    fn fence_after(&self) -> FencingToken {
-        FencingToken::new(u64::try_from(self.fence + 1).unwrap_or(0))
-    }
-
-    /// `token` asks for the lock with a ticket: it takes the lock if it is free and the ticket
-    /// is first (or the line empty), or finds the lock handed to it; otherwise its ticket is
-    /// put in the line, or refreshed, for `ticket_ttl_us`.
-    pub(in crate::backend) fn acquire_queued(
-        mut self,
-        token: OwnerToken,
-        lease_us: i64,
-        ticket_ttl_us: i64,
-    ) -> (RowChange, Queued) {
-        let mine = matches!(self.holder, Some((holder, _)) if holder == token);
-        let free = self.holder.is_none() && self.shared_left_us.is_none();
-        let first = self.tickets.first().map(|ticket| ticket.token);
-        if mine || (free && first.is_none_or(|first| first == token)) {
-            self.tickets.remove(token);
-            let fence = self.fence_after();
-            let change = RowChange {
-                holder: Holder::Taken {
-                    owner: token,
-                    lease_us,
-                },
-                fence: self.fence + 1,
-                waited: true,
-                tickets: self.tickets,
-                announce: None,
-            };
-            return (change, Queued::Acquired(fence));
-        }
-        self.tickets.put(Ticket {
-            token,
-            expires_us: self.now_us + ticket_ttl_us,
-            lease_us,
-        });
-        let wait = match (self.holder, self.shared_left_us) {
-            (Some((_, left)), _) | (None, Some(left)) => left,
-            // Free, but promised to the first ticket: until it is used or expires.
-            (None, None) => self
-                .tickets
-                .first()
-                .map_or(0, |first| first.expires_us - self.now_us),
-        };
-        let change = RowChange {
-            holder: Holder::Unchanged,
-            fence: self.fence,
-            waited: true,
-            tickets: self.tickets,
-            announce: None,
-        };
-        (change, Queued::Waiting(Some(micros(wait))))
-    }
-
-    /// `token` releases the lock, which is waited for. It goes to the first ticket: handed to
-    /// it when the ticket outlives the lease it asked for, else announced for it to take. With
-    /// nobody waiting it is announced free, and while readers wait for their turn (a writer
-    /// released) it is freed and announced for them, whoever else waits. Returns the change;
-    /// `None` when `token` no longer holds the lock.
-    pub(in crate::backend) fn release_waited(mut self, token: OwnerToken) -> Option<RowChange> {
-        if !matches!(self.holder, Some((holder, _)) if holder == token) {
-            return None;
-        }
-        if self.readers_wait {
-            // The waiting readers' turn (a writer released): freed for them, announced.
-            return Some(RowChange {
-                holder: Holder::Freed,
-                fence: self.fence,
-                waited: false,
-                tickets: self.tickets,
-                announce: Some(Announcement::Free),
-            });
-        }
-        let Some(&next) = self.tickets.first() else {
-            return Some(RowChange {
-                holder: Holder::Freed,
-                fence: self.fence,
-                waited: false,
-                tickets: self.tickets,
-                announce: Some(Announcement::Free),
-            });
-        };
-        if next.expires_us - self.now_us < next.lease_us {
-            // The ticket may expire before the lease would: it takes the lock itself, or
-            // expires.
-            return Some(RowChange {
-                holder: Holder::Freed,
-                fence: self.fence,
-                waited: true,
-                tickets: self.tickets,
-                announce: Some(Announcement::Next(next.token)),
-            });
-        }
-        self.tickets.remove(next.token);
-        let fence = self.fence_after();
-        let change = RowChange {
-            holder: Holder::Taken {
-                owner: next.token,
-                lease_us: next.lease_us,
-            },
-            fence: self.fence + 1,
-            waited: true,
-            tickets: self.tickets,
-            announce: Some(Announcement::Handed {
-                to: next.token,
-                fence: Some(fence),
-            }),
-        };
-        Some(change)
-    }
-
-    /// `token`'s waiter gave up: its ticket leaves the line. Returns the change and whether a
-    /// release had handed the lock to it meanwhile (the caller then releases it, passing it
-    /// on). A free lock is announced to the next ticket.
-    pub(in crate::backend) fn leave(mut self, token: OwnerToken) -> (RowChange, bool) {
-        self.tickets.remove(token);
-        let handed = matches!(self.holder, Some((holder, _)) if holder == token);
-        let free = self.holder.is_none() && self.shared_left_us.is_none();
-        let announce = free.then(|| {
-            self.tickets
-                .first()
-                .map_or(Announcement::Free, |next| Announcement::Next(next.token))
-        });
-        let change = RowChange {
-            holder: Holder::Unchanged,
-            fence: self.fence,
-            waited: true,
-            tickets: self.tickets,
-            announce,
-        };
-        (change, handed)
-    }
-}
-
-/// A non-negative count of microseconds as a duration.
-fn micros(us: i64) -> Duration {
-    Duration::from_micros(u64::try_from(us).unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -434,140 +246,51 @@ mod tests {
 
     const SECOND: i64 = 1_000_000;
 
-    fn row(holder: Option<OwnerToken>, tickets: &[(OwnerToken, i64)]) -> RowState {
-        let now_us = 100 * SECOND;
-        let mut line = Tickets::default();
-        for &(token, left) in tickets {
-            line.put(Ticket {
-                token,
-                expires_us: now_us + left,
-                lease_us: SECOND,
-            });
-        }
-        RowState {
-            now_us,
-            holder: holder.map(|holder| (holder, 5 * SECOND)),
-            shared_left_us: None,
-            fence: 7,
-            tickets: line,
-            readers_wait: false,
-        }
-    }
-
     #[test]
     fn tickets_survive_their_column_and_expired_ones_are_dropped() {
         let (a, b) = (OwnerToken::new(), OwnerToken::new());
-        let tickets = row(None, &[(a, SECOND), (b, 2 * SECOND)]).tickets;
+        let ticket = |token, left| Ticket {
+            token,
+            expires_us: 100 * SECOND + left,
+            lease_us: SECOND,
+        };
+        let tickets = Tickets(vec![ticket(a, SECOND), ticket(b, 2 * SECOND)]);
 
         let column = tickets.column();
 
         assert_eq!(Tickets::parse(&column, 100 * SECOND), tickets);
         let later = Tickets::parse(&column, 101 * SECOND + 1);
-        assert_eq!(later.first().map(|ticket| ticket.token), Some(b));
+        assert_eq!(later.0.iter().map(|ticket| ticket.token).next(), Some(b));
         assert_eq!(Tickets::parse("", 0), Tickets::default());
         assert_eq!(Tickets::parse("junk;1 2", 0), Tickets::default());
     }
 
     #[test]
-    fn a_release_while_readers_wait_frees_the_lock_for_them() {
-        let (writer, next) = (OwnerToken::new(), OwnerToken::new());
-        let waiting = RowState {
-            readers_wait: true,
-            ..row(Some(writer), &[(next, 3 * SECOND)])
+    fn a_ticket_handed_the_lock_gets_the_rows_next_fence_in_its_announcement() {
+        let (holder, waiter) = (OwnerToken::new(), OwnerToken::new());
+        let row = RowState {
+            queue: QueueView {
+                now_us: 100 * SECOND,
+                holder: Some((holder, SECOND)),
+                shared_left_us: None,
+                tickets: Tickets(vec![Ticket {
+                    token: waiter,
+                    expires_us: 103 * SECOND,
+                    lease_us: SECOND,
+                }]),
+                readers_wait: false,
+            },
+            fence: 7,
         };
 
-        let change = waiting.release_waited(writer).expect("it held the lock");
+        let step = row.queue.clone().release_waited(holder).expect("held");
+        let (change, issued) = row.change(step);
 
-        assert_eq!(
-            change.holder,
-            Holder::Freed,
-            "not handed to the next writer"
-        );
-        assert_eq!(change.announce, Some(Announcement::Free));
-    }
-
-    #[test]
-    fn a_free_lock_goes_to_the_first_ticket_only() {
-        let (first, second) = (OwnerToken::new(), OwnerToken::new());
-        let line = [(first, 3 * SECOND), (second, 3 * SECOND)];
-
-        let (_, answer) = row(None, &line).acquire_queued(second, SECOND, 3 * SECOND);
-        assert_eq!(answer, Queued::Waiting(Some(Duration::from_secs(3))));
-
-        let (change, answer) = row(None, &line).acquire_queued(first, SECOND, 3 * SECOND);
-        assert_eq!(answer, Queued::Acquired(FencingToken::new(8)));
-        assert_eq!(
-            change.tickets.first().map(|ticket| ticket.token),
-            Some(second)
-        );
-    }
-
-    #[test]
-    fn a_busy_lock_queues_the_ticket_at_the_end_once() {
-        let (holder, waiter) = (OwnerToken::new(), OwnerToken::new());
-
-        let (change, answer) = row(Some(holder), &[]).acquire_queued(waiter, SECOND, SECOND);
-        let (again, _) = RowState {
-            tickets: change.tickets,
-            ..row(Some(holder), &[])
-        }
-        .acquire_queued(waiter, SECOND, 2 * SECOND);
-
-        assert_eq!(answer, Queued::Waiting(Some(Duration::from_secs(5))));
-        assert_eq!(again.tickets.0.len(), 1, "refreshed, not queued twice");
-        assert!(again.waited);
-    }
-
-    #[test]
-    fn a_release_hands_the_lock_to_a_ticket_that_outlives_its_lease() {
-        let (holder, waiter) = (OwnerToken::new(), OwnerToken::new());
-
-        let change = row(Some(holder), &[(waiter, 3 * SECOND)])
-            .release_waited(holder)
-            .expect("held");
-
-        let to_waiter = Holder::Taken {
-            owner: waiter,
-            lease_us: SECOND,
-        };
-        assert_eq!((change.holder, change.fence), (to_waiter, 8));
+        assert_eq!((change.fence, issued), (8, Some(FencingToken::new(8))));
         let handed = Announcement::Handed {
             to: waiter,
             fence: Some(FencingToken::new(8)),
         };
         assert_eq!(change.announce, Some(handed));
-    }
-
-    #[test]
-    fn a_release_names_a_ticket_that_may_expire_first_and_frees_an_empty_line() {
-        let (holder, waiter) = (OwnerToken::new(), OwnerToken::new());
-
-        let named = row(Some(holder), &[(waiter, SECOND / 2)]).release_waited(holder);
-        let freed = row(Some(holder), &[]).release_waited(holder);
-        let lost = row(Some(waiter), &[]).release_waited(holder);
-
-        let named = named.expect("held");
-        assert_eq!(named.holder, Holder::Freed);
-        assert_eq!(named.announce, Some(Announcement::Next(waiter)));
-        let freed = freed.expect("held");
-        assert_eq!(freed.announce, Some(Announcement::Free));
-        assert!(!freed.waited, "nobody waits any more");
-        assert_eq!(lost, None, "somebody else holds it");
-    }
-
-    #[test]
-    fn a_leaving_ticket_hands_back_a_lock_given_to_it_and_names_the_next() {
-        let (holder, gone, next) = (OwnerToken::new(), OwnerToken::new(), OwnerToken::new());
-
-        let (change, handed) = row(None, &[(gone, SECOND), (next, SECOND)]).leave(gone);
-        assert!(!handed);
-        assert_eq!(change.announce, Some(Announcement::Next(next)));
-
-        let (change, handed) = row(Some(gone), &[(next, SECOND)]).leave(gone);
-        assert!(handed, "the caller releases it");
-        assert_eq!(change.announce, None);
-
-        let (change, _) = row(Some(holder), &[(gone, SECOND)]).leave(gone);
-        assert_eq!((change.announce, change.tickets.0.len()), (None, 0));
     }
 }

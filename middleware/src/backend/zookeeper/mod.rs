@@ -364,6 +364,7 @@ impl LockBackend for ZookeeperBackend {
     }
 
     async fn release(&self, _name: &str, lease: &ZookeeperLease) -> Result<bool, BackendError> {
+        self.inner.watches.forget_place(&lease.path);
         self.delete(&lease.path).await
     }
 

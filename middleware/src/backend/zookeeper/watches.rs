@@ -151,6 +151,11 @@ impl Watches {
         }
     }
 
+    /// The place at `path` was released (its lock handed to it and taken): it goes.
+    pub(super) fn forget_place(&self, path: &str) {
+        self.shared.places().retain(|_, place| place.path != path);
+    }
+
     /// `ticket`'s waiter left the line or took the lock: its watch and its place go.
     pub(super) fn forget(&self, ticket: OwnerToken) {
         self.shared.waiting().remove(&ticket);
@@ -215,14 +220,13 @@ impl Fired {
                 && term.session == place.session
                 && term.until >= Instant::now() + session.max_ttl()
         });
+        // A handed place is kept until its lock is released: the waiter may ask again before
+        // it hears this, and must then find the place that holds the lock.
         let announcement = match handed {
-            Some(place) => {
-                shared.places().remove(&self.ticket);
-                Announcement::Handed {
-                    to: self.ticket,
-                    fence: Some(FencingToken::new(place.fence())),
-                }
-            }
+            Some(place) => Announcement::Handed {
+                to: self.ticket,
+                fence: Some(FencingToken::new(place.fence())),
+            },
             None => Announcement::Next(self.ticket),
         };
         room.announce(&self.name, announcement);
