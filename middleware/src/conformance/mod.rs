@@ -131,6 +131,7 @@ macro_rules! __conformance_cases {
             readers_and_writers_take_turns,
             a_reader_that_gives_up_waiting_leaves_nothing_behind,
             a_writer_that_asks_once_leaves_nothing_behind,
+            a_writer_that_asks_once_passes_no_waiting_reader,
             a_writer_that_gives_up_waiting_leaves_nothing_behind,
             waiting_writers_in_two_processes_take_turns,
             writers_alone_hand_over_like_a_mutex,

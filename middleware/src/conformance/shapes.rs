@@ -231,6 +231,32 @@ where
     );
 }
 
+/// A writer that asks once (a waiting writer's first look, or one that rejects) does not pass
+/// the readers waiting for their turn: while a reader's claim stands, it finds the lock busy,
+/// and the reader comes in next.
+pub async fn a_writer_that_asks_once_passes_no_waiting_reader<S: Store>(store: &S)
+where
+    S::Backend: SharedLocks,
+{
+    let (a, b) = two_processes(store).await;
+    let writer = granted(a.acquire_write("lock:k", request(LONG)).await, "a writer");
+    let reader = request(LONG).patience(Patience::Polls);
+    busy(
+        b.acquire_read("lock:k", reader).await,
+        "the writer holds it",
+    );
+    a.release("lock:k", &writer.lease).await.expect("released");
+
+    busy(
+        a.acquire_write("lock:k", request(LONG)).await,
+        "a reader claimed the next turn",
+    );
+    granted(
+        b.acquire_read("lock:k", reader).await,
+        "the waiting reader's turn",
+    );
+}
+
 /// A writer that gives up waiting (the locker's wait timed out) leaves nothing that bars the
 /// next reader, not even for a moment.
 pub async fn a_writer_that_gives_up_waiting_leaves_nothing_behind<S: Store>(store: &S)

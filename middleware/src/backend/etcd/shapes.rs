@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use super::watches::Watch;
 use super::{EtcdBackend, EtcdLease, occupied, present, read, revision, vacant};
 use crate::backend::{
-    Attempt, BackendError, Granted, LockBackend, LockRequest, Patience, Semaphores, SharedLocks,
+    Attempt, BackendError, Granted, LockRequest, Patience, Semaphores, SharedLocks,
 };
 
 impl SharedLocks for EtcdBackend {
@@ -70,9 +70,6 @@ impl SharedLocks for EtcdBackend {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<EtcdLease>>, BackendError> {
-        if request.patience == Patience::Once {
-            return self.acquire(name, request).await;
-        }
         let keys = self.keys(name);
         let (key, intent) = (keys.exclusive(request.token), keys.intent(request.token));
         let session = self.inner.session.term().lease;
@@ -96,12 +93,15 @@ impl SharedLocks for EtcdBackend {
             .and_then(take())
             .or_else([TxnOp::txn(leave_intent)]);
         let [free, not_given_up] = self.free_for_exclusive(&keys, request.token);
-        let txn = Txn::new()
+        let mut txn = Txn::new()
             .when([free, not_given_up, vacant(keys.claim_prefix())])
-            .and_then(take())
-            .or_else([TxnOp::txn(past_claims)]);
+            .and_then(take());
+        // A writer that asks once leaves no intent, and passes no claim either.
+        if request.patience != Patience::Once {
+            txn = txn.or_else([TxnOp::txn(past_claims)]);
+            self.inner.session.own(&intent);
+        }
         self.inner.session.own(&key);
-        self.inner.session.own(&intent);
         let sent = Instant::now();
         let answer = self.txn(txn).await?;
         let read_at = revision(&answer)?;

@@ -29,7 +29,7 @@ use super::nodes::{Children, Kind, LockDir, Node, Standing};
 use super::watches::Watch;
 use super::{ZookeeperBackend, ZookeeperLease};
 use crate::backend::{
-    Attempt, BackendError, Granted, LockBackend, LockRequest, Patience, Semaphores, SharedLocks,
+    Attempt, BackendError, Granted, LockRequest, Patience, Semaphores, SharedLocks,
 };
 
 impl SharedLocks for ZookeeperBackend {
@@ -46,9 +46,6 @@ impl SharedLocks for ZookeeperBackend {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<ZookeeperLease>>, BackendError> {
-        if request.patience == Patience::Once {
-            return self.acquire(name, request).await;
-        }
         let Some(_flight) = self.inner.in_flight.start(name) else {
             return Ok(Attempt::Busy { holder_ttl: None });
         };
@@ -72,7 +69,9 @@ impl SharedLocks for ZookeeperBackend {
             (Standing::Gone, _) => None,
         };
         self.delete(&mine.path).await?;
-        if intent.is_none() && children.only_readers_ahead(mine.sequence()) {
+        // A writer that asks once leaves no intent.
+        let waits = request.patience != Patience::Once;
+        if waits && intent.is_none() && children.only_readers_ahead(mine.sequence()) {
             self.create(&dir, Kind::Intent, request.token).await?;
         }
         self.busy(name, request, &dir, watched).await
