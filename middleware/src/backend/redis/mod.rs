@@ -271,13 +271,14 @@ impl RedisBackend {
         let release = &self.scripts.release;
         let mut call = match keys {
             ReleaseKeys::LockOnly => release.call(1, 1),
-            ReleaseKeys::WithLine => release.call(4, 1),
+            ReleaseKeys::WithLine => release.call(5, 1),
         };
         call.arg(LockKey::lock(name));
         if keys == ReleaseKeys::WithLine {
             call.arg(LockKey::line(name))
                 .arg(LockKey::tickets(name))
-                .arg(FenceCounter::of_lock(name));
+                .arg(FenceCounter::of_lock(name))
+                .arg(LockKey::claims(name));
         }
         call.arg(token.encode(&mut buf));
         release.run(&call, &mut self.connection.clone()).await

@@ -20,6 +20,8 @@
 -- first ticket leaving a free lock announces the next one.
 -- The line expires when no ticket has been refreshed for two ticket TTLs, so abandoned lines
 -- do not pile up.
+-- These are the queue's rules of backend/ticket_rules.rs, which the memory and SQL backends run;
+-- the conformance case a_queue_follows_the_ticket_rules holds this script to them.
 local function now_ms()
   local time = redis.call('TIME')
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)

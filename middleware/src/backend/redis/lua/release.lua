@@ -4,15 +4,19 @@
 -- KEYS[2]  the lock's line of tickets (fair.lua), in arrival order
 -- KEYS[3]  the tickets' terms: '<expiry ms, Redis server time> <lease TTL ms> <fencing 0|1>'
 -- KEYS[4]  the fencing counter of the lock's slot
+-- KEYS[5]  readers' claims on the next turn (shared.lua): token -> expiry (ms, Redis server time)
 -- ARGV[1]  owner token
 -- returns  1 when the owner's lock was released, 0 when the key is gone or held by another token,
---          2 when KEYS[2..4] were left out and the lock is marked as waited for: nothing was
+--          2 when KEYS[2..5] were left out and the lock is marked as waited for: nothing was
 --          done, call again with them (an uncontended release sends the lock key alone)
 -- A lock marked as waited for (its token followed by '*') goes to the first live ticket of
 -- the line: when the ticket outlives the lease it asked for, the lock is handed to it here
 -- (announced as '<ticket> <fence>': it holds the lock on hearing this), else the release
--- announces '<ticket>', the only waiter that may take it next. With no live ticket the
--- announcement is '' (anybody may take it).
+-- announces '<ticket>', the only waiter that may take it next. With no live ticket, or while
+-- readers claim the next turn (a writer released), the announcement is '' (anybody may take
+-- it).
+-- These are the queue's rules of backend/ticket_rules.rs, which the memory and SQL backends run;
+-- the conformance case a_queue_follows_the_ticket_rules holds this script to them.
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -27,7 +31,8 @@ end
 local channel = KEYS[1] .. ':free'
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-while true do
+local readers_wait = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf') > 0
+while not readers_wait do
   local next = redis.call('LINDEX', KEYS[2], 0)
   if not next then
     break
