@@ -1,6 +1,7 @@
 //! Test support for tower-lock's end-to-end tests: real `redis-server` processes on free
-//! loopback ports, started per test and killed on drop, with fault injection (kill, restart on
-//! the same port, pause with SIGSTOP).
+//! loopback ports — single servers and Redis Clusters ([`RedisCluster`]) —, started per test
+//! and killed on drop, with fault injection (kill, restart on the same port, pause with
+//! SIGSTOP, a hash slot migrated).
 //!
 //! Tests never use a Redis somebody left running: each starts its own. On the machine's
 //! PostgreSQL and MariaDB, each takes a fresh schema or database of its own
@@ -25,6 +26,7 @@ mod postgres_server;
 mod private_server;
 mod probes;
 mod process;
+mod redis_cluster;
 mod redis_server;
 mod zookeeper_ensemble;
 
@@ -44,6 +46,7 @@ pub use postgres_role::PostgresRole;
 pub use postgres_server::PostgresServer;
 pub use probes::{Gate, GateControl};
 pub use process::free_port;
+pub use redis_cluster::RedisCluster;
 pub use redis_server::RedisServer;
 pub use tower_lock::conformance::Occupancy;
 pub use zookeeper_ensemble::ZookeeperEnsemble;

@@ -212,24 +212,7 @@ pub trait LockBackend: Send + Sync + 'static {
         names: &[&str],
         request: LockRequest,
     ) -> impl Future<Output = Result<Attempt<Vec<Granted<Self::Lease>>>, BackendError>> + Send {
-        async move {
-            let mut granted: Vec<Granted<Self::Lease>> = Vec::with_capacity(names.len());
-            for name in names {
-                let stopped = match self.acquire(name, request).await {
-                    Ok(Attempt::Acquired(grant)) => {
-                        granted.push(grant);
-                        continue;
-                    }
-                    Ok(Attempt::Busy { holder_ttl }) => Ok(Attempt::Busy { holder_ttl }),
-                    Err(error) => Err(error),
-                };
-                for (taken, grant) in names.iter().zip(&granted) {
-                    self.release(taken, &grant.lease).await?;
-                }
-                return stopped;
-            }
-            Ok(Attempt::Acquired(granted))
-        }
+        acquire_one_by_one(self, names, request)
     }
 
     /// What kind of store this is, as the `backend` label of the metrics
@@ -258,4 +241,30 @@ pub trait LockBackend: Send + Sync + 'static {
     fn max_ttl(&self) -> Option<Duration> {
         None
     }
+}
+
+/// Takes `names` one by one in the order given (sorted, by the engine), all or none: at the
+/// first busy name, gives back what it took. [`LockBackend::acquire_many`]'s default, for
+/// backends that cannot take several names in one atomic step.
+pub(crate) async fn acquire_one_by_one<B: LockBackend + ?Sized>(
+    backend: &B,
+    names: &[&str],
+    request: LockRequest,
+) -> Result<Attempt<Vec<Granted<B::Lease>>>, BackendError> {
+    let mut granted: Vec<Granted<B::Lease>> = Vec::with_capacity(names.len());
+    for name in names {
+        let stopped = match backend.acquire(name, request).await {
+            Ok(Attempt::Acquired(grant)) => {
+                granted.push(grant);
+                continue;
+            }
+            Ok(Attempt::Busy { holder_ttl }) => Ok(Attempt::Busy { holder_ttl }),
+            Err(error) => Err(error),
+        };
+        for (taken, grant) in names.iter().zip(&granted) {
+            backend.release(taken, &grant.lease).await?;
+        }
+        return stopped;
+    }
+    Ok(Attempt::Acquired(granted))
 }

@@ -6,4 +6,5 @@ mod etcd;
 mod mysql;
 mod postgres;
 mod redis;
+mod redis_cluster;
 mod zookeeper;

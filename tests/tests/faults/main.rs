@@ -9,6 +9,7 @@ mod cut_off_holder;
 mod database_restart;
 mod late_acquire;
 mod lease_faults;
+mod redis_cluster;
 mod release_safety;
 mod store_outage;
 mod zookeeper_cleanup;

@@ -23,21 +23,53 @@ pub(super) async fn waiting_room(client: &Client) -> Result<Arc<WaitingRoom>, Re
         .clone()
         .set_protocol(ProtocolVersion::RESP3);
     let resp3 = Client::open(info.set_redis_settings(settings))?;
-    let room_slot: Arc<OnceLock<Weak<WaitingRoom>>> = Arc::default();
+    let (room_slot, deliver) = delivery();
+    let config = manager_config()
+        .set_push_sender(deliver)
+        .set_automatic_resubscription();
+    let subscriber = ConnectionManager::new_with_config(resp3, config).await?;
+    let room = WaitingRoom::with_subscriptions(Subscriber(subscriber));
+    room_slot.set(Arc::downgrade(&room)).ok();
+    Ok(room)
+}
+
+/// Where a subscriber connection's pushes go, once the room it feeds exists.
+type RoomSlot = Arc<OnceLock<Weak<WaitingRoom>>>;
+
+/// The room's end of a subscriber connection: its slot, and what the connection calls with
+/// each push.
+fn delivery() -> (
+    RoomSlot,
+    impl Fn(PushInfo) -> Result<(), ()> + Send + Sync + 'static,
+) {
+    let room_slot = RoomSlot::default();
     let deliver = {
         let room_slot = Arc::clone(&room_slot);
         move |push: PushInfo| {
             if let Some(room) = room_slot.get().and_then(Weak::upgrade) {
                 route(&room, push);
             }
-            Ok::<(), ()>(())
+            Ok(())
         }
     };
-    let config = manager_config()
-        .set_push_sender(deliver)
-        .set_automatic_resubscription();
-    let subscriber = ConnectionManager::new_with_config(resp3, config).await?;
-    let room = WaitingRoom::with_subscriptions(Subscriber(subscriber));
+    (room_slot, deliver)
+}
+
+/// Opens a subscriber connection to the cluster of `nodes` (RESP3), subscribing with sharded
+/// pub/sub (`SSUBSCRIBE`) on each lock's shard, and the waiting room it feeds. The connection
+/// follows the cluster's topology and resubscribes after a reconnect or a slot's move; a
+/// subscription the server drops (its slot migrated) is made again.
+#[cfg(feature = "redis-cluster")]
+pub(super) async fn cluster_waiting_room(
+    nodes: Vec<redis::ConnectionInfo>,
+) -> Result<Arc<WaitingRoom>, RedisError> {
+    let (room_slot, deliver) = delivery();
+    let client = super::cluster_client(nodes)
+        .use_protocol(ProtocolVersion::RESP3)
+        .push_sender(deliver)
+        .build()?;
+    let subscriber = client.get_async_connection().await?;
+    let room = WaitingRoom::with_subscriptions(ShardSubscriber(subscriber));
     room_slot.set(Arc::downgrade(&room)).ok();
     Ok(room)
 }
@@ -52,13 +84,18 @@ fn route(room: &WaitingRoom, push: PushInfo) {
     let name = push.data.first().and_then(text);
     let name = name.as_deref().and_then(LockKey::name_of_channel);
     match (push.kind, name) {
-        (PushKind::Message, Some(name)) => {
+        (PushKind::Message | PushKind::SMessage, Some(name)) => {
             let message = push.data.get(1).and_then(text);
             // Anything unreadable wakes everyone: they ask the store.
             let announcement = message.as_deref().and_then(Announcement::parse);
             room.announce(name, announcement.unwrap_or(Announcement::Free));
         }
-        (PushKind::Subscribe, Some(name)) => room.subscription_confirmed(name),
+        (PushKind::Subscribe | PushKind::SSubscribe, Some(name)) => {
+            room.subscription_confirmed(name);
+        }
+        // The server drops a sharded subscription when its slot moves to another node (and
+        // confirms one the room gave up): made again while the room still wants it.
+        (PushKind::SUnsubscribe, Some(name)) => room.subscription_lost(name),
         (PushKind::Disconnection, _) => room.disconnected(),
         _ => {}
     }
@@ -81,6 +118,33 @@ impl Subscriptions for Subscriber {
         Box::pin(async move {
             let unsubscribed =
                 tokio::time::timeout(SUBSCRIBE_TIMEOUT, connection.unsubscribe(&channel));
+            if !matches!(unsubscribed.await, Ok(Ok(()))) {
+                tracing::debug!(channel, "unsubscribe failed; the next reconnect drops it");
+            }
+        })
+    }
+}
+
+/// Subscribes on a cluster, with sharded pub/sub on each lock's shard.
+#[cfg(feature = "redis-cluster")]
+struct ShardSubscriber(redis::cluster_async::ClusterConnection);
+
+#[cfg(feature = "redis-cluster")]
+impl Subscriptions for ShardSubscriber {
+    fn subscribe(&mut self, name: &str) -> BoxFuture<'static, bool> {
+        let (mut connection, channel) = (self.0.clone(), LockKey::channel(name).to_string());
+        Box::pin(async move {
+            let subscribed =
+                tokio::time::timeout(SUBSCRIBE_TIMEOUT, connection.ssubscribe(&channel));
+            matches!(subscribed.await, Ok(Ok(())))
+        })
+    }
+
+    fn unsubscribe(&mut self, name: &str) -> BoxFuture<'static, ()> {
+        let (mut connection, channel) = (self.0.clone(), LockKey::channel(name).to_string());
+        Box::pin(async move {
+            let unsubscribed =
+                tokio::time::timeout(SUBSCRIBE_TIMEOUT, connection.sunsubscribe(&channel));
             if !matches!(unsubscribed.await, Ok(Ok(()))) {
                 tracing::debug!(channel, "unsubscribe failed; the next reconnect drops it");
             }

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use redis::FromRedisValue;
 
-use super::RedisBackend;
 use super::commands::{ScriptArg, acquire_reply, millis};
 use super::keys::{FenceCounter, LockKey};
+use super::{RedisBackend, RedisConnection};
 use crate::OwnerToken;
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{
@@ -16,7 +16,7 @@ use crate::backend::{
     WaitQueue,
 };
 
-impl RedisBackend {
+impl<C: RedisConnection> RedisBackend<C> {
     /// Runs operation `op` of `fair.lua` on lock `name`.
     async fn run_fair<T: FromRedisValue>(
         &self,
@@ -68,7 +68,7 @@ impl RedisBackend {
     }
 }
 
-impl WaitQueue<TokenLease> for RedisBackend {
+impl<C: RedisConnection> WaitQueue<TokenLease> for RedisBackend<C> {
     fn room(&self) -> &Arc<WaitingRoom> {
         &self.room
     }

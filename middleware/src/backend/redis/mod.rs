@@ -5,12 +5,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+#[cfg(feature = "redis-cluster")]
+use redis::cluster::ClusterClientBuilder;
+#[cfg(feature = "redis-cluster")]
+use redis::cluster_async::ClusterConnection;
 use redis::{Client, FromRedisValue, IntoConnectionInfo, RedisError};
 use tokio::time::Instant;
 
 use super::waiting::WaitingRoom;
 use super::{
-    Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, Patience, TokenLease, WaitQueue,
+    Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, Patience, TokenLease,
+    WaitQueue, acquire_one_by_one,
 };
 use crate::OwnerToken;
 use commands::{
@@ -20,8 +25,11 @@ use commands::{
 use keys::{FenceCounter, LockKey, ScriptKey};
 use scripts::{LuaScript, Scripts};
 
+pub use connection::RedisConnection;
+
 mod announcements;
 mod commands;
+mod connection;
 mod fair_line;
 mod hash_slot;
 mod keys;
@@ -71,8 +79,8 @@ mod shapes;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
-pub struct RedisBackend {
-    connection: ConnectionManager,
+pub struct RedisBackend<C: RedisConnection = ConnectionManager> {
+    connection: C,
     scripts: Arc<Scripts>,
     room: Arc<WaitingRoom>,
     fencing: bool,
@@ -89,7 +97,7 @@ fn manager_config() -> ConnectionManagerConfig {
         .set_max_delay(MAX_RECONNECT_DELAY)
 }
 
-impl RedisBackend {
+impl RedisBackend<ConnectionManager> {
     /// Connects to the Redis server at `url` (e.g. `redis://127.0.0.1:6379/0`), with a second
     /// connection for release announcements.
     ///
@@ -114,10 +122,84 @@ impl RedisBackend {
     /// A backend made this way hears no release announcements: its waiters retry on timers
     /// (in fair mode, still in arrival order).
     pub fn from_connection(connection: ConnectionManager) -> Self {
+        Self::on(connection, WaitingRoom::silent())
+    }
+
+    /// The Redis key of lock `name` (the locker's prefix and the key, e.g. `lock:coupon:42`):
+    /// `{lock:coupon:42}`, on one node and on a cluster alike. Its value is the holder's owner
+    /// token.
+    pub fn lock_key(name: &str) -> String {
+        LockKey::lock(name).to_string()
+    }
+}
+
+#[cfg(feature = "redis-cluster")]
+impl RedisBackend<ClusterConnection> {
+    /// Connects to the Redis Cluster that `nodes` belong to (any of its nodes: the others are
+    /// found through them), with a second cluster connection for release announcements.
+    ///
+    /// Every key of a lock lives in the lock's hash slot (its name in braces is the hash tag,
+    /// and the fencing counter of that slot is chosen to hash there too), so each script runs
+    /// on one shard; the connection follows `MOVED` and `ASK` redirections, slot migrations and
+    /// failovers by itself. Releases are announced with sharded pub/sub (`SPUBLISH`) on the
+    /// lock's shard, and waiters subscribe there (`SSUBSCRIBE`, Redis 7 or later); a
+    /// subscription the server drops when its slot moves is made again. Several keys in one
+    /// slot are taken in one script; keys in different slots one by one, in sorted order, all
+    /// or none.
+    ///
+    /// Redis Cluster replicates asynchronously: a master that fails over before its replica
+    /// received a lock can grant that lock again (see the Redis store's page).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use tower_lock::{Locker, RedisBackend};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let nodes = ["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"];
+    /// let locker = Locker::new(RedisBackend::connect_cluster(nodes).await?);
+    /// let held = locker.lock("coupon:42").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_cluster<T: IntoConnectionInfo>(
+        nodes: impl IntoIterator<Item = T>,
+    ) -> Result<Self, RedisError> {
+        let nodes = nodes
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect::<Result<Vec<_>, _>>()?;
+        let connection = cluster_client(nodes.clone())
+            .build()?
+            .get_async_connection()
+            .await?;
+        let room = announcements::cluster_waiting_room(nodes).await?;
+        Ok(Self::on(connection, room))
+    }
+
+    /// Uses a cluster connection you configured yourself. A backend made this way hears no
+    /// release announcements: its waiters retry on timers (in fair mode, still in arrival
+    /// order).
+    pub fn from_cluster_connection(connection: ClusterConnection) -> Self {
+        Self::on(connection, WaitingRoom::silent())
+    }
+}
+
+/// A cluster client's settings: connections given up on as fast as a node's, and no limit of
+/// its own on how long an answer may take (the locker's store timeout bounds every call).
+#[cfg(feature = "redis-cluster")]
+fn cluster_client(nodes: Vec<redis::ConnectionInfo>) -> ClusterClientBuilder {
+    ClusterClientBuilder::new(nodes)
+        .connection_timeout(CONNECTION_TIMEOUT)
+        .overall_response_timeout(None)
+}
+
+impl<C: RedisConnection> RedisBackend<C> {
+    /// A backend sending its commands on `connection`, its waiters in `room`.
+    fn on(connection: C, room: Arc<WaitingRoom>) -> Self {
         Self {
             connection,
-            scripts: Arc::new(Scripts::new()),
-            room: WaitingRoom::silent(),
+            scripts: Arc::new(Scripts::new(C::SHARDED)),
+            room,
             fencing: true,
         }
     }
@@ -153,18 +235,12 @@ impl RedisBackend {
     /// let stock: Option<i64> = redis::cmd("GET").arg("stock:42").query_async(&mut connection).await?;
     /// # Ok(()) }
     /// ```
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> C {
         self.connection.clone()
-    }
-
-    /// The Redis key of lock `name` (the locker's prefix and the key, e.g. `lock:coupon:42`):
-    /// `{lock:coupon:42}`. Its value is the holder's owner token.
-    pub fn lock_key(name: &str) -> String {
-        LockKey::lock(name).to_string()
     }
 }
 
-impl fmt::Debug for RedisBackend {
+impl<C: RedisConnection> fmt::Debug for RedisBackend<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBackend")
             .field("fencing", &self.fencing)
@@ -172,7 +248,7 @@ impl fmt::Debug for RedisBackend {
     }
 }
 
-impl RedisBackend {
+impl<C: RedisConnection> RedisBackend<C> {
     /// Takes lock `name` exclusively.
     ///
     /// One round trip: `SET NX PX`, with fencing pipelined with the `INCR` of the slot's
@@ -330,7 +406,7 @@ enum ReleaseKeys {
 /// for: it did nothing.
 const RELEASE_WAITED_FOR: i64 = 2;
 
-impl LockBackend for RedisBackend {
+impl<C: RedisConnection> LockBackend for RedisBackend<C> {
     type Lease = TokenLease;
 
     fn store_kind(&self) -> &'static str {
@@ -385,13 +461,17 @@ impl LockBackend for RedisBackend {
         Ok(())
     }
 
-    /// All or none in one script, on one Redis node. (On Redis Cluster, whose scripts cannot
-    /// span hash slots, take them one by one in sorted order: the trait's default.)
+    /// All or none in one script, on one Redis node — or on Redis Cluster when every name is
+    /// in one hash slot; names in different slots are taken one by one in sorted order, all or
+    /// none (a script cannot span slots).
     async fn acquire_many(
         &self,
         names: &[&str],
         request: LockRequest,
     ) -> Result<Attempt<Vec<Granted<TokenLease>>>, BackendError> {
+        if C::SHARDED && !in_one_slot(names) {
+            return acquire_one_by_one(self, names, request).await;
+        }
         let mut buf = [0; 32];
         let many = &self.scripts.many;
         let mut call = many.call(2 * names.len(), 3);
@@ -424,4 +504,11 @@ impl LockBackend for RedisBackend {
     fn wait_queue(&self) -> Option<&dyn WaitQueue<TokenLease>> {
         Some(self)
     }
+}
+
+/// Whether every one of lock `names` lives in the same hash slot.
+fn in_one_slot(names: &[&str]) -> bool {
+    let mut slots = names.iter().map(|name| hash_slot::of_lock_key(name));
+    let first = slots.next();
+    slots.all(|slot| Some(slot) == first)
 }

@@ -1,7 +1,7 @@
 //! The backend's Lua scripts (`lua/*.lua`, each with its contract in a header comment), and
 //! how they are called.
 
-use redis::aio::ConnectionManager;
+use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, FromRedisValue, Script, ServerErrorKind};
 
 use crate::backend::BackendError;
@@ -17,14 +17,20 @@ pub(super) struct Scripts {
 }
 
 impl Scripts {
-    pub(super) fn new() -> Self {
+    /// The scripts, announcing releases with `SPUBLISH` (sharded pub/sub, on the lock's shard)
+    /// when `sharded`, else with `PUBLISH`.
+    pub(super) fn new(sharded: bool) -> Self {
+        let script = |code: &str| match sharded {
+            true => LuaScript::new(&code.replace("'PUBLISH'", "'SPUBLISH'")),
+            false => LuaScript::new(code),
+        };
         Self {
-            busy: LuaScript::new(include_str!("lua/busy.lua")),
-            extend: LuaScript::new(include_str!("lua/extend.lua")),
-            release: LuaScript::new(include_str!("lua/release.lua")),
-            fair: LuaScript::new(include_str!("lua/fair.lua")),
-            shared: LuaScript::new(include_str!("lua/shared.lua")),
-            many: LuaScript::new(include_str!("lua/many.lua")),
+            busy: script(include_str!("lua/busy.lua")),
+            extend: script(include_str!("lua/extend.lua")),
+            release: script(include_str!("lua/release.lua")),
+            fair: script(include_str!("lua/fair.lua")),
+            shared: script(include_str!("lua/shared.lua")),
+            many: script(include_str!("lua/many.lua")),
         }
     }
 }
@@ -57,7 +63,7 @@ impl LuaScript {
     pub(super) async fn run<T: FromRedisValue>(
         &self,
         call: &Cmd,
-        connection: &mut ConnectionManager,
+        connection: &mut impl ConnectionLike,
     ) -> Result<T, BackendError> {
         let reply = match call.query_async(connection).await {
             Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {

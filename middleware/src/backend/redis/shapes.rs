@@ -6,11 +6,11 @@ use std::num::NonZeroU32;
 use redis::{Cmd, FromRedisValue, Value};
 use tokio::time::Instant;
 
-use super::RedisBackend;
 use super::commands::{
     ScriptArg, acquire_reply, answered_within_lease, fence_incr, millis, patience_arg, set_nx,
 };
 use super::keys::LockKey;
+use super::{RedisBackend, RedisConnection};
 use crate::backend::shapes::WAITER_MARK_TTL;
 use crate::backend::{
     Attempt, BackendError, FencingToken, Granted, Hold, LockRequest, Patience, Semaphores,
@@ -32,7 +32,7 @@ fn granted(
     })
 }
 
-impl SharedLocks for RedisBackend {
+impl<C: RedisConnection> SharedLocks for RedisBackend<C> {
     async fn acquire_read(
         &self,
         name: &str,
@@ -76,7 +76,7 @@ impl SharedLocks for RedisBackend {
     }
 }
 
-impl RedisBackend {
+impl<C: RedisConnection> RedisBackend<C> {
     /// The scriptless write acquire: `Some(fence)` when taken, `None` when busy.
     async fn take_write(
         &self,
@@ -145,7 +145,7 @@ impl RedisBackend {
     }
 }
 
-impl Semaphores for RedisBackend {
+impl<C: RedisConnection> Semaphores for RedisBackend<C> {
     async fn acquire_permit(
         &self,
         name: &str,

@@ -241,6 +241,22 @@ impl WaitingRoom {
         }
     }
 
+    /// The store dropped `name`'s subscription by itself (Redis Cluster does, when the lock's
+    /// hash slot moves to another node): while the room still wants `name`'s announcements,
+    /// its waiters fall back to timed retries (woken now to retry) and the room subscribes
+    /// again.
+    pub fn subscription_lost(&self, name: &str) {
+        let mut names = self.names();
+        let Some(waiters) = names.get_mut(name) else {
+            return;
+        };
+        waiters.subscription = Subscription::Pending;
+        waiters.wake_everyone();
+        if let Delivery::Subscribed(commands) = &self.delivery {
+            commands.send(Command::Subscribe(name.to_owned())).ok();
+        }
+    }
+
     /// The announcement connection dropped: every waiter falls back to timed retries (and is
     /// woken now to retry) until its subscription is confirmed again.
     pub fn disconnected(&self) {

@@ -1,0 +1,37 @@
+//! The conformance suite on Redis Cluster: every case against a cluster of its own (three
+//! masters, each with a replica), with two cluster backends standing in for two processes.
+
+use integration_tests::RedisCluster;
+use redis::cluster_async::ClusterConnection;
+use tower_lock::RedisBackend;
+use tower_lock::conformance::Store;
+
+tower_lock::conformance_suite!(
+    RedisClusterStore,
+    leases,
+    read_write,
+    semaphore,
+    shared_leases,
+    wait_queue
+);
+
+/// A fresh cluster, killed when the case ends.
+struct RedisClusterStore(RedisCluster);
+
+impl Store for RedisClusterStore {
+    type Backend = RedisBackend<ClusterConnection>;
+
+    async fn start() -> Self {
+        Self(
+            tokio::task::spawn_blocking(|| RedisCluster::start(3, 1))
+                .await
+                .expect("the cluster starts"),
+        )
+    }
+
+    async fn backend(&self) -> RedisBackend<ClusterConnection> {
+        RedisBackend::connect_cluster(self.0.urls())
+            .await
+            .expect("the test's cluster answers")
+    }
+}
