@@ -64,7 +64,28 @@ impl RedisCluster {
             String::from_utf8_lossy(&created.stdout)
         );
         cluster.wait_until_settled();
+        cluster.wait_until_replicas_synced();
         cluster
+    }
+
+    /// Waits until every replica has its master's data and a live link to it.
+    fn wait_until_replicas_synced(&self) {
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        for node in self.live() {
+            loop {
+                let info = try_query(node.port, &["INFO", "replication"]).unwrap_or_default();
+                let replica = info.contains("role:slave");
+                if !replica || info.contains("master_link_status:up") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the replica on port {} did not sync within {SETTLE_TIMEOUT:?}",
+                    node.port
+                );
+                sleep(Duration::from_millis(20));
+            }
+        }
     }
 
     fn spawn(&self, port: u16, bus_port: u16) -> ClusterNode {
@@ -76,6 +97,9 @@ impl RedisCluster {
             .args(["--cluster-enabled", "yes"])
             .args(["--cluster-config-file", &config.to_string_lossy()])
             .args(["--cluster-node-timeout", "1000"])
+            // Replicas sync at once (Redis waits 5 s for more of them by default): one that
+            // has not cannot take over from its master.
+            .args(["--repl-diskless-sync-delay", "0"])
             .args(["--save", "", "--appendonly", "no"])
             .args(["--dir", &self.dir.to_string_lossy()])
             .stdout(Stdio::null())
@@ -153,15 +177,19 @@ impl RedisCluster {
     }
 
     /// Waits until every live node says the cluster is ok and agrees on which master serves
-    /// every slot.
+    /// every slot, each of them a live node (a killed master's replica has taken over).
     pub fn wait_until_settled(&self) {
         let deadline = Instant::now() + SETTLE_TIMEOUT;
+        let live: Vec<u16> = self.live().map(|node| node.port).collect();
         loop {
             let views: Vec<Option<String>> = (self.live().map(|node| {
                 let info = try_query(node.port, &["CLUSTER", "INFO"])?;
                 let ok = info.contains("cluster_state:ok");
                 let shards = try_query(node.port, &["CLUSTER", "SHARDS"])?;
-                ok.then(|| normalized_masters(&shards))
+                let masters_live = shard_masters(&shards)
+                    .iter()
+                    .all(|port| live.contains(port));
+                (ok && masters_live).then(|| normalized_masters(&shards))
             }))
             .collect();
             let first = views.first().cloned().flatten();

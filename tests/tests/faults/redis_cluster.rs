@@ -1,6 +1,8 @@
 //! Locks on a Redis Cluster while it changes: a lock's hash slot migrated to another master
 //! while a waiter waits for it.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use integration_tests::RedisCluster;
@@ -17,12 +19,12 @@ async fn cluster(masters: usize, replicas: usize) -> RedisCluster {
         .expect("the cluster starts")
 }
 
-async fn locker(cluster: &RedisCluster) -> Locker<RedisBackend<ClusterConnection>> {
+async fn locker(cluster: &RedisCluster, ttl: Duration) -> Locker<RedisBackend<ClusterConnection>> {
     let backend = RedisBackend::connect_cluster(cluster.urls()).await;
     let backend = backend.expect("the test's cluster answers");
     Locker::builder(backend)
         .wait(LONG)
-        .ttl(LONG)
+        .ttl(ttl)
         .build()
         .expect("valid settings")
 }
@@ -34,7 +36,7 @@ async fn locker(cluster: &RedisCluster) -> Locker<RedisBackend<ClusterConnection
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_is_woken_after_its_locks_slot_moved() {
     let cluster = cluster(3, 1).await;
-    let (holder, waiter) = (locker(&cluster).await, locker(&cluster).await);
+    let (holder, waiter) = (locker(&cluster, LONG).await, locker(&cluster, LONG).await);
     let held = holder.lock("k").await.expect("free");
     let waiting = tokio::spawn(async move { waiter.lock("k").await });
     sleep(Duration::from_millis(300)).await;
@@ -63,11 +65,71 @@ async fn a_waiter_is_woken_after_its_locks_slot_moved() {
         .await
         .expect("the waiter gets the lock");
     let woken_after = released.elapsed();
-    taken
+    let held = taken
         .expect("the waiter finished")
         .expect("it holds the lock");
+    held.release().await.expect("released");
     assert!(
         woken_after < Duration::from_secs(2),
         "the waiter got the lock {woken_after:?} after the release"
     );
+}
+
+/// The master serving a contended lock is killed: once its replica has taken over (the node
+/// timeout, 1 s, then an election) and the lease of a hold the dead master had has run out (the
+/// replica may have it), the lockers take the lock again by themselves — the connections follow
+/// the new topology, nothing is restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockers_recover_by_themselves_when_the_locks_master_dies() {
+    let mut cluster = cluster(3, 1).await;
+    let ttl = Duration::from_secs(2);
+    let lockers = [locker(&cluster, ttl).await, locker(&cluster, ttl).await];
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut contenders = Vec::new();
+    for task in 0..8 {
+        let (locker, stop) = (lockers[task % 2].clone(), stop.clone());
+        contenders.push(tokio::spawn(async move {
+            let mut holds = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                match timeout(Duration::from_secs(2), locker.lock("k")).await {
+                    Ok(Ok(held)) => {
+                        holds.push(Instant::now());
+                        sleep(Duration::from_millis(2)).await;
+                        held.release().await.ok();
+                    }
+                    _ => sleep(Duration::from_millis(50)).await,
+                }
+            }
+            holds
+        }));
+    }
+    sleep(Duration::from_millis(500)).await;
+    let master = cluster.master_of(cluster.slot_of(&RedisBackend::lock_key("lock:k")));
+    cluster.kill(master);
+    let killed = Instant::now();
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.wait_until_settled();
+        cluster
+    })
+    .await
+    .expect("the replica takes over");
+    let taken_over = killed.elapsed();
+    sleep(ttl + Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut holds = Vec::new();
+    for contender in contenders {
+        holds.extend(contender.await.expect("a contender panicked"));
+    }
+    let since_the_takeover = |at: &&Instant| **at > killed + taken_over;
+    let first = holds.iter().filter(since_the_takeover).min();
+    let first = first.map(|at| at.duration_since(killed));
+    let first = first.expect("the lock was taken again after the master died");
+    assert!(
+        first < taken_over + ttl + Duration::from_secs(1),
+        "the lock was taken again {first:?} after the kill; the replica took over after \
+         {taken_over:?}"
+    );
+    let since = holds.iter().filter(since_the_takeover).count();
+    assert!(since > 10, "{since} holds after the failover");
+    drop(cluster);
 }
