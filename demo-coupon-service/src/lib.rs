@@ -33,7 +33,8 @@ pub mod telemetry;
 pub mod transfers;
 
 use metrics_exporter_prometheus::PrometheusHandle;
-use store::{CouponStore, Dialect, MemoryStore, RedisStore, SqlStore};
+use redis::cluster_async::ClusterConnection;
+use store::{CouponStore, Dialect, MemoryStore, RedisConnection, RedisStore, SqlStore};
 
 /// Command-line options; each can also come from the environment.
 #[derive(Clone, Debug, clap::Parser)]
@@ -42,7 +43,8 @@ pub struct Options {
     /// Address to listen on.
     #[arg(long, env = "LISTEN", default_value = "127.0.0.1:3000")]
     pub listen: SocketAddr,
-    /// Where coupons and locks live, shared by replicas: `redis://…`, `postgres://…` or
+    /// Where coupons and locks live, shared by replicas: `redis://…`,
+    /// `redis+cluster://host:port[,host:port…]` (a Redis Cluster's nodes), `postgres://…` or
     /// `mysql://…`. Without it: the embedded in-process store and lock backend (one process
     /// only).
     #[arg(long, env = "STORE")]
@@ -109,6 +111,8 @@ const TWO: NonZeroU32 = NonZeroU32::new(2).expect("two is not zero");
 pub enum StoreKind {
     /// `redis://` or `rediss://`.
     Redis,
+    /// `redis+cluster://host:port[,host:port…]`: a Redis Cluster's nodes (any of them).
+    RedisCluster,
     /// `postgres://` or `postgresql://`.
     Postgres,
     /// `mysql://` (MySQL or MariaDB).
@@ -125,10 +129,12 @@ impl StoreKind {
         let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
         match scheme {
             "redis" | "rediss" => Ok(Self::Redis),
+            "redis+cluster" => Ok(Self::RedisCluster),
             "postgres" | "postgresql" => Ok(Self::Postgres),
             "mysql" => Ok(Self::Mysql),
             _ => Err(format!(
-                "--store {}: the URL must start with redis://, postgres:// or mysql://",
+                "--store {}: the URL must start with redis://, redis+cluster://, postgres:// or \
+                 mysql://",
                 redacted(url)
             )),
         }
@@ -137,7 +143,7 @@ impl StoreKind {
     /// The SQL the store speaks, `None` for Redis.
     pub fn dialect(self) -> Option<Dialect> {
         match self {
-            Self::Redis => None,
+            Self::Redis | Self::RedisCluster => None,
             Self::Postgres => Some(Dialect::Postgres),
             Self::Mysql => Some(Dialect::Mysql),
         }
@@ -147,9 +153,38 @@ impl StoreKind {
     pub fn name(self) -> &'static str {
         match self {
             Self::Redis => "Redis",
+            Self::RedisCluster => "Redis Cluster",
             Self::Postgres => "PostgreSQL",
             Self::Mysql => "MySQL",
         }
+    }
+}
+
+/// The nodes a `redis+cluster://[user:password@]host:port[,host:port…]` URL, given as
+/// `option`, names, as `redis://` URLs (each with the credentials).
+///
+/// # Errors
+///
+/// A message naming the option and what the URL lacks.
+pub fn cluster_nodes(option: &str, url: &str) -> Result<Vec<String>, String> {
+    let rest = url.strip_prefix("redis+cluster://").unwrap_or(url);
+    let (credentials, hosts) = match rest.rsplit_once('@') {
+        Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
+        None => (String::new(), rest),
+    };
+    let hosts = hosts.trim_end_matches('/');
+    let nodes: Vec<String> = hosts
+        .split(',')
+        .filter(|host| !host.is_empty())
+        .map(|host| format!("redis://{credentials}{host}"))
+        .collect();
+    match nodes.is_empty() {
+        true => Err(format!(
+            "{option} {}: name the cluster's nodes, like \
+             redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
+            redacted(url)
+        )),
+        false => Ok(nodes),
     }
 }
 
@@ -225,6 +260,7 @@ enum LockStore {
     Off,
     Memory(MemoryBackend),
     Redis(RedisBackend),
+    RedisCluster(RedisBackend<ClusterConnection>),
     Postgres(PostgresBackend),
     Mysql(MysqlBackend),
     #[cfg(feature = "etcd")]
@@ -241,6 +277,8 @@ pub enum Locking {
     Memory(Locker<MemoryBackend>),
     /// In Redis, across replicas.
     Redis(Locker<RedisBackend>),
+    /// In a Redis Cluster, across replicas.
+    RedisCluster(Locker<RedisBackend<ClusterConnection>>),
     /// In PostgreSQL, across replicas.
     Postgres(Locker<PostgresBackend>),
     /// In MySQL/MariaDB, across replicas.
@@ -271,6 +309,7 @@ impl Locking {
             Self::Off => None,
             Self::Memory(locker) => of(locker),
             Self::Redis(locker) => of(locker),
+            Self::RedisCluster(locker) => of(locker),
             Self::Postgres(locker) => of(locker),
             Self::Mysql(locker) => of(locker),
             #[cfg(feature = "etcd")]
@@ -293,6 +332,9 @@ impl LockStore {
             Self::Off => Locking::Off,
             Self::Memory(backend) => Locking::Memory(locker(backend, settings).map_err(checked)?),
             Self::Redis(backend) => Locking::Redis(locker(backend, settings).map_err(checked)?),
+            Self::RedisCluster(backend) => {
+                Locking::RedisCluster(locker(backend, settings).map_err(checked)?)
+            }
             Self::Postgres(backend) => {
                 Locking::Postgres(locker(backend, settings).map_err(checked)?)
             }
@@ -310,6 +352,7 @@ impl LockStore {
         match self {
             Self::Off | Self::Memory(_) => "the in-process lock store",
             Self::Redis(_) => "Redis",
+            Self::RedisCluster(_) => "Redis Cluster",
             Self::Postgres(_) => "PostgreSQL",
             Self::Mysql(_) => "MySQL",
             #[cfg(feature = "etcd")]
@@ -457,11 +500,17 @@ impl AppState {
                 redacted(url)
             )
         };
-        let (store, locking) = match kind.dialect() {
-            None => Self::redis(url, unlocked)
+        let (store, locking) = match kind {
+            StoreKind::Redis => Self::redis(url, unlocked)
                 .await
                 .map_err(|error| cannot(&error))?,
-            Some(dialect) => {
+            StoreKind::RedisCluster => {
+                Self::redis_cluster(&cluster_nodes("--store", url)?, unlocked)
+                    .await
+                    .map_err(|error| cannot(&error))?
+            }
+            StoreKind::Postgres | StoreKind::Mysql => {
+                let dialect = kind.dialect().ok_or("a SQL store has a dialect")?;
                 let store = SqlStore::connect(url, dialect)
                     .await
                     .map_err(|error| cannot(&error))?;
@@ -505,6 +554,23 @@ impl AppState {
             let backend = RedisBackend::connect(url).await?;
             (backend.connection(), LockStore::Redis(backend))
         };
+        let connection = RedisConnection::Node(connection);
+        Ok((CouponStore::Redis(RedisStore::new(connection)), locking))
+    }
+
+    /// Coupons and locks in the Redis Cluster of `nodes`, sharing one connection as on a node.
+    async fn redis_cluster(
+        nodes: &[String],
+        no_lock: bool,
+    ) -> Result<(CouponStore, LockStore), redis::RedisError> {
+        let (connection, locking) = if no_lock {
+            let client = redis::cluster::ClusterClient::new(nodes.to_vec())?;
+            (client.get_async_connection().await?, LockStore::Off)
+        } else {
+            let backend = RedisBackend::connect_cluster(nodes.to_vec()).await?;
+            (backend.connection(), LockStore::RedisCluster(backend))
+        };
+        let connection = RedisConnection::Cluster(connection);
         Ok((CouponStore::Redis(RedisStore::new(connection)), locking))
     }
 }
@@ -533,16 +599,23 @@ async fn lock_backend(url: &str, ttl: Option<Duration>) -> Result<LockStore, Str
     }
     let kind = StoreKind::of(url).map_err(|_| {
         format!(
-            "--lock-store {}: the URL must start with etcd://, zk://, redis://, postgres:// or mysql://",
+            "--lock-store {}: the URL must start with etcd://, zk://, redis://, redis+cluster://, \
+             postgres:// or mysql://",
             redacted(url)
         )
     })?;
-    match kind.dialect() {
-        None => RedisBackend::connect(url)
+    match (kind, kind.dialect()) {
+        (StoreKind::RedisCluster, _) => {
+            RedisBackend::connect_cluster(cluster_nodes("--lock-store", url)?)
+                .await
+                .map(LockStore::RedisCluster)
+                .map_err(|error| cannot(kind.name(), &error))
+        }
+        (_, None) => RedisBackend::connect(url)
             .await
             .map(LockStore::Redis)
             .map_err(|error| cannot(kind.name(), &error)),
-        Some(dialect) => sql_locking(url, dialect)
+        (_, Some(dialect)) => sql_locking(url, dialect)
             .await
             .map_err(|error| cannot(kind.name(), &error)),
     }
@@ -684,6 +757,7 @@ pub fn app(state: AppState) -> Router {
         Locking::Off => routes,
         Locking::Memory(locker) => with_locks(locker, state.lock, routes),
         Locking::Redis(locker) => with_locks(locker, state.lock, routes),
+        Locking::RedisCluster(locker) => with_locks(locker, state.lock, routes),
         Locking::Postgres(locker) => with_locks(locker, state.lock, routes),
         Locking::Mysql(locker) => with_locks(locker, state.lock, routes),
         #[cfg(feature = "etcd")]
@@ -853,5 +927,21 @@ mod tests {
         );
         assert_eq!(redacted("redis://user:p@ss@host"), "redis://***@host");
         assert_eq!(redacted("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+
+    #[test]
+    fn a_cluster_url_names_every_node_with_its_credentials() {
+        assert_eq!(
+            cluster_nodes(
+                "--store",
+                "redis+cluster://:pw@10.0.0.1:7000,10.0.0.2:7001/"
+            ),
+            Ok(vec![
+                "redis://:pw@10.0.0.1:7000".to_owned(),
+                "redis://:pw@10.0.0.2:7001".to_owned()
+            ])
+        );
+        let none = cluster_nodes("--lock-store", "redis+cluster://").unwrap_err();
+        assert!(none.starts_with("--lock-store redis+cluster://: name the cluster's nodes"));
     }
 }

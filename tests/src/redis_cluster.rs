@@ -118,6 +118,11 @@ impl RedisCluster {
         node
     }
 
+    /// The addresses of every node, `127.0.0.1:PORT`.
+    pub fn addresses(&self) -> Vec<String> {
+        self.nodes.iter().map(ClusterNode::address).collect()
+    }
+
     /// The URLs of every node, `redis://127.0.0.1:PORT`.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(ClusterNode::url).collect()

@@ -9,7 +9,7 @@ mod redis;
 mod sql;
 
 pub use memory::MemoryStore;
-pub use redis::RedisStore;
+pub use redis::{RedisConnection, RedisStore};
 pub use sql::{Dialect, SqlStore, Versioned};
 
 /// A coupon's stock as the claim handler reads it.
@@ -48,7 +48,7 @@ impl std::fmt::Display for StoreError {
 pub enum CouponStore {
     /// In this process only.
     Memory(MemoryStore),
-    /// In Redis, shared by every replica.
+    /// In Redis (one node or a cluster), shared by every replica.
     Redis(RedisStore),
     /// In PostgreSQL or MySQL/MariaDB tables, shared by every replica.
     Sql(SqlStore),

@@ -1,7 +1,8 @@
 use std::sync::LazyLock;
 
-use redis::aio::ConnectionManager;
-use redis::{AsyncCommands, Script};
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Script, Value};
 
 use super::{Stock, StoreError, Summary, duplicates};
 
@@ -9,12 +10,60 @@ static READ_STOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(
 static COMMIT_CLAIM: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("commit_claim.lua")));
 
-/// Coupons in Redis: `coupon:<id>` is a hash of `supply`, `remaining` and `fence` (the
-/// largest fencing token that has read it for a claim), `coupon:<id>:claims` a list with one
-/// user id per claim record, and `demo:coupons` the set of every id.
+/// Coupons in Redis — one node (`ConnectionManager`) or a Redis Cluster (`ClusterConnection`):
+/// `coupon:{<id>}` is a hash of `supply`, `remaining` and `fence` (the largest fencing token
+/// that has read it for a claim), `coupon:{<id>}:claims` a list with one user id per claim
+/// record (the braces keep a coupon's two keys in one hash slot, for the claim's script), and
+/// `demo:coupons` the set of every id.
 #[derive(Clone)]
 pub struct RedisStore {
-    connection: ConnectionManager,
+    connection: RedisConnection,
+}
+
+/// The connection of a [`RedisStore`]: to one node, or to a cluster.
+#[derive(Clone)]
+pub enum RedisConnection {
+    /// One Redis node.
+    Node(ConnectionManager),
+    /// A Redis Cluster.
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for RedisConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Node(_) => "RedisConnection::Node",
+            Self::Cluster(_) => "RedisConnection::Cluster",
+        })
+    }
+}
+
+impl ConnectionLike for RedisConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Node(connection) => connection.req_packed_command(cmd),
+            Self::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Node(connection) => connection.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(connection) => connection.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Node(connection) => connection.get_db(),
+            Self::Cluster(connection) => connection.get_db(),
+        }
+    }
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -30,11 +79,11 @@ const REPORTS_KEY: &str = "demo:replicas";
 const COUPONS_KEY: &str = "demo:coupons";
 
 fn coupon_key(id: &str) -> String {
-    format!("coupon:{id}")
+    format!("coupon:{{{id}}}")
 }
 
 fn claims_key(id: &str) -> String {
-    format!("coupon:{id}:claims")
+    format!("coupon:{{{id}}}:claims")
 }
 
 impl From<redis::RedisError> for StoreError {
@@ -45,18 +94,21 @@ impl From<redis::RedisError> for StoreError {
 
 impl RedisStore {
     /// A store on this connection.
-    pub fn new(connection: ConnectionManager) -> Self {
+    pub fn new(connection: RedisConnection) -> Self {
         Self { connection }
     }
 
+    /// The coupon's keys at once; its id in the set of every id after (on a cluster, another
+    /// slot's).
     pub(super) async fn reset(&self, id: &str, stock: i64) -> Result<(), StoreError> {
+        let mut connection = self.connection.clone();
         redis::pipe()
             .atomic()
             .del(claims_key(id))
             .hset_multiple(coupon_key(id), &[("supply", stock), ("remaining", stock)])
-            .sadd(COUPONS_KEY, id)
-            .exec_async(&mut self.connection.clone())
+            .exec_async(&mut connection)
             .await?;
+        let _: u64 = connection.sadd(COUPONS_KEY, id).await?;
         Ok(())
     }
 

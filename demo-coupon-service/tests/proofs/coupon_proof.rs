@@ -1,12 +1,14 @@
 //! The demo coupon service never oversells with the lock — across three replicas sharing
-//! Redis, PostgreSQL or MariaDB (with the locks there, or in etcd or ZooKeeper), and in embedded mode — nor
-//! with `--optimistic` version checks on SQL, and does oversell without either.
+//! Redis, a Redis Cluster, PostgreSQL or MariaDB (with the locks there, or in etcd or
+//! ZooKeeper), and in embedded mode — nor with `--optimistic` version checks on SQL, and does
+//! oversell without either.
 
 use std::collections::HashMap;
 
 use http::StatusCode;
 use integration_tests::{
-    DemoReplica, EtcdCluster, Http, MysqlDatabase, PostgresSchema, RedisServer, ZookeeperEnsemble,
+    DemoReplica, EtcdCluster, Http, MysqlDatabase, PostgresSchema, RedisCluster, RedisServer,
+    ZookeeperEnsemble,
 };
 use serde_json::{Value, json};
 
@@ -107,6 +109,94 @@ async fn without_the_lock_three_replicas_oversell() {
     let (statuses, coupon) = claim_storm(&replicas).await;
 
     assert_oversold(&statuses, &coupon);
+}
+
+/// Coupons of the cluster storm: ten units each, fifty in all, on keys in different hash slots.
+const CLUSTER_COUPONS: [&str; 5] = ["c1", "c2", "c3", "c4", "c5"];
+
+/// Seeds every coupon of [`CLUSTER_COUPONS`], fires 400 claims at once spread over coupons and
+/// replicas (a quarter of the users twice), and returns the count of answers by status and
+/// the coupons afterwards.
+async fn claim_storm_on_coupons(
+    replicas: &[DemoReplica],
+) -> (HashMap<StatusCode, usize>, Vec<Value>) {
+    let http = Http::default();
+    for coupon in CLUSTER_COUPONS {
+        let url = format!("{}/coupons/{coupon}", replicas[0].url());
+        let seeded = http.put(&url, json!({ "stock": 10 })).await;
+        assert_eq!(seeded.status, StatusCode::OK, "{}", seeded.body);
+    }
+    let claims: Vec<_> = (0..400)
+        .map(|claim| {
+            let coupon = CLUSTER_COUPONS[claim % CLUSTER_COUPONS.len()];
+            let user = format!("user-{}", claim % 300);
+            let replica = &replicas[claim % replicas.len()];
+            let (http, url) = (
+                http.clone(),
+                format!("{}/coupons/{coupon}/claim", replica.url()),
+            );
+            tokio::spawn(async move { http.post(&url, json!({ "user_id": user })).await.status })
+        })
+        .collect();
+    let mut statuses = HashMap::new();
+    for claim in claims {
+        *statuses.entry(claim.await.unwrap()).or_default() += 1;
+    }
+    let mut coupons = Vec::new();
+    for coupon in CLUSTER_COUPONS {
+        let url = format!("{}/coupons/{coupon}", replicas[0].url());
+        coupons.push(http.get(&url).await.json());
+    }
+    (statuses, coupons)
+}
+
+/// Three replicas sharing a Redis Cluster (three masters with a replica each) for coupons and
+/// locks, the coupons' keys on different masters: each coupon's ten units are claimed exactly
+/// once each, fifty in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_sharing_a_redis_cluster_never_oversell() {
+    let cluster = RedisCluster::start(3, 1);
+    let masters: std::collections::HashSet<u16> = (CLUSTER_COUPONS.iter())
+        .map(|coupon| cluster.master_of(cluster.slot_of(&format!("coupon:{{{coupon}}}"))))
+        .collect();
+    assert!(masters.len() > 1, "the coupons are on several masters");
+    let url = format!("redis+cluster://{}", cluster.addresses().join(","));
+    let replicas = replicas(3, &["--store", &url, "--lock-wait-ms", "30000"]);
+
+    let (statuses, coupons) = claim_storm_on_coupons(&replicas).await;
+
+    assert_eq!(
+        statuses.get(&StatusCode::CREATED),
+        Some(&50),
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.values().sum::<usize>(),
+        400,
+        "every claim was answered"
+    );
+    for coupon in coupons {
+        assert_eq!(coupon["remaining"], 0, "{coupon}");
+        assert_eq!(coupon["claimed"], 10, "{coupon}");
+        assert_eq!(coupon["oversold"], 0, "{coupon}");
+        assert_eq!(coupon["duplicate_claims"], 0, "{coupon}");
+    }
+}
+
+/// The same cluster storm without the lock oversells.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_lock_three_replicas_sharing_a_redis_cluster_oversell() {
+    let cluster = RedisCluster::start(3, 1);
+    let url = format!("redis+cluster://{}", cluster.addresses().join(","));
+    let replicas = replicas(3, &["--store", &url, "--no-lock", "--work-ms", "50"]);
+
+    let (statuses, coupons) = claim_storm_on_coupons(&replicas).await;
+
+    let oversold: u64 = coupons
+        .iter()
+        .map(|coupon| coupon["oversold"].as_u64().unwrap())
+        .sum();
+    assert!(oversold > 0, "{coupons:?} {statuses:?}");
 }
 
 /// Three replicas keeping coupons at `store` and locks at `lock_store`, through a claim storm.

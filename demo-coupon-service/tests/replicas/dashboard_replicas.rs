@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use demo_coupon_service::dashboard::{FORGOTTEN_AFTER, Report};
-use demo_coupon_service::store::{CouponStore, Dialect, RedisStore, SqlStore};
+use demo_coupon_service::store::{CouponStore, Dialect, RedisConnection, RedisStore, SqlStore};
 use http::StatusCode;
 use integration_tests::{DemoReplica, Http, MysqlDatabase, PostgresSchema, RedisServer};
 
@@ -75,7 +75,7 @@ async fn redis_keeps_no_report_of_a_replica_stopped_long_ago() {
     let redis = RedisServer::start();
     let client = redis::Client::open(redis.url()).unwrap();
     let connection = redis::aio::ConnectionManager::new(client).await.unwrap();
-    let store = CouponStore::Redis(RedisStore::new(connection));
+    let store = CouponStore::Redis(RedisStore::new(RedisConnection::Node(connection)));
     a_starting_replica_forgets_only_long_stopped_ones(store, &redis.url()).await;
 }
 

@@ -410,7 +410,7 @@ impl<C: RedisConnection> LockBackend for RedisBackend<C> {
     type Lease = TokenLease;
 
     fn store_kind(&self) -> &'static str {
-        "redis"
+        if C::SHARDED { "redis-cluster" } else { "redis" }
     }
 
     async fn acquire(
