@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use redis::Script;
 use redis::aio::MultiplexedConnection;
+use redis::cluster_async::ClusterConnection;
 use tower_lock::backend::LockBackend;
 use tower_lock::backend::OwnerToken;
 use tower_lock::backend::etcd::EtcdBackend;
@@ -86,6 +87,11 @@ pub enum Impl {
     ZookeeperPolling,
     /// tower-lock on ZooKeeper in fair (FIFO) mode: every waiter's node in line.
     ZookeeperFair,
+    /// tower-lock on Redis Cluster, waiting woken by sharded pub/sub; every release goes to
+    /// the store.
+    RedisClusterNotified,
+    /// tower-lock on Redis Cluster with its defaults: notified, with cohort handoff.
+    RedisClusterCohort,
 }
 
 impl Impl {
@@ -130,6 +136,13 @@ impl Impl {
         Impl::TowerLockNotified,
     ];
 
+    pub const REDIS_CLUSTER_HOT_KEY: [Impl; 4] = [
+        Impl::RedisClusterNotified,
+        Impl::RedisClusterCohort,
+        Impl::TowerLockNotified,
+        Impl::TowerLockCohort,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Impl::TowerLockNotified => "tower-lock-notified",
@@ -154,6 +167,8 @@ impl Impl {
             Impl::ZookeeperCohort => "zookeeper-cohort",
             Impl::ZookeeperPolling => "zookeeper-polling",
             Impl::ZookeeperFair => "zookeeper-fair",
+            Impl::RedisClusterNotified => "redis-cluster-notified",
+            Impl::RedisClusterCohort => "redis-cluster-cohort",
         }
     }
 
@@ -178,6 +193,8 @@ impl Impl {
                 | Impl::ZookeeperCohort
                 | Impl::ZookeeperPolling
                 | Impl::ZookeeperFair
+                | Impl::RedisClusterNotified
+                | Impl::RedisClusterCohort
         )
     }
 
@@ -324,6 +341,9 @@ pub enum Contender {
     Zookeeper {
         locker: Locker<CountingBackend<ZookeeperBackend>>,
     },
+    RedisCluster {
+        locker: Locker<CountingBackend<RedisBackend<ClusterConnection>>>,
+    },
 }
 
 /// The waiting `which` asks for, on `locker`: every release in the store, but for the cohort
@@ -344,6 +364,7 @@ fn waiting<B: LockBackend>(which: Impl, locker: LockerBuilder<B>) -> Locker<B> {
         | Impl::MysqlCohort
         | Impl::EtcdCohort
         | Impl::ZookeeperCohort
+        | Impl::RedisClusterCohort
         | Impl::Memory => locker.wait(WAIT),
         _ => locker.wait(WAIT).max_local_run(1),
     };
@@ -410,6 +431,13 @@ impl Contender {
                     locker: waiting(which, Locker::builder(backend)),
                 }
             }
+            Impl::RedisClusterNotified | Impl::RedisClusterCohort => {
+                let backend = RedisBackend::connect_cluster(url.split(',')).await;
+                let backend = CountingBackend::new(backend.expect("the cluster reachable"));
+                Contender::RedisCluster {
+                    locker: waiting(which, Locker::builder(backend)),
+                }
+            }
             Impl::SeedNaive => {
                 let client = redis::Client::open(url).expect("a valid Redis URL");
                 Contender::SeedNaive {
@@ -435,6 +463,7 @@ impl Contender {
             Contender::Mysql { locker } => locker.backend().counts().total(),
             Contender::Etcd { locker } => locker.backend().counts().total(),
             Contender::Zookeeper { locker } => locker.backend().counts().total(),
+            Contender::RedisCluster { locker } => locker.backend().counts().total(),
             Contender::SeedNaive { .. } | Contender::Rslock(_) => 0,
         }
     }
@@ -462,6 +491,7 @@ impl Contender {
             Contender::Mysql { locker } => held(locker, key, taking, work).await,
             Contender::Etcd { locker } => held(locker, key, taking, work).await,
             Contender::Zookeeper { locker } => held(locker, key, taking, work).await,
+            Contender::RedisCluster { locker } => held(locker, key, taking, work).await,
             Contender::SeedNaive {
                 connection,
                 release,

@@ -22,9 +22,10 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use clap::Parser;
-use integration_tests::{EtcdCluster, RedisServer, ZookeeperEnsemble};
+use integration_tests::{EtcdCluster, RedisCluster, RedisServer, ZookeeperEnsemble};
 
 mod chart;
+mod cluster_pairs;
 mod cpu;
 mod delay_proxy;
 mod distinct_keys;
@@ -37,6 +38,7 @@ mod report;
 mod sql_pairs;
 mod zookeeper_pairs;
 
+use cluster_pairs::ClusterPair;
 use distinct_keys::PairImpl;
 use etcd_pairs::EtcdPair;
 use hot_key::{Measured, Plan, now_us};
@@ -54,7 +56,7 @@ struct Args {
     scenario: Scenario,
     /// Measure tower-lock on this store instead of on Redis against peer libraries: the
     /// machine's PostgreSQL or MariaDB (`TEST_POSTGRES_URL` or `TEST_MYSQL_URL` for another), or
-    /// an etcd or ZooKeeper of lockbench's own.
+    /// an etcd, ZooKeeper or Redis Cluster of lockbench's own (beside one Redis node).
     #[arg(long, value_enum)]
     backend: Option<Backend>,
     /// Hot key: a contender that released waits until another has acquired before it wants
@@ -89,7 +91,9 @@ struct Args {
     /// postgres-polling, postgres-fair, tower-lock-notified; on MySQL: mysql-in-line,
     /// mysql-cohort, mysql-polling, tower-lock-notified; on etcd: etcd-notified, etcd-cohort,
     /// etcd-fair, etcd-polling, tower-lock-notified; on ZooKeeper: zookeeper-notified,
-    /// zookeeper-cohort, zookeeper-fair, zookeeper-polling, tower-lock-notified). The
+    /// zookeeper-cohort, zookeeper-fair, zookeeper-polling, tower-lock-notified; on Redis
+    /// Cluster: redis-cluster-notified, redis-cluster-cohort, tower-lock-notified,
+    /// tower-lock-cohort). The
     /// `-cohort` rows keep tower-lock's default run of 8 holds handed on within a process; the
     /// others release every lock in the store. Distinct keys: raw-scripts,
     /// seed-minimal, tower-lock, tower-lock-nofence, tower-lock-engine, tower-lock-service,
@@ -97,7 +101,8 @@ struct Args {
     /// pg-advisory-lock, pg-advisory-engine, redis-engine; on MySQL: mysql-raw, mysql-backend,
     /// mysql-engine, mysql-get-lock, mysql-nowait-engine, redis-engine; on etcd: etcd-raw,
     /// etcd-backend, etcd-engine, etcd-lock-rpc, redis-engine; on ZooKeeper: zookeeper-raw,
-    /// zookeeper-backend, zookeeper-engine, redis-engine).
+    /// zookeeper-backend, zookeeper-engine, redis-engine; on Redis Cluster: cluster-backend,
+    /// cluster-engine, redis-backend, redis-engine).
     #[arg(long = "impl")]
     impls: Vec<String>,
     /// Where to draw the chart (SVG): throughput against concurrency per implementation
@@ -135,6 +140,8 @@ enum Backend {
     Etcd,
     /// A standalone ZooKeeper server started by lockbench.
     Zookeeper,
+    /// A Redis Cluster started by lockbench: three masters, each with a replica.
+    RedisCluster,
 }
 
 impl Backend {
@@ -143,7 +150,7 @@ impl Backend {
         match self {
             Backend::Postgres => Some(Database::Postgres),
             Backend::Mysql => Some(Database::Mysql),
-            Backend::Etcd | Backend::Zookeeper => None,
+            Backend::Etcd | Backend::Zookeeper | Backend::RedisCluster => None,
         }
     }
 }
@@ -175,6 +182,7 @@ impl Args {
             Some(Backend::Mysql) => "MariaDB 10.11",
             Some(Backend::Etcd) => "etcd 3.4",
             Some(Backend::Zookeeper) => "ZooKeeper 3.8",
+            Some(Backend::RedisCluster) => "Redis-Cluster 7.0",
         }
     }
 
@@ -263,9 +271,11 @@ async fn main() {
         Some(Backend::Mysql) => &Impl::MYSQL_HOT_KEY,
         Some(Backend::Etcd) => &Impl::ETCD_HOT_KEY,
         Some(Backend::Zookeeper) => &Impl::ZOOKEEPER_HOT_KEY,
+        Some(Backend::RedisCluster) => &Impl::REDIS_CLUSTER_HOT_KEY,
     };
-    let (mut hot_key_impls, mut pair_impls, mut sql_pairs, mut etcd_pairs, mut zookeeper_pairs) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut hot_key_impls, mut pair_impls, mut sql_pairs) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut etcd_pairs, mut zookeeper_pairs, mut cluster_pairs) =
+        (Vec::new(), Vec::new(), Vec::new());
     match (args.scenario, args.backend) {
         (Scenario::HotKey, _) => {
             hot_key_impls = chosen(&args.impls, hot_key_all, Impl::name);
@@ -280,6 +290,9 @@ async fn main() {
         (Scenario::DistinctKeys, Some(Backend::Zookeeper)) => {
             zookeeper_pairs = chosen(&args.impls, &ZookeeperPair::ALL, ZookeeperPair::name);
         }
+        (Scenario::DistinctKeys, Some(Backend::RedisCluster)) => {
+            cluster_pairs = chosen(&args.impls, &ClusterPair::ALL, ClusterPair::name);
+        }
         (Scenario::DistinctKeys, Some(backend)) => {
             let database = backend.database().expect("a SQL backend");
             sql_pairs = chosen(&args.impls, &SqlPair::ALL, |pair| pair.name(database));
@@ -291,6 +304,7 @@ async fn main() {
         sql_pairs.len(),
         etcd_pairs.len(),
         zookeeper_pairs.len(),
+        cluster_pairs.len(),
     ];
     progress::start(args.runs(impls.iter().sum()));
     let _recorder = args.record_metrics.then(|| {
@@ -327,6 +341,15 @@ async fn main() {
             };
             hot_key_grid(&args, &urls, &hot_key_impls).await;
         }
+        (Scenario::HotKey, Some(Backend::RedisCluster)) => {
+            let cluster = RedisCluster::start(3, 1);
+            let urls = Urls {
+                redis: url.clone(),
+                other: Some(cluster.urls().join(",")),
+                counted: None,
+            };
+            hot_key_grid(&args, &urls, &hot_key_impls).await;
+        }
         (Scenario::HotKey, Some(backend)) => {
             let database = backend.database().expect("a SQL backend");
             let scratch = sql_pairs::Scratch::create(database).await;
@@ -343,6 +366,9 @@ async fn main() {
         }
         (Scenario::DistinctKeys, Some(Backend::Zookeeper)) => {
             zookeeper_distinct_keys_grid(&args, &url, &zookeeper_pairs).await;
+        }
+        (Scenario::DistinctKeys, Some(Backend::RedisCluster)) => {
+            cluster_distinct_keys_grid(&args, &url, &cluster_pairs).await;
         }
         (Scenario::DistinctKeys, Some(backend)) => {
             let database = backend.database().expect("a SQL backend");
@@ -502,6 +528,44 @@ async fn etcd_distinct_keys_grid(args: &Args, redis_url: &str, impls: &[EtcdPair
         println!("\nthroughput over a reference's in the same round (median, lowest–highest):");
         println!(
             "  {:<20} {:<14} {:>4} {:>8} {:>11}",
+            "impl", "over", "C", "median", "range"
+        );
+        for line in &ratio_lines {
+            println!("{line}");
+        }
+    }
+    args.write_chart(|path, store| chart::throughput_by_concurrency(path, store, &rows));
+}
+
+async fn cluster_distinct_keys_grid(args: &Args, redis_url: &str, impls: &[ClusterPair]) {
+    let cluster = RedisCluster::start(3, 1);
+    let nodes = cluster.urls();
+    let (concurrencies, duration) = (args.concurrencies(&[1, 16, 64]), args.duration());
+    let mut rows = Vec::new();
+    let mut ratio_lines = Vec::new();
+    for &concurrency in &concurrencies {
+        let rounds = interleaved(args.rounds, impls, concurrency, |which| {
+            cluster_pairs::run(which, &nodes, redis_url, concurrency, duration)
+        })
+        .await;
+        let reference = ClusterPair::RedisEngine.name();
+        for (which, median, lowest, highest) in distinct_keys::ratios_to(&rounds, reference) {
+            ratio_lines.push(format!(
+                "  {which:<22} {reference:<14} {concurrency:>4} {median:>8.2} {lowest:>6.2}–{highest:.2}"
+            ));
+        }
+        push_medians(rounds, args.json, &mut rows);
+    }
+    if !args.json {
+        println!(
+            "\nscenario distinct-keys on Redis Cluster (3 masters, 3 replicas) beside one Redis, \
+             {} s per run, median of {} interleaved rounds",
+            args.duration_s, args.rounds
+        );
+        distinct_keys::print_table(&rows, ClusterPair::RedisEngine.name());
+        println!("\nthroughput over a reference's in the same round (median, lowest–highest):");
+        println!(
+            "  {:<22} {:<14} {:>4} {:>8} {:>11}",
             "impl", "over", "C", "median", "range"
         );
         for line in &ratio_lines {
