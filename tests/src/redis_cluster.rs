@@ -7,6 +7,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use crate::process::free_port;
+use crate::redis_server;
 
 const INSTALL_HINT: &str = "redis-server and redis-cli are not on PATH; the cluster tests start \
      their own Redis Cluster. Install them with `apt-get install redis-server` (Debian/Ubuntu) \
@@ -90,25 +91,23 @@ impl RedisCluster {
 
     fn spawn(&self, port: u16, bus_port: u16) -> ClusterNode {
         let config = self.dir.join(format!("nodes-{port}.conf"));
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string()])
-            .args(["--cluster-port", &bus_port.to_string()])
-            .args(["--bind", "127.0.0.1"])
-            .args(["--cluster-enabled", "yes"])
-            .args(["--cluster-config-file", &config.to_string_lossy()])
-            .args(["--cluster-node-timeout", "1000"])
+        let bus_text = bus_port.to_string();
+        let config = config.to_string_lossy();
+        let cluster = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-port",
+            &bus_text,
+            "--cluster-config-file",
+            &config,
+            "--cluster-node-timeout",
+            "1000",
             // Replicas sync at once (Redis waits 5 s for more of them by default): one that
             // has not cannot take over from its master.
-            .args(["--repl-diskless-sync-delay", "0"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--dir", &self.dir.to_string_lossy()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|error| match error.kind() {
-                std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
-                _ => panic!("could not start redis-server: {error}"),
-            });
+            "--repl-diskless-sync-delay",
+            "0",
+        ];
+        let child = redis_server::spawn(port, &self.dir, &cluster);
         let node = ClusterNode {
             port,
             bus_port,

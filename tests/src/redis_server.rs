@@ -2,6 +2,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use crate::process::{free_port, send_signal};
@@ -104,18 +105,7 @@ impl Drop for RedisServer {
 /// Spawns `redis-server` on `port`; returns it once it answers PING, or `None` when it exited
 /// (the port was taken meanwhile).
 fn spawn_and_wait(port: u16) -> Option<Child> {
-    let mut child = Command::new("redis-server")
-        .args(["--port", &port.to_string()])
-        .args(["--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .args(["--dir", &std::env::temp_dir().to_string_lossy()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|error| match error.kind() {
-            std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
-            _ => panic!("could not start redis-server: {error}"),
-        });
+    let mut child = spawn(port, &std::env::temp_dir(), &[]);
     let deadline = Instant::now() + START_TIMEOUT;
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {
@@ -142,4 +132,26 @@ fn answers_ping(port: u16) -> bool {
     stream.write_all(b"PING\r\n").is_ok()
         && stream.read_exact(&mut reply).is_ok()
         && &reply == b"+PONG\r\n"
+}
+
+/// Spawns `redis-server` on loopback `port`, keeping nothing on disk but what `extra` settings
+/// ask for, in `dir`.
+///
+/// # Panics
+///
+/// When `redis-server` is not installed (the message says how to install it).
+pub(crate) fn spawn(port: u16, dir: &Path, extra: &[&str]) -> Child {
+    Command::new("redis-server")
+        .args(["--port", &port.to_string()])
+        .args(["--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .args(["--dir", &dir.to_string_lossy()])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|error| match error.kind() {
+            std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
+            _ => panic!("could not start redis-server: {error}"),
+        })
 }
