@@ -18,6 +18,7 @@ use axum::routing::{MethodRouter, get, post, put};
 use tower_lock::backend::etcd::{EtcdBackend, EtcdSettings};
 use tower_lock::backend::mysql::MysqlBackend;
 use tower_lock::backend::postgres::PostgresBackend;
+use tower_lock::backend::redis::RedlockBackend;
 use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
 use tower_lock::backend::{BackendError, LockBackend, Semaphores, SharedLocks};
 use tower_lock::key::{KeyError, KeyExtractor, KeyTemplate, many};
@@ -261,6 +262,7 @@ enum LockStore {
     Memory(MemoryBackend),
     Redis(RedisBackend),
     RedisCluster(RedisBackend<ClusterConnection>),
+    Redlock(RedlockBackend),
     Postgres(PostgresBackend),
     Mysql(MysqlBackend),
     #[cfg(feature = "etcd")]
@@ -279,6 +281,8 @@ pub enum Locking {
     Redis(Locker<RedisBackend>),
     /// In a Redis Cluster, across replicas.
     RedisCluster(Locker<RedisBackend<ClusterConnection>>),
+    /// RedLock over independent Redis masters, across replicas (mutexes only).
+    Redlock(Locker<RedlockBackend>),
     /// In PostgreSQL, across replicas.
     Postgres(Locker<PostgresBackend>),
     /// In MySQL/MariaDB, across replicas.
@@ -310,6 +314,7 @@ impl Locking {
             Self::Memory(locker) => of(locker),
             Self::Redis(locker) => of(locker),
             Self::RedisCluster(locker) => of(locker),
+            Self::Redlock(locker) => of(locker),
             Self::Postgres(locker) => of(locker),
             Self::Mysql(locker) => of(locker),
             #[cfg(feature = "etcd")]
@@ -335,6 +340,7 @@ impl LockStore {
             Self::RedisCluster(backend) => {
                 Locking::RedisCluster(locker(backend, settings).map_err(checked)?)
             }
+            Self::Redlock(backend) => Locking::Redlock(locker(backend, settings).map_err(checked)?),
             Self::Postgres(backend) => {
                 Locking::Postgres(locker(backend, settings).map_err(checked)?)
             }
@@ -353,6 +359,7 @@ impl LockStore {
             Self::Off | Self::Memory(_) => "the in-process lock store",
             Self::Redis(_) => "Redis",
             Self::RedisCluster(_) => "Redis Cluster",
+            Self::Redlock(_) => "RedLock",
             Self::Postgres(_) => "PostgreSQL",
             Self::Mysql(_) => "MySQL",
             #[cfg(feature = "etcd")]
@@ -590,6 +597,19 @@ async fn lock_backend(url: &str, ttl: Option<Duration>) -> Result<LockStore, Str
     if let Some(members) = url.strip_prefix("etcd://") {
         return etcd_locking(url, members, ttl).await;
     }
+    if let Some(masters) = url.strip_prefix("redlock://") {
+        let masters = masters.trim_end_matches('/').split(',');
+        let masters = masters.filter(|master| !master.is_empty());
+        let urls: Vec<String> = masters.map(|master| format!("redis://{master}")).collect();
+        if urls.is_empty() {
+            return Err(format!(
+                "--lock-store {}: name the masters, like redlock://10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379",
+                redacted(url)
+            ));
+        }
+        let backend = RedlockBackend::connect(urls).map_err(|error| cannot("RedLock", &error))?;
+        return Ok(LockStore::Redlock(backend));
+    }
     if let Some(servers) = url.strip_prefix("zk://") {
         let settings = ZookeeperSettings::default().session_timeout(session_outliving(ttl));
         let backend = ZookeeperBackend::connect_with(servers, settings)
@@ -599,8 +619,8 @@ async fn lock_backend(url: &str, ttl: Option<Duration>) -> Result<LockStore, Str
     }
     let kind = StoreKind::of(url).map_err(|_| {
         format!(
-            "--lock-store {}: the URL must start with etcd://, zk://, redis://, redis+cluster://, \
-             postgres:// or mysql://",
+            "--lock-store {}: the URL must start with etcd://, zk://, redlock://, redis://, \
+             redis+cluster://, postgres:// or mysql://",
             redacted(url)
         )
     })?;
@@ -716,6 +736,24 @@ fn with_locks<B: SharedLocks + Semaphores>(
     }
 }
 
+/// The coupon routes' locks on a store with mutexes only (RedLock): a mutex on `coupon:{id}`
+/// for reading a coupon too, and one on `audits`, so audits run one at a time.
+fn with_mutexes<B: LockBackend>(locker: &Locker<B>, routes: Routes) -> Routes {
+    let coupon_lock = lock_layer(locker, coupon_key);
+    let audits = |_: &Parts| Ok(Some("audits".to_owned()));
+    let audit_lock = lock_layer(locker, audits);
+    let transfer_lock = lock_layer(locker, many(transfers::lock_keys));
+    Routes {
+        coupon: routes.coupon.route_layer(coupon_lock.clone()),
+        claim: routes.claim.route_layer(coupon_lock),
+        audit: routes.audit.route_layer(audit_lock),
+        transfer: routes
+            .transfer
+            .route_layer(transfer_lock)
+            .route_layer(axum::middleware::from_fn(transfers::name_coupons)),
+    }
+}
+
 /// The routes that take locks.
 struct Routes {
     coupon: MethodRouter<AppState>,
@@ -758,6 +796,7 @@ pub fn app(state: AppState) -> Router {
         Locking::Memory(locker) => with_locks(locker, state.lock, routes),
         Locking::Redis(locker) => with_locks(locker, state.lock, routes),
         Locking::RedisCluster(locker) => with_locks(locker, state.lock, routes),
+        Locking::Redlock(locker) => with_mutexes(locker, routes),
         Locking::Postgres(locker) => with_locks(locker, state.lock, routes),
         Locking::Mysql(locker) => with_locks(locker, state.lock, routes),
         #[cfg(feature = "etcd")]

@@ -15,6 +15,7 @@ use tower_lock::backend::OwnerToken;
 use tower_lock::backend::etcd::EtcdBackend;
 use tower_lock::backend::mysql::MysqlBackend;
 use tower_lock::backend::postgres::PostgresBackend;
+use tower_lock::backend::redis::RedlockBackend;
 use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
 use tower_lock::backend::{Semaphores, SharedLocks};
 use tower_lock::testing::CountingBackend;
@@ -92,6 +93,11 @@ pub enum Impl {
     RedisClusterNotified,
     /// tower-lock on Redis Cluster with its defaults: notified, with cohort handoff.
     RedisClusterCohort,
+    /// tower-lock on RedLock over three masters: waiters poll; every release goes to the
+    /// masters.
+    RedlockPolling,
+    /// tower-lock on RedLock with its defaults: holds handed on within a process.
+    RedlockCohort,
 }
 
 impl Impl {
@@ -143,6 +149,13 @@ impl Impl {
         Impl::TowerLockCohort,
     ];
 
+    pub const REDLOCK_HOT_KEY: [Impl; 4] = [
+        Impl::RedlockPolling,
+        Impl::RedlockCohort,
+        Impl::TowerLockPolling,
+        Impl::TowerLockCohort,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Impl::TowerLockNotified => "tower-lock-notified",
@@ -169,6 +182,8 @@ impl Impl {
             Impl::ZookeeperFair => "zookeeper-fair",
             Impl::RedisClusterNotified => "redis-cluster-notified",
             Impl::RedisClusterCohort => "redis-cluster-cohort",
+            Impl::RedlockPolling => "redlock-polling",
+            Impl::RedlockCohort => "redlock-cohort",
         }
     }
 
@@ -195,6 +210,8 @@ impl Impl {
                 | Impl::ZookeeperFair
                 | Impl::RedisClusterNotified
                 | Impl::RedisClusterCohort
+                | Impl::RedlockPolling
+                | Impl::RedlockCohort
         )
     }
 
@@ -344,6 +361,9 @@ pub enum Contender {
     RedisCluster {
         locker: Locker<CountingBackend<RedisBackend<ClusterConnection>>>,
     },
+    Redlock {
+        locker: Locker<CountingBackend<RedlockBackend>>,
+    },
 }
 
 /// The waiting `which` asks for, on `locker`: every release in the store, but for the cohort
@@ -355,7 +375,8 @@ fn waiting<B: LockBackend>(which: Impl, locker: LockerBuilder<B>) -> Locker<B> {
         | Impl::PostgresPolling
         | Impl::MysqlPolling
         | Impl::EtcdPolling
-        | Impl::ZookeeperPolling => locker.wait_polling(WAIT).max_local_run(1),
+        | Impl::ZookeeperPolling
+        | Impl::RedlockPolling => locker.wait_polling(WAIT).max_local_run(1),
         Impl::TowerLockFair | Impl::PostgresFair | Impl::EtcdFair | Impl::ZookeeperFair => {
             locker.wait(WAIT).fair(Duration::from_secs(3))
         }
@@ -365,6 +386,7 @@ fn waiting<B: LockBackend>(which: Impl, locker: LockerBuilder<B>) -> Locker<B> {
         | Impl::EtcdCohort
         | Impl::ZookeeperCohort
         | Impl::RedisClusterCohort
+        | Impl::RedlockCohort
         | Impl::Memory => locker.wait(WAIT),
         _ => locker.wait(WAIT).max_local_run(1),
     };
@@ -438,6 +460,12 @@ impl Contender {
                     locker: waiting(which, Locker::builder(backend)),
                 }
             }
+            Impl::RedlockPolling | Impl::RedlockCohort => {
+                let backend = RedlockBackend::connect(url.split(',')).expect("valid URLs");
+                Contender::Redlock {
+                    locker: waiting(which, Locker::builder(CountingBackend::new(backend))),
+                }
+            }
             Impl::SeedNaive => {
                 let client = redis::Client::open(url).expect("a valid Redis URL");
                 Contender::SeedNaive {
@@ -464,14 +492,19 @@ impl Contender {
             Contender::Etcd { locker } => locker.backend().counts().total(),
             Contender::Zookeeper { locker } => locker.backend().counts().total(),
             Contender::RedisCluster { locker } => locker.backend().counts().total(),
+            Contender::Redlock { locker } => locker.backend().counts().total(),
             Contender::SeedNaive { .. } | Contender::Rslock(_) => 0,
         }
     }
 
-    /// Whether it can take `shape` (the peers have mutexes only) in `processes` processes
-    /// (memory's locks are one process's).
+    /// Whether it can take `shape` (the peers and RedLock have mutexes only) in `processes`
+    /// processes (memory's locks are one process's).
     pub fn takes(which: Impl, shape: Shape, processes: u8) -> bool {
-        let shaped = shape == Shape::Mutex || !matches!(which, Impl::SeedNaive | Impl::Rslock);
+        let mutexes_only = matches!(
+            which,
+            Impl::SeedNaive | Impl::Rslock | Impl::RedlockPolling | Impl::RedlockCohort
+        );
+        let shaped = shape == Shape::Mutex || !mutexes_only;
         shaped && (which != Impl::Memory || processes == 1)
     }
 
@@ -492,6 +525,10 @@ impl Contender {
             Contender::Etcd { locker } => held(locker, key, taking, work).await,
             Contender::Zookeeper { locker } => held(locker, key, taking, work).await,
             Contender::RedisCluster { locker } => held(locker, key, taking, work).await,
+            Contender::Redlock { locker } => {
+                let held = locker.with_lock(key, |_| work).await;
+                held.unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}"))
+            }
             Contender::SeedNaive {
                 connection,
                 release,

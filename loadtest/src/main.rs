@@ -25,7 +25,6 @@ use clap::Parser;
 use integration_tests::{EtcdCluster, RedisCluster, RedisServer, ZookeeperEnsemble};
 
 mod chart;
-mod cluster_pairs;
 mod cpu;
 mod delay_proxy;
 mod distinct_keys;
@@ -33,16 +32,17 @@ mod etcd_pairs;
 mod hot_key;
 mod lockers;
 mod progress;
+mod redis_pairs;
 mod redis_stats;
 mod report;
 mod sql_pairs;
 mod zookeeper_pairs;
 
-use cluster_pairs::ClusterPair;
 use distinct_keys::PairImpl;
 use etcd_pairs::EtcdPair;
 use hot_key::{Measured, Plan, now_us};
 use lockers::{Contender, Impl, Shape};
+use redis_pairs::RedisPair;
 use report::{HotKeySummary, hot_key_figures, percentile, print_hot_key_table};
 use sql_pairs::{Database, SqlPair};
 use zookeeper_pairs::ZookeeperPair;
@@ -56,7 +56,8 @@ struct Args {
     scenario: Scenario,
     /// Measure tower-lock on this store instead of on Redis against peer libraries: the
     /// machine's PostgreSQL or MariaDB (`TEST_POSTGRES_URL` or `TEST_MYSQL_URL` for another), or
-    /// an etcd, ZooKeeper or Redis Cluster of lockbench's own (beside one Redis node).
+    /// an etcd, ZooKeeper, Redis Cluster or RedLock's masters of lockbench's own (beside one
+    /// Redis node).
     #[arg(long, value_enum)]
     backend: Option<Backend>,
     /// Hot key: a contender that released waits until another has acquired before it wants
@@ -93,6 +94,7 @@ struct Args {
     /// etcd-fair, etcd-polling, tower-lock-notified; on ZooKeeper: zookeeper-notified,
     /// zookeeper-cohort, zookeeper-fair, zookeeper-polling, tower-lock-notified; on Redis
     /// Cluster: redis-cluster-notified, redis-cluster-cohort, tower-lock-notified,
+    /// tower-lock-cohort; on RedLock: redlock-polling, redlock-cohort, tower-lock-polling,
     /// tower-lock-cohort). The
     /// `-cohort` rows keep tower-lock's default run of 8 holds handed on within a process; the
     /// others release every lock in the store. Distinct keys: raw-scripts,
@@ -102,7 +104,8 @@ struct Args {
     /// mysql-engine, mysql-get-lock, mysql-nowait-engine, redis-engine; on etcd: etcd-raw,
     /// etcd-backend, etcd-engine, etcd-lock-rpc, redis-engine; on ZooKeeper: zookeeper-raw,
     /// zookeeper-backend, zookeeper-engine, redis-engine; on Redis Cluster: cluster-backend,
-    /// cluster-engine, redis-backend, redis-engine).
+    /// cluster-engine, redis-backend, redis-engine; on RedLock: redlock-backend, redlock-engine,
+    /// redis-backend, redis-engine).
     #[arg(long = "impl")]
     impls: Vec<String>,
     /// Where to draw the chart (SVG): throughput against concurrency per implementation
@@ -142,6 +145,8 @@ enum Backend {
     Zookeeper,
     /// A Redis Cluster started by lockbench: three masters, each with a replica.
     RedisCluster,
+    /// RedLock over three Redis masters started by lockbench.
+    Redlock,
 }
 
 impl Backend {
@@ -150,7 +155,7 @@ impl Backend {
         match self {
             Backend::Postgres => Some(Database::Postgres),
             Backend::Mysql => Some(Database::Mysql),
-            Backend::Etcd | Backend::Zookeeper | Backend::RedisCluster => None,
+            Backend::Etcd | Backend::Zookeeper | Backend::RedisCluster | Backend::Redlock => None,
         }
     }
 }
@@ -183,6 +188,7 @@ impl Args {
             Some(Backend::Etcd) => "etcd 3.4",
             Some(Backend::Zookeeper) => "ZooKeeper 3.8",
             Some(Backend::RedisCluster) => "Redis-Cluster 7.0",
+            Some(Backend::Redlock) => "RedLock 3×Redis 7.0",
         }
     }
 
@@ -272,9 +278,10 @@ async fn main() {
         Some(Backend::Etcd) => &Impl::ETCD_HOT_KEY,
         Some(Backend::Zookeeper) => &Impl::ZOOKEEPER_HOT_KEY,
         Some(Backend::RedisCluster) => &Impl::REDIS_CLUSTER_HOT_KEY,
+        Some(Backend::Redlock) => &Impl::REDLOCK_HOT_KEY,
     };
     let (mut hot_key_impls, mut pair_impls, mut sql_pairs) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut etcd_pairs, mut zookeeper_pairs, mut cluster_pairs) =
+    let (mut etcd_pairs, mut zookeeper_pairs, mut redis_pairs) =
         (Vec::new(), Vec::new(), Vec::new());
     match (args.scenario, args.backend) {
         (Scenario::HotKey, _) => {
@@ -291,7 +298,10 @@ async fn main() {
             zookeeper_pairs = chosen(&args.impls, &ZookeeperPair::ALL, ZookeeperPair::name);
         }
         (Scenario::DistinctKeys, Some(Backend::RedisCluster)) => {
-            cluster_pairs = chosen(&args.impls, &ClusterPair::ALL, ClusterPair::name);
+            redis_pairs = chosen(&args.impls, &RedisPair::CLUSTER, RedisPair::name);
+        }
+        (Scenario::DistinctKeys, Some(Backend::Redlock)) => {
+            redis_pairs = chosen(&args.impls, &RedisPair::REDLOCK, RedisPair::name);
         }
         (Scenario::DistinctKeys, Some(backend)) => {
             let database = backend.database().expect("a SQL backend");
@@ -304,7 +314,7 @@ async fn main() {
         sql_pairs.len(),
         etcd_pairs.len(),
         zookeeper_pairs.len(),
-        cluster_pairs.len(),
+        redis_pairs.len(),
     ];
     progress::start(args.runs(impls.iter().sum()));
     let _recorder = args.record_metrics.then(|| {
@@ -350,6 +360,20 @@ async fn main() {
             };
             hot_key_grid(&args, &urls, &hot_key_impls).await;
         }
+        (Scenario::HotKey, Some(Backend::Redlock)) => {
+            let masters = [
+                RedisServer::start(),
+                RedisServer::start(),
+                RedisServer::start(),
+            ];
+            let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+            let urls = Urls {
+                redis: url.clone(),
+                other: Some(urls.join(",")),
+                counted: None,
+            };
+            hot_key_grid(&args, &urls, &hot_key_impls).await;
+        }
         (Scenario::HotKey, Some(backend)) => {
             let database = backend.database().expect("a SQL backend");
             let scratch = sql_pairs::Scratch::create(database).await;
@@ -368,7 +392,19 @@ async fn main() {
             zookeeper_distinct_keys_grid(&args, &url, &zookeeper_pairs).await;
         }
         (Scenario::DistinctKeys, Some(Backend::RedisCluster)) => {
-            cluster_distinct_keys_grid(&args, &url, &cluster_pairs).await;
+            let cluster = RedisCluster::start(3, 1);
+            let title = "Redis Cluster (3 masters, 3 replicas)";
+            redis_distinct_keys_grid(&args, (title, &cluster.urls()), &url, &redis_pairs).await;
+        }
+        (Scenario::DistinctKeys, Some(Backend::Redlock)) => {
+            let masters = [
+                RedisServer::start(),
+                RedisServer::start(),
+                RedisServer::start(),
+            ];
+            let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+            let title = "RedLock (3 masters)";
+            redis_distinct_keys_grid(&args, (title, &urls), &url, &redis_pairs).await;
         }
         (Scenario::DistinctKeys, Some(backend)) => {
             let database = backend.database().expect("a SQL backend");
@@ -537,18 +573,22 @@ async fn etcd_distinct_keys_grid(args: &Args, redis_url: &str, impls: &[EtcdPair
     args.write_chart(|path, store| chart::throughput_by_concurrency(path, store, &rows));
 }
 
-async fn cluster_distinct_keys_grid(args: &Args, redis_url: &str, impls: &[ClusterPair]) {
-    let cluster = RedisCluster::start(3, 1);
-    let nodes = cluster.urls();
+/// Distinct keys on the cluster's or RedLock's `nodes` (named `title`), beside one Redis.
+async fn redis_distinct_keys_grid(
+    args: &Args,
+    (title, nodes): (&str, &[String]),
+    redis_url: &str,
+    impls: &[RedisPair],
+) {
     let (concurrencies, duration) = (args.concurrencies(&[1, 16, 64]), args.duration());
     let mut rows = Vec::new();
     let mut ratio_lines = Vec::new();
     for &concurrency in &concurrencies {
         let rounds = interleaved(args.rounds, impls, concurrency, |which| {
-            cluster_pairs::run(which, &nodes, redis_url, concurrency, duration)
+            redis_pairs::run(which, nodes, redis_url, concurrency, duration)
         })
         .await;
-        let reference = ClusterPair::RedisEngine.name();
+        let reference = RedisPair::RedisEngine.name();
         for (which, median, lowest, highest) in distinct_keys::ratios_to(&rounds, reference) {
             ratio_lines.push(format!(
                 "  {which:<22} {reference:<14} {concurrency:>4} {median:>8.2} {lowest:>6.2}–{highest:.2}"
@@ -558,11 +598,11 @@ async fn cluster_distinct_keys_grid(args: &Args, redis_url: &str, impls: &[Clust
     }
     if !args.json {
         println!(
-            "\nscenario distinct-keys on Redis Cluster (3 masters, 3 replicas) beside one Redis, \
-             {} s per run, median of {} interleaved rounds",
+            "\nscenario distinct-keys on {title} beside one Redis, {} s per run, median of {} \
+             interleaved rounds",
             args.duration_s, args.rounds
         );
-        distinct_keys::print_table(&rows, ClusterPair::RedisEngine.name());
+        distinct_keys::print_table(&rows, RedisPair::RedisEngine.name());
         println!("\nthroughput over a reference's in the same round (median, lowest–highest):");
         println!(
             "  {:<22} {:<14} {:>4} {:>8} {:>11}",

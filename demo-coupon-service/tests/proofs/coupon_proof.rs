@@ -1,6 +1,6 @@
 //! The demo coupon service never oversells with the lock — across three replicas sharing
-//! Redis, a Redis Cluster, PostgreSQL or MariaDB (with the locks there, or in etcd or
-//! ZooKeeper), and in embedded mode — nor with `--optimistic` version checks on SQL, and does
+//! Redis, a Redis Cluster, PostgreSQL or MariaDB (with the locks there, or in etcd, ZooKeeper
+//! or RedLock), and in embedded mode — nor with `--optimistic` version checks on SQL, and does
 //! oversell without either.
 
 use std::collections::HashMap;
@@ -214,6 +214,23 @@ async fn claim_storm_with_locks_in(store: &str, lock_store: &str) {
     let (statuses, coupon) = claim_storm(&replicas).await;
 
     assert_sold_exactly_once(&statuses, &coupon);
+}
+
+/// Coupons in Redis, locks in RedLock over three masters of their own (the control without
+/// the lock is `without_the_lock_three_replicas_oversell`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_with_locks_in_redlock_never_oversell() {
+    let redis = RedisServer::start();
+    let masters = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let addresses: Vec<String> = (masters.iter())
+        .map(|master| format!("127.0.0.1:{}", master.port()))
+        .collect();
+    let lock_store = format!("redlock://{}", addresses.join(","));
+    claim_storm_with_locks_in(&redis.url(), &lock_store).await;
 }
 
 /// Coupons in Redis, locks in a three-member etcd cluster (the control without the lock is

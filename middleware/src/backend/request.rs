@@ -64,7 +64,7 @@ impl LockRequest {
 
 /// How much earlier than the store's expiry a lease's local deadline falls: clocks drift, and
 /// the store starts counting when it receives the command, not when it was sent.
-fn drift_margin(ttl: Duration) -> Duration {
+pub(crate) fn drift_margin(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 

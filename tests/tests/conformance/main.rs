@@ -7,4 +7,5 @@ mod mysql;
 mod postgres;
 mod redis;
 mod redis_cluster;
+mod redlock;
 mod zookeeper;

@@ -10,6 +10,7 @@ mod database_restart;
 mod late_acquire;
 mod lease_faults;
 mod redis_cluster;
+mod redlock;
 mod release_safety;
 mod store_outage;
 mod zookeeper_cleanup;

@@ -26,6 +26,7 @@ use keys::{FenceCounter, LockKey, ScriptKey};
 use scripts::{LuaScript, Scripts};
 
 pub use connection::RedisConnection;
+pub use redlock::RedlockBackend;
 
 mod announcements;
 mod commands;
@@ -33,6 +34,7 @@ mod connection;
 mod fair_line;
 mod hash_slot;
 mod keys;
+mod redlock;
 mod scripts;
 mod shapes;
 
