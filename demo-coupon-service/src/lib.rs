@@ -18,7 +18,7 @@ use axum::routing::{MethodRouter, get, post, put};
 use tower_lock::backend::etcd::{EtcdBackend, EtcdSettings};
 use tower_lock::backend::mysql::MysqlBackend;
 use tower_lock::backend::postgres::PostgresBackend;
-use tower_lock::backend::redis::RedlockBackend;
+use tower_lock::backend::redis::{RedlockBackend, SentinelConnection};
 use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
 use tower_lock::backend::{BackendError, LockBackend, Semaphores, SharedLocks};
 use tower_lock::key::{KeyError, KeyExtractor, KeyTemplate, many};
@@ -45,7 +45,9 @@ pub struct Options {
     #[arg(long, env = "LISTEN", default_value = "127.0.0.1:3000")]
     pub listen: SocketAddr,
     /// Where coupons and locks live, shared by replicas: `redis://…`,
-    /// `redis+cluster://host:port[,host:port…]` (a Redis Cluster's nodes), `postgres://…` or
+    /// `redis+cluster://host:port[,host:port…]` (a Redis Cluster's nodes),
+    /// `redis+sentinel://host:port[,host:port…]/<master>[?wait=<n>]` (the master that Redis
+    /// Sentinels name; `wait`: replicas that must acknowledge each lock), `postgres://…` or
     /// `mysql://…`. Without it: the embedded in-process store and lock backend (one process
     /// only).
     #[arg(long, env = "STORE")]
@@ -114,6 +116,9 @@ pub enum StoreKind {
     Redis,
     /// `redis+cluster://host:port[,host:port…]`: a Redis Cluster's nodes (any of them).
     RedisCluster,
+    /// `redis+sentinel://host:port[,host:port…]/<master>[?wait=<n>]`: Sentinels, and the master
+    /// they name.
+    RedisSentinel,
     /// `postgres://` or `postgresql://`.
     Postgres,
     /// `mysql://` (MySQL or MariaDB).
@@ -131,11 +136,12 @@ impl StoreKind {
         match scheme {
             "redis" | "rediss" => Ok(Self::Redis),
             "redis+cluster" => Ok(Self::RedisCluster),
+            "redis+sentinel" => Ok(Self::RedisSentinel),
             "postgres" | "postgresql" => Ok(Self::Postgres),
             "mysql" => Ok(Self::Mysql),
             _ => Err(format!(
-                "--store {}: the URL must start with redis://, redis+cluster://, postgres:// or \
-                 mysql://",
+                "--store {}: the URL must start with redis://, redis+cluster://, redis+sentinel://, \
+                 postgres:// or mysql://",
                 redacted(url)
             )),
         }
@@ -144,7 +150,7 @@ impl StoreKind {
     /// The SQL the store speaks, `None` for Redis.
     pub fn dialect(self) -> Option<Dialect> {
         match self {
-            Self::Redis | Self::RedisCluster => None,
+            Self::Redis | Self::RedisCluster | Self::RedisSentinel => None,
             Self::Postgres => Some(Dialect::Postgres),
             Self::Mysql => Some(Dialect::Mysql),
         }
@@ -155,11 +161,81 @@ impl StoreKind {
         match self {
             Self::Redis => "Redis",
             Self::RedisCluster => "Redis Cluster",
+            Self::RedisSentinel => "Redis Sentinel",
             Self::Postgres => "PostgreSQL",
             Self::Mysql => "MySQL",
         }
     }
 }
+
+/// What a `redis+sentinel://host:port[,host:port…]/<master>[?wait=<n>]` URL names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SentinelUrl {
+    /// The Sentinels, as `redis://` URLs.
+    pub sentinels: Vec<String>,
+    /// The name they know the master by.
+    pub master: String,
+    /// How many replicas must acknowledge each lock (0: none).
+    pub wait: u32,
+}
+
+impl SentinelUrl {
+    /// Reads `url`, given as `option`.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the option and what the URL lacks.
+    pub fn parse(option: &str, url: &str) -> Result<Self, String> {
+        let usage = || {
+            format!(
+                "{option} {}: name the Sentinels and the master, like \
+                 redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster?wait=1",
+                redacted(url)
+            )
+        };
+        let rest = url.strip_prefix("redis+sentinel://").unwrap_or(url);
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (hosts, master) = rest.split_once('/').ok_or_else(usage)?;
+        let sentinels: Vec<String> = (hosts.split(','))
+            .filter(|host| !host.is_empty())
+            .map(|host| format!("redis://{host}"))
+            .collect();
+        let master = master.trim_end_matches('/');
+        if sentinels.is_empty() || master.is_empty() {
+            return Err(usage());
+        }
+        let wait = match query.strip_prefix("wait=") {
+            Some(wait) => wait.parse().map_err(|_| {
+                format!(
+                    "{option} {}: wait= takes how many replicas must acknowledge each lock, a \
+                     whole number like 1",
+                    redacted(url)
+                )
+            })?,
+            None if query.is_empty() => 0,
+            None => {
+                return Err(format!(
+                    "{option} {}: the only setting is wait=<n>",
+                    redacted(url)
+                ));
+            }
+        };
+        Ok(Self {
+            sentinels,
+            master: master.to_owned(),
+            wait,
+        })
+    }
+
+    /// A backend on the master the Sentinels name, its locks acknowledged as `wait` says.
+    async fn backend(&self) -> Result<RedisBackend<SentinelConnection>, redis::RedisError> {
+        let backend = RedisBackend::connect_sentinel(self.sentinels.clone(), &self.master).await?;
+        Ok(backend.replica_acks(self.wait, REPLICA_ACK_TIMEOUT))
+    }
+}
+
+/// How long a lock waits for its replicas' acknowledgements (`wait=`) before it is refused.
+const REPLICA_ACK_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// The nodes a `redis+cluster://[user:password@]host:port[,host:port…]` URL, given as
 /// `option`, names, as `redis://` URLs (each with the credentials).
@@ -262,6 +338,7 @@ enum LockStore {
     Memory(MemoryBackend),
     Redis(RedisBackend),
     RedisCluster(RedisBackend<ClusterConnection>),
+    RedisSentinel(RedisBackend<SentinelConnection>),
     Redlock(RedlockBackend),
     Postgres(PostgresBackend),
     Mysql(MysqlBackend),
@@ -281,6 +358,8 @@ pub enum Locking {
     Redis(Locker<RedisBackend>),
     /// In a Redis Cluster, across replicas.
     RedisCluster(Locker<RedisBackend<ClusterConnection>>),
+    /// In the master Redis Sentinels name, across replicas.
+    RedisSentinel(Locker<RedisBackend<SentinelConnection>>),
     /// RedLock over independent Redis masters, across replicas (mutexes only).
     Redlock(Locker<RedlockBackend>),
     /// In PostgreSQL, across replicas.
@@ -314,6 +393,7 @@ impl Locking {
             Self::Memory(locker) => of(locker),
             Self::Redis(locker) => of(locker),
             Self::RedisCluster(locker) => of(locker),
+            Self::RedisSentinel(locker) => of(locker),
             Self::Redlock(locker) => of(locker),
             Self::Postgres(locker) => of(locker),
             Self::Mysql(locker) => of(locker),
@@ -340,6 +420,9 @@ impl LockStore {
             Self::RedisCluster(backend) => {
                 Locking::RedisCluster(locker(backend, settings).map_err(checked)?)
             }
+            Self::RedisSentinel(backend) => {
+                Locking::RedisSentinel(locker(backend, settings).map_err(checked)?)
+            }
             Self::Redlock(backend) => Locking::Redlock(locker(backend, settings).map_err(checked)?),
             Self::Postgres(backend) => {
                 Locking::Postgres(locker(backend, settings).map_err(checked)?)
@@ -359,6 +442,7 @@ impl LockStore {
             Self::Off | Self::Memory(_) => "the in-process lock store",
             Self::Redis(_) => "Redis",
             Self::RedisCluster(_) => "Redis Cluster",
+            Self::RedisSentinel(_) => "Redis Sentinel",
             Self::Redlock(_) => "RedLock",
             Self::Postgres(_) => "PostgreSQL",
             Self::Mysql(_) => "MySQL",
@@ -516,6 +600,11 @@ impl AppState {
                     .await
                     .map_err(|error| cannot(&error))?
             }
+            StoreKind::RedisSentinel => {
+                Self::redis_sentinel(&SentinelUrl::parse("--store", url)?, unlocked)
+                    .await
+                    .map_err(|error| cannot(&error))?
+            }
             StoreKind::Postgres | StoreKind::Mysql => {
                 let dialect = kind.dialect().ok_or("a SQL store has a dialect")?;
                 let store = SqlStore::connect(url, dialect)
@@ -562,6 +651,21 @@ impl AppState {
             (backend.connection(), LockStore::Redis(backend))
         };
         let connection = RedisConnection::Node(connection);
+        Ok((CouponStore::Redis(RedisStore::new(connection)), locking))
+    }
+
+    /// Coupons and locks in the master the Sentinels of `url` name, sharing one connection as
+    /// on a node.
+    async fn redis_sentinel(
+        url: &SentinelUrl,
+        no_lock: bool,
+    ) -> Result<(CouponStore, LockStore), redis::RedisError> {
+        let backend = url.backend().await?;
+        let connection = RedisConnection::Sentinel(backend.connection());
+        let locking = match no_lock {
+            true => LockStore::Off,
+            false => LockStore::RedisSentinel(backend),
+        };
         Ok((CouponStore::Redis(RedisStore::new(connection)), locking))
     }
 
@@ -620,7 +724,7 @@ async fn lock_backend(url: &str, ttl: Option<Duration>) -> Result<LockStore, Str
     let kind = StoreKind::of(url).map_err(|_| {
         format!(
             "--lock-store {}: the URL must start with etcd://, zk://, redlock://, redis://, \
-             redis+cluster://, postgres:// or mysql://",
+             redis+cluster://, redis+sentinel://, postgres:// or mysql://",
             redacted(url)
         )
     })?;
@@ -631,6 +735,11 @@ async fn lock_backend(url: &str, ttl: Option<Duration>) -> Result<LockStore, Str
                 .map(LockStore::RedisCluster)
                 .map_err(|error| cannot(kind.name(), &error))
         }
+        (StoreKind::RedisSentinel, _) => SentinelUrl::parse("--lock-store", url)?
+            .backend()
+            .await
+            .map(LockStore::RedisSentinel)
+            .map_err(|error| cannot(kind.name(), &error)),
         (_, None) => RedisBackend::connect(url)
             .await
             .map(LockStore::Redis)
@@ -796,6 +905,7 @@ pub fn app(state: AppState) -> Router {
         Locking::Memory(locker) => with_locks(locker, state.lock, routes),
         Locking::Redis(locker) => with_locks(locker, state.lock, routes),
         Locking::RedisCluster(locker) => with_locks(locker, state.lock, routes),
+        Locking::RedisSentinel(locker) => with_locks(locker, state.lock, routes),
         Locking::Redlock(locker) => with_mutexes(locker, routes),
         Locking::Postgres(locker) => with_locks(locker, state.lock, routes),
         Locking::Mysql(locker) => with_locks(locker, state.lock, routes),
@@ -966,6 +1076,33 @@ mod tests {
         );
         assert_eq!(redacted("redis://user:p@ss@host"), "redis://***@host");
         assert_eq!(redacted("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+
+    #[test]
+    fn a_sentinel_url_names_the_sentinels_the_master_and_the_acknowledgements() {
+        let url = SentinelUrl::parse(
+            "--store",
+            "redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/m?wait=1",
+        );
+        assert_eq!(
+            url,
+            Ok(SentinelUrl {
+                sentinels: vec![
+                    "redis://10.0.0.1:26379".to_owned(),
+                    "redis://10.0.0.2:26379".to_owned()
+                ],
+                master: "m".to_owned(),
+                wait: 1,
+            })
+        );
+        let no_master =
+            SentinelUrl::parse("--store", "redis+sentinel://10.0.0.1:26379").unwrap_err();
+        assert!(
+            no_master.contains("name the Sentinels and the master"),
+            "{no_master}"
+        );
+        let bad_wait = SentinelUrl::parse("--store", "redis+sentinel://h:1/m?wait=x").unwrap_err();
+        assert!(bad_wait.contains("a whole number"), "{bad_wait}");
     }
 
     #[test]

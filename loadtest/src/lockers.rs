@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use integration_tests::MASTER_NAME;
 use redis::Script;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
@@ -15,7 +16,9 @@ use tower_lock::backend::OwnerToken;
 use tower_lock::backend::etcd::EtcdBackend;
 use tower_lock::backend::mysql::MysqlBackend;
 use tower_lock::backend::postgres::PostgresBackend;
-use tower_lock::backend::redis::RedlockBackend;
+use tower_lock::backend::redis::{RedlockBackend, SentinelConnection};
+
+use crate::redis_pairs::REPLICA_ACK_TIMEOUT;
 use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
 use tower_lock::backend::{Semaphores, SharedLocks};
 use tower_lock::testing::CountingBackend;
@@ -98,6 +101,12 @@ pub enum Impl {
     RedlockPolling,
     /// tower-lock on RedLock with its defaults: holds handed on within a process.
     RedlockCohort,
+    /// tower-lock on the master Sentinels name: notified, every release in the store.
+    SentinelNotified,
+    /// tower-lock on the master Sentinels name with its defaults (cohort handoff).
+    SentinelCohort,
+    /// The same, every lock acknowledged by a replica (`WAIT 1`).
+    SentinelWait,
 }
 
 impl Impl {
@@ -156,6 +165,14 @@ impl Impl {
         Impl::TowerLockCohort,
     ];
 
+    pub const SENTINEL_HOT_KEY: [Impl; 5] = [
+        Impl::SentinelNotified,
+        Impl::SentinelCohort,
+        Impl::SentinelWait,
+        Impl::TowerLockNotified,
+        Impl::TowerLockCohort,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Impl::TowerLockNotified => "tower-lock-notified",
@@ -184,6 +201,9 @@ impl Impl {
             Impl::RedisClusterCohort => "redis-cluster-cohort",
             Impl::RedlockPolling => "redlock-polling",
             Impl::RedlockCohort => "redlock-cohort",
+            Impl::SentinelNotified => "sentinel-notified",
+            Impl::SentinelCohort => "sentinel-cohort",
+            Impl::SentinelWait => "sentinel-wait",
         }
     }
 
@@ -212,6 +232,9 @@ impl Impl {
                 | Impl::RedisClusterCohort
                 | Impl::RedlockPolling
                 | Impl::RedlockCohort
+                | Impl::SentinelNotified
+                | Impl::SentinelCohort
+                | Impl::SentinelWait
         )
     }
 
@@ -364,6 +387,9 @@ pub enum Contender {
     Redlock {
         locker: Locker<CountingBackend<RedlockBackend>>,
     },
+    Sentinel {
+        locker: Locker<CountingBackend<RedisBackend<SentinelConnection>>>,
+    },
 }
 
 /// The waiting `which` asks for, on `locker`: every release in the store, but for the cohort
@@ -387,6 +413,8 @@ fn waiting<B: LockBackend>(which: Impl, locker: LockerBuilder<B>) -> Locker<B> {
         | Impl::ZookeeperCohort
         | Impl::RedisClusterCohort
         | Impl::RedlockCohort
+        | Impl::SentinelCohort
+        | Impl::SentinelWait
         | Impl::Memory => locker.wait(WAIT),
         _ => locker.wait(WAIT).max_local_run(1),
     };
@@ -466,6 +494,18 @@ impl Contender {
                     locker: waiting(which, Locker::builder(CountingBackend::new(backend))),
                 }
             }
+            Impl::SentinelNotified | Impl::SentinelCohort | Impl::SentinelWait => {
+                let sentinels: Vec<&str> = url.split(',').collect();
+                let backend = RedisBackend::connect_sentinel(sentinels, MASTER_NAME).await;
+                let backend = backend.expect("the Sentinels reachable");
+                let backend = match which {
+                    Impl::SentinelWait => backend.replica_acks(1, REPLICA_ACK_TIMEOUT),
+                    _ => backend,
+                };
+                Contender::Sentinel {
+                    locker: waiting(which, Locker::builder(CountingBackend::new(backend))),
+                }
+            }
             Impl::SeedNaive => {
                 let client = redis::Client::open(url).expect("a valid Redis URL");
                 Contender::SeedNaive {
@@ -493,6 +533,7 @@ impl Contender {
             Contender::Zookeeper { locker } => locker.backend().counts().total(),
             Contender::RedisCluster { locker } => locker.backend().counts().total(),
             Contender::Redlock { locker } => locker.backend().counts().total(),
+            Contender::Sentinel { locker } => locker.backend().counts().total(),
             Contender::SeedNaive { .. } | Contender::Rslock(_) => 0,
         }
     }
@@ -525,6 +566,7 @@ impl Contender {
             Contender::Etcd { locker } => held(locker, key, taking, work).await,
             Contender::Zookeeper { locker } => held(locker, key, taking, work).await,
             Contender::RedisCluster { locker } => held(locker, key, taking, work).await,
+            Contender::Sentinel { locker } => held(locker, key, taking, work).await,
             Contender::Redlock { locker } => {
                 let held = locker.with_lock(key, |_| work).await;
                 held.unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}"))

@@ -22,7 +22,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use clap::Parser;
-use integration_tests::{EtcdCluster, RedisCluster, RedisServer, ZookeeperEnsemble};
+use integration_tests::{
+    EtcdCluster, RedisCluster, RedisSentinels, RedisServer, ZookeeperEnsemble,
+};
 
 mod chart;
 mod cpu;
@@ -56,8 +58,8 @@ struct Args {
     scenario: Scenario,
     /// Measure tower-lock on this store instead of on Redis against peer libraries: the
     /// machine's PostgreSQL or MariaDB (`TEST_POSTGRES_URL` or `TEST_MYSQL_URL` for another), or
-    /// an etcd, ZooKeeper, Redis Cluster or RedLock's masters of lockbench's own (beside one
-    /// Redis node).
+    /// an etcd, ZooKeeper, Redis Cluster, RedLock's masters or a Sentinel-watched master of
+    /// lockbench's own (beside one Redis node).
     #[arg(long, value_enum)]
     backend: Option<Backend>,
     /// Hot key: a contender that released waits until another has acquired before it wants
@@ -95,7 +97,8 @@ struct Args {
     /// zookeeper-cohort, zookeeper-fair, zookeeper-polling, tower-lock-notified; on Redis
     /// Cluster: redis-cluster-notified, redis-cluster-cohort, tower-lock-notified,
     /// tower-lock-cohort; on RedLock: redlock-polling, redlock-cohort, tower-lock-polling,
-    /// tower-lock-cohort). The
+    /// tower-lock-cohort; on Sentinel: sentinel-notified, sentinel-cohort, sentinel-wait,
+    /// tower-lock-notified, tower-lock-cohort). The
     /// `-cohort` rows keep tower-lock's default run of 8 holds handed on within a process; the
     /// others release every lock in the store. Distinct keys: raw-scripts,
     /// seed-minimal, tower-lock, tower-lock-nofence, tower-lock-engine, tower-lock-service,
@@ -105,7 +108,8 @@ struct Args {
     /// etcd-backend, etcd-engine, etcd-lock-rpc, redis-engine; on ZooKeeper: zookeeper-raw,
     /// zookeeper-backend, zookeeper-engine, redis-engine; on Redis Cluster: cluster-backend,
     /// cluster-engine, redis-backend, redis-engine; on RedLock: redlock-backend, redlock-engine,
-    /// redis-backend, redis-engine).
+    /// redis-backend, redis-engine; on Sentinel: sentinel-backend, sentinel-engine,
+    /// sentinel-wait-engine, redis-backend, redis-engine).
     #[arg(long = "impl")]
     impls: Vec<String>,
     /// Where to draw the chart (SVG): throughput against concurrency per implementation
@@ -147,6 +151,8 @@ enum Backend {
     RedisCluster,
     /// RedLock over three Redis masters started by lockbench.
     Redlock,
+    /// A master with two replicas, watched by three Sentinels, started by lockbench.
+    RedisSentinel,
 }
 
 impl Backend {
@@ -155,7 +161,11 @@ impl Backend {
         match self {
             Backend::Postgres => Some(Database::Postgres),
             Backend::Mysql => Some(Database::Mysql),
-            Backend::Etcd | Backend::Zookeeper | Backend::RedisCluster | Backend::Redlock => None,
+            Backend::Etcd
+            | Backend::Zookeeper
+            | Backend::RedisCluster
+            | Backend::Redlock
+            | Backend::RedisSentinel => None,
         }
     }
 }
@@ -189,6 +199,7 @@ impl Args {
             Some(Backend::Zookeeper) => "ZooKeeper 3.8",
             Some(Backend::RedisCluster) => "Redis-Cluster 7.0",
             Some(Backend::Redlock) => "RedLock 3×Redis 7.0",
+            Some(Backend::RedisSentinel) => "Redis-Sentinel 7.0",
         }
     }
 
@@ -279,6 +290,7 @@ async fn main() {
         Some(Backend::Zookeeper) => &Impl::ZOOKEEPER_HOT_KEY,
         Some(Backend::RedisCluster) => &Impl::REDIS_CLUSTER_HOT_KEY,
         Some(Backend::Redlock) => &Impl::REDLOCK_HOT_KEY,
+        Some(Backend::RedisSentinel) => &Impl::SENTINEL_HOT_KEY,
     };
     let (mut hot_key_impls, mut pair_impls, mut sql_pairs) = (Vec::new(), Vec::new(), Vec::new());
     let (mut etcd_pairs, mut zookeeper_pairs, mut redis_pairs) =
@@ -302,6 +314,9 @@ async fn main() {
         }
         (Scenario::DistinctKeys, Some(Backend::Redlock)) => {
             redis_pairs = chosen(&args.impls, &RedisPair::REDLOCK, RedisPair::name);
+        }
+        (Scenario::DistinctKeys, Some(Backend::RedisSentinel)) => {
+            redis_pairs = chosen(&args.impls, &RedisPair::SENTINEL, RedisPair::name);
         }
         (Scenario::DistinctKeys, Some(backend)) => {
             let database = backend.database().expect("a SQL backend");
@@ -360,6 +375,15 @@ async fn main() {
             };
             hot_key_grid(&args, &urls, &hot_key_impls).await;
         }
+        (Scenario::HotKey, Some(Backend::RedisSentinel)) => {
+            let group = RedisSentinels::start(2);
+            let urls = Urls {
+                redis: url.clone(),
+                other: Some(group.sentinel_urls().join(",")),
+                counted: None,
+            };
+            hot_key_grid(&args, &urls, &hot_key_impls).await;
+        }
         (Scenario::HotKey, Some(Backend::Redlock)) => {
             let masters = [
                 RedisServer::start(),
@@ -395,6 +419,12 @@ async fn main() {
             let cluster = RedisCluster::start(3, 1);
             let title = "Redis Cluster (3 masters, 3 replicas)";
             redis_distinct_keys_grid(&args, (title, &cluster.urls()), &url, &redis_pairs).await;
+        }
+        (Scenario::DistinctKeys, Some(Backend::RedisSentinel)) => {
+            let group = RedisSentinels::start(2);
+            let title = "the master Sentinels name (2 replicas)";
+            let sentinels = group.sentinel_urls();
+            redis_distinct_keys_grid(&args, (title, &sentinels), &url, &redis_pairs).await;
         }
         (Scenario::DistinctKeys, Some(Backend::Redlock)) => {
             let masters = [

@@ -1,13 +1,15 @@
-//! Scenario `distinct-keys` on Redis beyond one node (`--backend redis-cluster`, `--backend
-//! redlock`): tasks lock and unlock keys nobody else uses, through tower-lock's engine and
-//! backend on a Redis Cluster of three masters (each with a replica) or RedLock over three
-//! masters, beside the engine and backend on one Redis node in the same run. Cluster keys
-//! spread over every master.
+//! Scenario `distinct-keys` on Redis beyond one node (`--backend redis-cluster`, `redlock`,
+//! `redis-sentinel`): tasks lock and unlock keys nobody else uses, through tower-lock's engine
+//! and backend on a Redis Cluster of three masters (each with a replica), RedLock over three
+//! masters, or the master three Sentinels name (with two replicas; with and without `WAIT 1`),
+//! beside the engine and backend on one Redis node in the same run. Cluster keys spread over
+//! every master.
 
 use std::time::Duration;
 
+use integration_tests::MASTER_NAME;
 use redis::cluster_async::ClusterConnection;
-use tower_lock::backend::redis::RedlockBackend;
+use tower_lock::backend::redis::{RedlockBackend, SentinelConnection};
 use tower_lock::{Locker, RedisBackend};
 
 use crate::distinct_keys::{PairSummary, Pairing, backend_pair, client_timed, engine, engine_pair};
@@ -23,6 +25,12 @@ pub enum RedisPair {
     RedlockBackend,
     /// `Locker::with_lock` around no work, on RedLock's masters.
     RedlockEngine,
+    /// The backend's `acquire` and `release` on the master Sentinels name.
+    SentinelBackend,
+    /// `Locker::with_lock` around no work, on the master Sentinels name.
+    SentinelEngine,
+    /// The same, every lock acknowledged by a replica (`WAIT 1`).
+    SentinelWaitEngine,
     /// The backend's `acquire` and `release` on one Redis.
     RedisBackend,
     /// `Locker::with_lock` on one Redis, on the same machine.
@@ -44,12 +52,23 @@ impl RedisPair {
         RedisPair::RedisEngine,
     ];
 
+    pub const SENTINEL: [RedisPair; 5] = [
+        RedisPair::SentinelBackend,
+        RedisPair::SentinelEngine,
+        RedisPair::SentinelWaitEngine,
+        RedisPair::RedisBackend,
+        RedisPair::RedisEngine,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             RedisPair::ClusterBackend => "cluster-backend",
             RedisPair::ClusterEngine => "cluster-engine",
             RedisPair::RedlockBackend => "redlock-backend",
             RedisPair::RedlockEngine => "redlock-engine",
+            RedisPair::SentinelBackend => "sentinel-backend",
+            RedisPair::SentinelEngine => "sentinel-engine",
+            RedisPair::SentinelWaitEngine => "sentinel-wait-engine",
             RedisPair::RedisBackend => "redis-backend",
             RedisPair::RedisEngine => "redis-engine",
         }
@@ -61,6 +80,8 @@ enum Pairs {
     ClusterBackend(RedisBackend<ClusterConnection>),
     RedlockEngine(Locker<RedlockBackend>),
     RedlockBackend(RedlockBackend),
+    SentinelEngine(Locker<RedisBackend<SentinelConnection>>),
+    SentinelBackend(RedisBackend<SentinelConnection>),
     RedisEngine(Locker<RedisBackend>),
     RedisBackend(RedisBackend),
 }
@@ -72,6 +93,10 @@ impl Pairs {
             backend.expect("the cluster reachable")
         };
         let redlock = || RedlockBackend::connect(nodes.to_vec()).expect("valid URLs");
+        let sentinel = || async {
+            let backend = RedisBackend::connect_sentinel(nodes.to_vec(), MASTER_NAME).await;
+            backend.expect("the Sentinels reachable")
+        };
         let redis = || async {
             let backend = RedisBackend::connect(redis_url).await;
             backend.expect("Redis reachable")
@@ -81,6 +106,12 @@ impl Pairs {
             RedisPair::ClusterBackend => Pairs::ClusterBackend(cluster().await),
             RedisPair::RedlockEngine => Pairs::RedlockEngine(engine(redlock())),
             RedisPair::RedlockBackend => Pairs::RedlockBackend(redlock()),
+            RedisPair::SentinelEngine => Pairs::SentinelEngine(engine(sentinel().await)),
+            RedisPair::SentinelWaitEngine => {
+                let acked = sentinel().await.replica_acks(1, REPLICA_ACK_TIMEOUT);
+                Pairs::SentinelEngine(engine(acked))
+            }
+            RedisPair::SentinelBackend => Pairs::SentinelBackend(sentinel().await),
             RedisPair::RedisEngine => Pairs::RedisEngine(engine(redis().await)),
             RedisPair::RedisBackend => Pairs::RedisBackend(redis().await),
         }
@@ -92,16 +123,21 @@ impl Pairing for Pairs {
         match self {
             Pairs::ClusterEngine(locker) => engine_pair(locker, key).await,
             Pairs::RedlockEngine(locker) => engine_pair(locker, key).await,
+            Pairs::SentinelEngine(locker) => engine_pair(locker, key).await,
             Pairs::RedisEngine(locker) => engine_pair(locker, key).await,
             Pairs::ClusterBackend(backend) => backend_pair(backend, key).await,
             Pairs::RedlockBackend(backend) => backend_pair(backend, key).await,
+            Pairs::SentinelBackend(backend) => backend_pair(backend, key).await,
             Pairs::RedisBackend(backend) => backend_pair(backend, key).await,
         }
     }
 }
 
-/// One run of `which` at `concurrency` for `duration`, on the cluster's or RedLock's `nodes`
-/// or the Redis at `redis_url`.
+/// How long a lock waits for a replica's acknowledgement.
+pub const REPLICA_ACK_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// One run of `which` at `concurrency` for `duration`, on the cluster's, RedLock's or the
+/// Sentinels' `nodes`, or the Redis at `redis_url`.
 pub async fn run(
     which: RedisPair,
     nodes: &[String],

@@ -27,6 +27,7 @@ mod private_server;
 mod probes;
 mod process;
 mod redis_cluster;
+mod redis_sentinel;
 mod redis_server;
 mod zookeeper_ensemble;
 
@@ -47,6 +48,7 @@ pub use postgres_server::PostgresServer;
 pub use probes::{Gate, GateControl};
 pub use process::free_port;
 pub use redis_cluster::RedisCluster;
+pub use redis_sentinel::{MASTER_NAME, RedisSentinels};
 pub use redis_server::RedisServer;
 pub use tower_lock::conformance::Occupancy;
 pub use zookeeper_ensemble::ZookeeperEnsemble;

@@ -107,7 +107,7 @@ impl RedisCluster {
             "--repl-diskless-sync-delay",
             "0",
         ];
-        let child = redis_server::spawn(port, &self.dir, &cluster);
+        let child = redis_server::spawn(port, &self.dir, (None, &cluster));
         let node = ClusterNode {
             port,
             bus_port,

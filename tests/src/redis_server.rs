@@ -105,7 +105,7 @@ impl Drop for RedisServer {
 /// Spawns `redis-server` on `port`; returns it once it answers PING, or `None` when it exited
 /// (the port was taken meanwhile).
 fn spawn_and_wait(port: u16) -> Option<Child> {
-    let mut child = spawn(port, &std::env::temp_dir(), &[]);
+    let mut child = spawn(port, &std::env::temp_dir(), (None, &[]));
     let deadline = Instant::now() + START_TIMEOUT;
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {
@@ -135,13 +135,14 @@ fn answers_ping(port: u16) -> bool {
 }
 
 /// Spawns `redis-server` on loopback `port`, keeping nothing on disk but what `extra` settings
-/// ask for, in `dir`.
+/// ask for, in `dir`; its configuration file first, when it has one (a Sentinel's).
 ///
 /// # Panics
 ///
 /// When `redis-server` is not installed (the message says how to install it).
-pub(crate) fn spawn(port: u16, dir: &Path, extra: &[&str]) -> Child {
+pub(crate) fn spawn(port: u16, dir: &Path, (config, extra): (Option<&Path>, &[&str])) -> Child {
     Command::new("redis-server")
+        .args(config)
         .args(["--port", &port.to_string()])
         .args(["--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])

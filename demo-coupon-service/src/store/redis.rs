@@ -3,6 +3,7 @@ use std::sync::LazyLock;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Script, Value};
+use tower_lock::backend::redis::SentinelConnection;
 
 use super::{Stock, StoreError, Summary, duplicates};
 
@@ -27,6 +28,8 @@ pub enum RedisConnection {
     Node(ConnectionManager),
     /// A Redis Cluster.
     Cluster(ClusterConnection),
+    /// The master Redis Sentinels name.
+    Sentinel(SentinelConnection),
 }
 
 impl std::fmt::Debug for RedisConnection {
@@ -34,6 +37,7 @@ impl std::fmt::Debug for RedisConnection {
         f.write_str(match self {
             Self::Node(_) => "RedisConnection::Node",
             Self::Cluster(_) => "RedisConnection::Cluster",
+            Self::Sentinel(_) => "RedisConnection::Sentinel",
         })
     }
 }
@@ -43,6 +47,7 @@ impl ConnectionLike for RedisConnection {
         match self {
             Self::Node(connection) => connection.req_packed_command(cmd),
             Self::Cluster(connection) => connection.req_packed_command(cmd),
+            Self::Sentinel(connection) => connection.req_packed_command(cmd),
         }
     }
 
@@ -55,6 +60,7 @@ impl ConnectionLike for RedisConnection {
         match self {
             Self::Node(connection) => connection.req_packed_commands(pipeline, offset, count),
             Self::Cluster(connection) => connection.req_packed_commands(pipeline, offset, count),
+            Self::Sentinel(connection) => connection.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -62,6 +68,7 @@ impl ConnectionLike for RedisConnection {
         match self {
             Self::Node(connection) => connection.get_db(),
             Self::Cluster(connection) => connection.get_db(),
+            Self::Sentinel(connection) => connection.get_db(),
         }
     }
 }

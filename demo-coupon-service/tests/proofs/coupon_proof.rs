@@ -1,5 +1,5 @@
 //! The demo coupon service never oversells with the lock — across three replicas sharing
-//! Redis, a Redis Cluster, PostgreSQL or MariaDB (with the locks there, or in etcd, ZooKeeper
+//! Redis (alone, in a cluster, or watched by Sentinels), PostgreSQL or MariaDB (with the locks there, or in etcd, ZooKeeper
 //! or RedLock), and in embedded mode — nor with `--optimistic` version checks on SQL, and does
 //! oversell without either.
 
@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use http::StatusCode;
 use integration_tests::{
-    DemoReplica, EtcdCluster, Http, MysqlDatabase, PostgresSchema, RedisCluster, RedisServer,
-    ZookeeperEnsemble,
+    DemoReplica, EtcdCluster, Http, MASTER_NAME, MysqlDatabase, PostgresSchema, RedisCluster,
+    RedisSentinels, RedisServer, ZookeeperEnsemble,
 };
 use serde_json::{Value, json};
 
@@ -181,6 +181,20 @@ async fn three_replicas_sharing_a_redis_cluster_never_oversell() {
         assert_eq!(coupon["oversold"], 0, "{coupon}");
         assert_eq!(coupon["duplicate_claims"], 0, "{coupon}");
     }
+}
+
+/// Three replicas sharing a master that Sentinels name (two replicas, three Sentinels), each
+/// lock acknowledged by a replica (`?wait=1`), through a claim storm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_sharing_a_sentinel_watched_master_never_oversell() {
+    let group = RedisSentinels::start(2);
+    let sentinels = group.sentinel_addresses().join(",");
+    let url = format!("redis+sentinel://{sentinels}/{MASTER_NAME}?wait=1");
+    let replicas = replicas(3, &["--store", &url, "--lock-wait-ms", "30000"]);
+
+    let (statuses, coupon) = claim_storm(&replicas).await;
+
+    assert_sold_exactly_once(&statuses, &coupon);
 }
 
 /// The same cluster storm without the lock oversells.

@@ -7,5 +7,6 @@ mod mysql;
 mod postgres;
 mod redis;
 mod redis_cluster;
+mod redis_sentinel;
 mod redlock;
 mod zookeeper;

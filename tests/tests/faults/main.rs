@@ -10,6 +10,7 @@ mod database_restart;
 mod late_acquire;
 mod lease_faults;
 mod redis_cluster;
+mod redis_sentinel;
 mod redlock;
 mod release_safety;
 mod store_outage;

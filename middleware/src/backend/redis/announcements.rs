@@ -1,9 +1,9 @@
 //! Release announcements: one subscriber connection per backend, routed to its waiting room.
 
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use redis::aio::{AsyncPushSender, ConnectionManager};
 use redis::{Client, ProtocolVersion, PushInfo, PushKind, RedisError, Value};
 
 use super::keys::LockKey;
@@ -17,19 +17,58 @@ const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Opens the subscriber connection (RESP3, so pushes arrive with the channel they belong to)
 /// and the waiting room it feeds. The connection resubscribes by itself after a reconnect.
 pub(super) async fn waiting_room(client: &Client) -> Result<Arc<WaitingRoom>, RedisError> {
+    let (room_slot, deliver) = delivery();
+    let subscriber = subscriber(client, deliver).await?;
+    let room = WaitingRoom::with_subscriptions(Subscriber(Arc::new(Mutex::new(subscriber))));
+    room_slot.set(Arc::downgrade(&room)).ok();
+    Ok(room)
+}
+
+/// A subscriber connection to the server of `client` (RESP3), handing its pushes to `deliver`
+/// and subscribing again by itself after a reconnect.
+async fn subscriber(
+    client: &Client,
+    deliver: impl AsyncPushSender,
+) -> Result<ConnectionManager, RedisError> {
     let info = client.get_connection_info().clone();
     let settings = info
         .redis_settings()
         .clone()
         .set_protocol(ProtocolVersion::RESP3);
     let resp3 = Client::open(info.set_redis_settings(settings))?;
-    let (room_slot, deliver) = delivery();
     let config = manager_config()
         .set_push_sender(deliver)
         .set_automatic_resubscription();
-    let subscriber = ConnectionManager::new_with_config(resp3, config).await?;
-    let room = WaitingRoom::with_subscriptions(Subscriber(subscriber));
+    ConnectionManager::new_with_config(resp3, config).await
+}
+
+/// Opens a subscriber connection to the master the Sentinels of `master` name, and the waiting
+/// room it feeds. When they name another master (the command connection followed a
+/// failover), a new subscriber connection goes there and the room subscribes again.
+#[cfg(feature = "redis-sentinel")]
+pub(super) async fn sentinel_waiting_room(
+    master: &super::sentinel::SentinelConnection,
+) -> Result<Arc<WaitingRoom>, RedisError> {
+    let mut named = master.named();
+    let (room_slot, deliver) = delivery();
+    let client = named.borrow_and_update().clone();
+    let current = Arc::new(Mutex::new(subscriber(&client, deliver.clone()).await?));
+    let room = WaitingRoom::with_subscriptions(Subscriber(Arc::clone(&current)));
     room_slot.set(Arc::downgrade(&room)).ok();
+    let following = Arc::downgrade(&room);
+    tokio::spawn(async move {
+        while named.changed().await.is_ok() {
+            let client = named.borrow_and_update().clone();
+            let Ok(connection) = subscriber(&client, deliver.clone()).await else {
+                continue;
+            };
+            *lock(&current) = connection;
+            match following.upgrade() {
+                Some(room) => room.subscribe_again(),
+                None => return,
+            }
+        }
+    });
     Ok(room)
 }
 
@@ -40,7 +79,7 @@ type RoomSlot = Arc<OnceLock<Weak<WaitingRoom>>>;
 /// each push.
 fn delivery() -> (
     RoomSlot,
-    impl Fn(PushInfo) -> Result<(), ()> + Send + Sync + 'static,
+    impl Fn(PushInfo) -> Result<(), ()> + Clone + Send + Sync + 'static,
 ) {
     let room_slot = RoomSlot::default();
     let deliver = {
@@ -101,11 +140,12 @@ fn route(room: &WaitingRoom, push: PushInfo) {
     }
 }
 
-struct Subscriber(ConnectionManager);
+/// Subscribes on a node: the one it connected to, or the master the Sentinels name now.
+struct Subscriber(Arc<Mutex<ConnectionManager>>);
 
 impl Subscriptions for Subscriber {
     fn subscribe(&mut self, name: &str) -> BoxFuture<'static, bool> {
-        let (mut connection, channel) = (self.0.clone(), LockKey::channel(name).to_string());
+        let (mut connection, channel) = (lock(&self.0).clone(), LockKey::channel(name).to_string());
         Box::pin(async move {
             let subscribed =
                 tokio::time::timeout(SUBSCRIBE_TIMEOUT, connection.subscribe(&channel));
@@ -114,7 +154,7 @@ impl Subscriptions for Subscriber {
     }
 
     fn unsubscribe(&mut self, name: &str) -> BoxFuture<'static, ()> {
-        let (mut connection, channel) = (self.0.clone(), LockKey::channel(name).to_string());
+        let (mut connection, channel) = (lock(&self.0).clone(), LockKey::channel(name).to_string());
         Box::pin(async move {
             let unsubscribed =
                 tokio::time::timeout(SUBSCRIBE_TIMEOUT, connection.unsubscribe(&channel));
@@ -150,4 +190,11 @@ impl Subscriptions for ShardSubscriber {
             }
         })
     }
+}
+
+fn lock(connection: &Mutex<ConnectionManager>) -> MutexGuard<'_, ConnectionManager> {
+    // One assignment changes it: a poisoned lock is still consistent.
+    connection
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -5,10 +5,15 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 #[cfg(feature = "redis-cluster")]
 use redis::cluster_async::ClusterConnection;
 
+#[cfg(feature = "redis-sentinel")]
+use super::SentinelConnection;
+
 /// A connection the Redis backend sends its commands on: a [`ConnectionManager`] (one Redis
-/// node: `RedisBackend::connect`) or, with the `redis-cluster` feature, redis-rs's
-/// `ClusterConnection` (Redis Cluster: `RedisBackend::connect_cluster`). Sealed: the backend
-/// relies on how each one routes its commands.
+/// node: `RedisBackend::connect`), with the `redis-cluster` feature redis-rs's
+/// `ClusterConnection` (Redis Cluster: `RedisBackend::connect_cluster`), or with the
+/// `redis-sentinel` feature a `SentinelConnection` (the master Sentinels name:
+/// `RedisBackend::connect_sentinel`). Sealed: the backend relies on how each one routes its
+/// commands.
 pub trait RedisConnection: ConnectionLike + Clone + Send + Sync + 'static + sealed::Sealed {
     /// Whether the connection spans a cluster's shards: releases are then announced with
     /// sharded pub/sub (`SPUBLISH`, heard by `SSUBSCRIBE` on the lock's shard), and several keys
@@ -26,9 +31,16 @@ impl RedisConnection for ClusterConnection {
     const SHARDED: bool = true;
 }
 
+#[cfg(feature = "redis-sentinel")]
+impl RedisConnection for SentinelConnection {
+    const SHARDED: bool = false;
+}
+
 mod sealed {
     pub trait Sealed {}
     impl Sealed for redis::aio::ConnectionManager {}
     #[cfg(feature = "redis-cluster")]
     impl Sealed for redis::cluster_async::ClusterConnection {}
+    #[cfg(feature = "redis-sentinel")]
+    impl Sealed for super::SentinelConnection {}
 }

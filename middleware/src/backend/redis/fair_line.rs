@@ -48,8 +48,12 @@ impl<C: RedisConnection> RedisBackend<C> {
         ];
         let reply = self.run_fair(name, "acquire", request.token, &args).await?;
         let lease = TokenLease::new(request.token, Hold::Mutex);
-        Ok(match acquire_reply(reply)? {
-            Attempt::Acquired(fence) => QueuedAttempt::Acquired(Granted { lease, fence }),
+        let taken = match acquire_reply(reply)? {
+            Attempt::Acquired(fence) => Attempt::Acquired(Granted { lease, fence }),
+            Attempt::Busy { holder_ttl } => Attempt::Busy { holder_ttl },
+        };
+        Ok(match self.acknowledged(&[name], taken).await? {
+            Attempt::Acquired(grant) => QueuedAttempt::Acquired(grant),
             Attempt::Busy { holder_ttl } => QueuedAttempt::Queued {
                 holder_ttl,
                 handover: lease,

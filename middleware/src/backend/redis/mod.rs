@@ -25,9 +25,13 @@ use commands::{
 use keys::{FenceCounter, LockKey, ScriptKey};
 use scripts::{LuaScript, Scripts};
 
+use acks::ReplicaAcks;
 pub use connection::RedisConnection;
 pub use redlock::RedlockBackend;
+#[cfg(feature = "redis-sentinel")]
+pub use sentinel::SentinelConnection;
 
+mod acks;
 mod announcements;
 mod commands;
 mod connection;
@@ -36,6 +40,8 @@ mod hash_slot;
 mod keys;
 mod redlock;
 mod scripts;
+#[cfg(feature = "redis-sentinel")]
+mod sentinel;
 mod shapes;
 
 /// Locks in Redis, shared by every process that talks to the same server.
@@ -86,6 +92,8 @@ pub struct RedisBackend<C: RedisConnection = ConnectionManager> {
     scripts: Arc<Scripts>,
     room: Arc<WaitingRoom>,
     fencing: bool,
+    /// Replicas that must have a lock before it counts as taken (`WAIT`).
+    acks: Option<ReplicaAcks>,
 }
 
 /// How long to wait for a TCP connection to Redis before counting it as down.
@@ -203,6 +211,7 @@ impl<C: RedisConnection> RedisBackend<C> {
             scripts: Arc::new(Scripts::new(C::SHARDED)),
             room,
             fencing: true,
+            acks: None,
         }
     }
 
@@ -420,7 +429,8 @@ impl<C: RedisConnection> LockBackend for RedisBackend<C> {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        self.take(name, request).await
+        let taken = self.take(name, request).await?;
+        self.acknowledged(&[name], taken).await
     }
 
     async fn extend(
@@ -487,15 +497,15 @@ impl<C: RedisConnection> LockBackend for RedisBackend<C> {
         let reply: Vec<i64> = many.run(&call, &mut self.connection.clone()).await?;
         let lease = TokenLease::new(request.token, Hold::Mutex);
         match reply.split_first() {
-            Some((1, fences)) if fences.len() == names.len() => Ok(Attempt::Acquired(
-                fences
-                    .iter()
+            Some((1, fences)) if fences.len() == names.len() => {
+                let grants = (fences.iter())
                     .map(|&value| Granted {
                         lease,
                         fence: u64::try_from(value).ok().and_then(fence),
                     })
-                    .collect(),
-            )),
+                    .collect();
+                self.acknowledged(names, Attempt::Acquired(grants)).await
+            }
             Some((0, [pttl])) => Ok(Attempt::Busy {
                 holder_ttl: holder_ttl(*pttl),
             }),

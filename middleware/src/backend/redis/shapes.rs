@@ -44,7 +44,8 @@ impl<C: RedisConnection> SharedLocks for RedisBackend<C> {
             ScriptArg::Int(millis(WAITER_MARK_TTL)),
         ];
         let reply = self.run_shared(name, "read", request.token, &args).await?;
-        granted(reply, request, Hold::Read)
+        let taken = granted(reply, request, Hold::Read)?;
+        self.acknowledged(&[name], taken).await
     }
 
     /// Like a mutex, a plain `SET NX PX` (readers hold the lock key too, so it fails while anybody
@@ -57,6 +58,18 @@ impl<C: RedisConnection> SharedLocks for RedisBackend<C> {
     /// held. While this process has waiters for the lock (it is contended), a waiting writer asks
     /// `shared.lua` straight away: one round trip instead of a pipeline that fails first.
     async fn acquire_write(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        let taken = self.write(name, request).await?;
+        self.acknowledged(&[name], taken).await
+    }
+}
+
+impl<C: RedisConnection> RedisBackend<C> {
+    /// [`SharedLocks::acquire_write`], before replicas acknowledge it.
+    async fn write(
         &self,
         name: &str,
         request: LockRequest,
@@ -159,6 +172,7 @@ impl<C: RedisConnection> Semaphores for RedisBackend<C> {
         let reply = self
             .run_shared(name, "permit", request.token, &args)
             .await?;
-        granted(reply, request, Hold::Permit { permits })
+        let taken = granted(reply, request, Hold::Permit { permits })?;
+        self.acknowledged(&[name], taken).await
     }
 }

@@ -257,6 +257,16 @@ impl WaitingRoom {
         }
     }
 
+    /// The backend subscribes on another connection now (its store named another server, a
+    /// failover): every name's subscription is made again there, its waiters on timed retries
+    /// (woken now) until it is confirmed.
+    pub fn subscribe_again(&self) {
+        let names: Vec<String> = self.names().keys().cloned().collect();
+        for name in names {
+            self.subscription_lost(&name);
+        }
+    }
+
     /// The announcement connection dropped: every waiter falls back to timed retries (and is
     /// woken now to retry) until its subscription is confirmed again.
     pub fn disconnected(&self) {

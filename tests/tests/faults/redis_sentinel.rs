@@ -1,0 +1,129 @@
+//! Redis with Sentinels while the master dies or its replicas stall: lockers follow the
+//! Sentinels to the promoted replica by themselves, and a lock the replicas do not acknowledge
+//! is refused and given back.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use integration_tests::{MASTER_NAME, RedisSentinels};
+use tokio::time::{Instant, sleep, timeout};
+use tower_lock::backend::redis::SentinelConnection;
+use tower_lock::{LockError, Locker, RedisBackend};
+
+async fn group() -> RedisSentinels {
+    let group = tokio::task::spawn_blocking(|| RedisSentinels::start(2)).await;
+    group.expect("the Sentinels and their master start")
+}
+
+async fn backend(group: &RedisSentinels) -> RedisBackend<SentinelConnection> {
+    let backend = RedisBackend::connect_sentinel(group.sentinel_urls(), MASTER_NAME).await;
+    backend.expect("the test's Sentinels answer")
+}
+
+fn locker(
+    backend: RedisBackend<SentinelConnection>,
+    ttl: Duration,
+) -> Locker<RedisBackend<SentinelConnection>> {
+    Locker::builder(backend)
+        .wait(Duration::from_secs(30))
+        .ttl(ttl)
+        .build()
+        .expect("valid settings")
+}
+
+/// The master is killed under contention: once the Sentinels have promoted a replica (the
+/// master down after 1 s without an answer, then an election) and the lease of a hold the dead
+/// master had has run out, the lockers take the lock again on the new master by themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockers_follow_the_sentinels_to_the_promoted_replica() {
+    let mut group = group().await;
+    let ttl = Duration::from_secs(2);
+    let lockers = [
+        locker(backend(&group).await, ttl),
+        locker(backend(&group).await, ttl),
+    ];
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut contenders = Vec::new();
+    for task in 0..8 {
+        let (locker, stop) = (lockers[task % 2].clone(), stop.clone());
+        contenders.push(tokio::spawn(async move {
+            let mut holds = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                match timeout(Duration::from_secs(2), locker.lock("k")).await {
+                    Ok(Ok(held)) => {
+                        holds.push(Instant::now());
+                        sleep(Duration::from_millis(2)).await;
+                        held.release().await.ok();
+                    }
+                    _ => sleep(Duration::from_millis(50)).await,
+                }
+            }
+            holds
+        }));
+    }
+    sleep(Duration::from_millis(500)).await;
+    let killed = Instant::now();
+    let group = tokio::task::spawn_blocking(move || {
+        group.kill_master_and_wait_for_another();
+        group
+    })
+    .await
+    .expect("a replica takes over");
+    let taken_over = killed.elapsed();
+    sleep(ttl + Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut holds = Vec::new();
+    for contender in contenders {
+        holds.extend(contender.await.expect("a contender panicked"));
+    }
+    let since_the_takeover = |at: &&Instant| **at > killed + taken_over;
+    let first = holds.iter().filter(since_the_takeover).min();
+    let first = first.map(|at| at.duration_since(killed));
+    let first = first.expect("the lock was taken again after the master died");
+    assert!(
+        first < taken_over + ttl + Duration::from_secs(1),
+        "the lock was taken again {first:?} after the kill; a replica took over after \\
+         {taken_over:?}"
+    );
+    let since = holds.iter().filter(since_the_takeover).count();
+    assert!(since > 10, "{since} holds after the failover");
+    drop(group);
+}
+
+/// With `replica_acks(2, …)` and both replicas frozen, taking a lock fails naming how many
+/// acknowledged, and the lock is given back at once (another process takes it without waiting
+/// out its lease). The twin: with the replicas running, the same lock is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_its_replicas_do_not_acknowledge_is_refused_and_given_back() {
+    let group = group().await;
+    let acked = |backend: RedisBackend<SentinelConnection>| {
+        backend.replica_acks(2, Duration::from_millis(100))
+    };
+    let careful = locker(acked(backend(&group).await), Duration::from_secs(30));
+    let held = careful
+        .lock("k")
+        .await
+        .expect("both replicas acknowledge it");
+    held.release().await.expect("released");
+
+    let replicas = group.replicas();
+    for &replica in &replicas {
+        group.pause(replica);
+    }
+    let refused = careful.lock("k").await;
+    for &replica in &replicas {
+        group.resume(replica);
+    }
+    match refused {
+        Err(LockError::StoreUnavailable(error)) => assert!(
+            error.to_string().contains("0 of the 2 replicas"),
+            "the error says how many acknowledged: {error}"
+        ),
+        other => panic!("expected the unacknowledged lock refused, got {other:?}"),
+    }
+    let other = locker(backend(&group).await, Duration::from_secs(30));
+    let reject = Locker::builder(other.backend().clone()).reject().build();
+    let free = reject.expect("valid settings").lock("k").await;
+    assert!(free.is_ok(), "the refused lock was given back: {free:?}");
+}
