@@ -31,6 +31,7 @@ mod cpu;
 mod delay_proxy;
 mod distinct_keys;
 mod etcd_pairs;
+mod failover;
 mod hot_key;
 mod lockers;
 mod progress;
@@ -131,6 +132,12 @@ struct Args {
     /// (a network's round trip: 500 adds 1 ms per round trip).
     #[arg(long, default_value_t = 0)]
     delay_us: u64,
+    /// Failover: how many times the master is killed.
+    #[arg(long, default_value_t = 200)]
+    trials: usize,
+    /// Failover: replicas that must acknowledge each lock (`WAIT`); 0 for none.
+    #[arg(long, default_value_t = 0)]
+    replica_acks: u32,
     /// Internal: run one process's share of a run (a JSON plan) and print what it measured.
     #[arg(long, hide = true)]
     worker: Option<String>,
@@ -176,6 +183,9 @@ enum Scenario {
     HotKey,
     /// Tasks locking keys nobody else uses: the cost of the lock itself.
     DistinctKeys,
+    /// Locks granted twice when the master dies (`--backend redis-sentinel`, `--trials`,
+    /// `--replica-acks`).
+    Failover,
 }
 
 impl Args {
@@ -209,6 +219,7 @@ impl Args {
             let scenario = match self.scenario {
                 Scenario::HotKey => "hot-key",
                 Scenario::DistinctKeys => "distinct-keys",
+                Scenario::Failover => "failover",
             };
             let store = self
                 .store()
@@ -237,6 +248,7 @@ impl Args {
                 self.concurrencies(&[8, 64]).len() * holds
             }
             Scenario::DistinctKeys => self.concurrencies(&[1, 16, 64]).len() * self.rounds.max(1),
+            Scenario::Failover => self.trials,
         };
         (runs * impls) as u64
     }
@@ -280,6 +292,10 @@ async fn main() {
         );
         return;
     }
+    if args.scenario == Scenario::Failover {
+        failover_trials(&args).await;
+        return;
+    }
     // Names are checked before a Redis is started: an unknown one exits, which would skip
     // stopping it.
     let hot_key_all: &[Impl] = match args.backend {
@@ -300,6 +316,8 @@ async fn main() {
             hot_key_impls = chosen(&args.impls, hot_key_all, Impl::name);
             hot_key_impls.retain(|&which| Contender::takes(which, args.shape, args.processes));
         }
+        // Run before the grids (`failover_trials`).
+        (Scenario::Failover, _) => {}
         (Scenario::DistinctKeys, None) => {
             pair_impls = chosen(&args.impls, &PairImpl::ALL, PairImpl::name);
         }
@@ -440,6 +458,7 @@ async fn main() {
             let database = backend.database().expect("a SQL backend");
             sql_distinct_keys_grid(&args, database, &url, &sql_pairs).await;
         }
+        (Scenario::Failover, _) => {}
     }
     progress::finish();
 }
@@ -643,6 +662,47 @@ async fn redis_distinct_keys_grid(
         }
     }
     args.write_chart(|path, store| chart::throughput_by_concurrency(path, store, &rows));
+}
+
+/// Scenario `failover`: the trials, one line each, and what they add up to.
+async fn failover_trials(args: &Args) {
+    if args.backend != Some(Backend::RedisSentinel) {
+        eprintln!("lockbench: --scenario failover runs on --backend redis-sentinel");
+        std::process::exit(2);
+    }
+    let mut trials = Vec::new();
+    failover::sentinel_trials(args.trials, args.replica_acks, |n, trial| {
+        if args.json {
+            let row = serde_json::json!({ "trial": n, "replica_acks": args.replica_acks, "result": trial });
+            println!("{row}");
+        } else {
+            println!(
+                "trial {n:>4}: {:>5} held at the kill, {:>4} granted twice, failover {:>5} ms, {:>5} refused",
+                trial.held_at_kill, trial.granted_twice, trial.failover_ms, trial.refused
+            );
+        }
+        trials.push(trial);
+    })
+    .await;
+    let held: usize = trials.iter().map(|trial| trial.held_at_kill).sum();
+    let twice: usize = trials.iter().map(|trial| trial.granted_twice).sum();
+    let with_any = trials
+        .iter()
+        .filter(|trial| trial.granted_twice > 0)
+        .count();
+    let mut failovers: Vec<u64> = trials.iter().map(|trial| trial.failover_ms).collect();
+    failovers.sort_unstable();
+    let median = failovers
+        .get(failovers.len() / 2)
+        .copied()
+        .unwrap_or_default();
+    println!(
+        "\n{} trials, replica acks {}: {with_any} with a lock granted twice; {twice} of {held} \
+         locks held at the kill granted twice; failover median {median} ms, longest {} ms",
+        trials.len(),
+        args.replica_acks,
+        failovers.last().copied().unwrap_or_default()
+    );
 }
 
 /// Runs each of `impls` at `concurrency` with `run`, `rounds` times over, interleaved (so
