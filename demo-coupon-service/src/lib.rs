@@ -829,36 +829,50 @@ fn with_locks<B: SharedLocks + Semaphores>(
     settings: LockSettings,
     routes: Routes,
 ) -> Routes {
-    let coupon_lock = lock_layer(locker, coupon_key).read_write();
-    let audits = |_: &Parts| Ok(Some("audits".to_owned()));
-    let audit_lock = lock_layer(locker, audits).semaphore(settings.audit_permits);
-    let transfer_lock = lock_layer(locker, many(transfers::lock_keys));
-    Routes {
-        coupon: routes.coupon.route_layer(coupon_lock.clone()),
-        claim: routes.claim.route_layer(coupon_lock),
-        audit: routes.audit.route_layer(audit_lock),
-        // The body names the coupons: read them into the request before the lock looks.
-        transfer: routes
-            .transfer
-            .route_layer(transfer_lock)
-            .route_layer(axum::middleware::from_fn(transfers::name_coupons)),
-    }
+    let (coupon, audit, transfer) = mutexes(locker);
+    let audit = audit.semaphore(settings.audit_permits);
+    locked(routes, (coupon.read_write(), audit, transfer))
 }
 
 /// The coupon routes' locks on a store with mutexes only (RedLock): a mutex on `coupon:{id}`
 /// for reading a coupon too, and one on `audits`, so audits run one at a time.
 fn with_mutexes<B: LockBackend>(locker: &Locker<B>, routes: Routes) -> Routes {
-    let coupon_lock = lock_layer(locker, coupon_key);
-    let audits = |_: &Parts| Ok(Some("audits".to_owned()));
-    let audit_lock = lock_layer(locker, audits);
-    let transfer_lock = lock_layer(locker, many(transfers::lock_keys));
+    locked(routes, mutexes(locker))
+}
+
+/// Mutex layers on `locker` for a coupon, the audits, and a transfer's coupons.
+fn mutexes<B: LockBackend>(
+    locker: &Locker<B>,
+) -> (
+    LockLayer<B, KeyOf>,
+    LockLayer<B, KeyOf>,
+    LockLayer<B, impl KeyExtractor + use<B>>,
+) {
+    let audits: KeyOf = |_| Ok(Some("audits".to_owned()));
+    let coupon: KeyOf = coupon_key;
+    (
+        lock_layer(locker, coupon),
+        lock_layer(locker, audits),
+        lock_layer(locker, many(transfers::lock_keys)),
+    )
+}
+
+/// A key extractor that is a plain function.
+type KeyOf = fn(&Parts) -> Result<Option<String>, KeyError>;
+
+/// `routes` under the coupon's, the audits' and a transfer's lock layers.
+fn locked<B: LockBackend, T: KeyExtractor>(
+    routes: Routes,
+    (coupon, audit, transfer): (LockLayer<B, KeyOf>, LockLayer<B, KeyOf>, LockLayer<B, T>),
+) -> Routes {
     Routes {
-        coupon: routes.coupon.route_layer(coupon_lock.clone()),
-        claim: routes.claim.route_layer(coupon_lock),
-        audit: routes.audit.route_layer(audit_lock),
+        coupon: routes.coupon.route_layer(coupon.clone()),
+        claim: routes.claim.route_layer(coupon),
+        audit: routes.audit.route_layer(audit),
+        // The body names the coupons: read them into the request before the lock looks.
         transfer: routes
             .transfer
-            .route_layer(transfer_lock)
+            .route_layer(transfer)
             .route_layer(axum::middleware::from_fn(transfers::name_coupons)),
     }
 }

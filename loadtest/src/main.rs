@@ -132,11 +132,11 @@ struct Args {
     /// (a network's round trip: 500 adds 1 ms per round trip).
     #[arg(long, default_value_t = 0)]
     delay_us: u64,
-    /// Failover: how many times the master is killed.
+    /// Failover: how many times the master is killed, without and again with acknowledgements.
     #[arg(long, default_value_t = 200)]
     trials: usize,
-    /// Failover: replicas that must acknowledge each lock (`WAIT`); 0 for none.
-    #[arg(long, default_value_t = 0)]
+    /// Failover: replicas that must acknowledge each lock (`WAIT`) in every other trial.
+    #[arg(long, default_value_t = 1)]
     replica_acks: u32,
     /// Internal: run one process's share of a run (a JSON plan) and print what it measured.
     #[arg(long, hide = true)]
@@ -664,45 +664,49 @@ async fn redis_distinct_keys_grid(
     args.write_chart(|path, store| chart::throughput_by_concurrency(path, store, &rows));
 }
 
-/// Scenario `failover`: the trials, one line each, and what they add up to.
+/// Scenario `failover`: the trials, one line each, and what they add up to without and with
+/// replica acknowledgements.
 async fn failover_trials(args: &Args) {
     if args.backend != Some(Backend::RedisSentinel) {
         eprintln!("lockbench: --scenario failover runs on --backend redis-sentinel");
         std::process::exit(2);
     }
-    let mut trials = Vec::new();
-    failover::sentinel_trials(args.trials, args.replica_acks, |n, trial| {
+    let mut arms: [Vec<failover::Trial>; 2] = [Vec::new(), Vec::new()];
+    failover::sentinel_trials(args.trials, args.replica_acks, |n, acks, trial| {
         if args.json {
-            let row = serde_json::json!({ "trial": n, "replica_acks": args.replica_acks, "result": trial });
+            let row = serde_json::json!({ "trial": n, "replica_acks": acks, "result": trial });
             println!("{row}");
         } else {
             println!(
-                "trial {n:>4}: {:>5} held at the kill, {:>4} granted twice, failover {:>5} ms, {:>5} refused",
+                "trial {n:>4}, replica acks {acks}: {:>5} held at the kill, {:>4} granted twice, \
+                 failover {:>5} ms, {:>5} refused",
                 trial.held_at_kill, trial.granted_twice, trial.failover_ms, trial.refused
             );
         }
-        trials.push(trial);
+        arms[usize::from(acks > 0)].push(trial);
     })
     .await;
-    let held: usize = trials.iter().map(|trial| trial.held_at_kill).sum();
-    let twice: usize = trials.iter().map(|trial| trial.granted_twice).sum();
-    let with_any = trials
-        .iter()
-        .filter(|trial| trial.granted_twice > 0)
-        .count();
-    let mut failovers: Vec<u64> = trials.iter().map(|trial| trial.failover_ms).collect();
-    failovers.sort_unstable();
-    let median = failovers
-        .get(failovers.len() / 2)
-        .copied()
-        .unwrap_or_default();
-    println!(
-        "\n{} trials, replica acks {}: {with_any} with a lock granted twice; {twice} of {held} \
-         locks held at the kill granted twice; failover median {median} ms, longest {} ms",
-        trials.len(),
-        args.replica_acks,
-        failovers.last().copied().unwrap_or_default()
-    );
+    for (trials, acks) in arms.iter().zip([0, args.replica_acks]) {
+        let held: usize = trials.iter().map(|trial| trial.held_at_kill).sum();
+        let twice: usize = trials.iter().map(|trial| trial.granted_twice).sum();
+        let with_any = trials
+            .iter()
+            .filter(|trial| trial.granted_twice > 0)
+            .count();
+        let mut failovers: Vec<u64> = trials.iter().map(|trial| trial.failover_ms).collect();
+        failovers.sort_unstable();
+        let median = failovers
+            .get(failovers.len() / 2)
+            .copied()
+            .unwrap_or_default();
+        println!(
+            "{} trials, replica acks {acks}: {with_any} with a lock granted twice; {twice} of \
+             {held} locks held at the kill granted twice; failover median {median} ms, longest \
+             {} ms",
+            trials.len(),
+            failovers.last().copied().unwrap_or_default()
+        );
+    }
 }
 
 /// Runs each of `impls` at `concurrency` with `run`, `rounds` times over, interleaved (so

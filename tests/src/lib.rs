@@ -14,6 +14,7 @@ mod browser;
 pub mod consensus;
 mod demo;
 mod etcd_cluster;
+mod failover;
 mod http_client;
 mod in_process;
 mod locks;
@@ -34,6 +35,7 @@ mod zookeeper_ensemble;
 pub use browser::Browser;
 pub use demo::DemoReplica;
 pub use etcd_cluster::EtcdCluster;
+pub use failover::lockers_recover_from;
 pub use http_client::Http;
 pub use in_process::{Reply, post, send};
 pub use locks::{

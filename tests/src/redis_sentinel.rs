@@ -138,27 +138,6 @@ impl RedisSentinels {
         }
     }
 
-    /// Starts the servers killed before again, each as a replica of the master named now, and
-    /// waits until they have synced and the Sentinels know them: the group is whole again.
-    pub fn restart_killed(&mut self) {
-        let master = self.master();
-        let killed: Vec<usize> = (self.servers.iter().enumerate())
-            .filter(|(_, server)| server.child.is_none())
-            .map(|(index, _)| index)
-            .collect();
-        for index in killed {
-            let port = self.servers[index].port;
-            let replica = [
-                "--replicaof".to_owned(),
-                "127.0.0.1".to_owned(),
-                master.to_string(),
-            ];
-            let replica: Vec<&str> = replica.iter().map(String::as_str).collect();
-            self.servers[index] = self.server(port, &replica);
-        }
-        self.wait_until_known(self.servers.len() - 1);
-    }
-
     /// Freezes the server on `port` (SIGSTOP).
     pub fn pause(&self, port: u16) {
         let server = self.servers.iter().find(|server| server.port == port);
