@@ -138,6 +138,10 @@ struct Args {
     /// Failover: replicas that must acknowledge each lock (`WAIT`) in every other trial.
     #[arg(long, default_value_t = 1)]
     replica_acks: u32,
+    /// Failover: stall replication this long before killing the master (its replicas frozen,
+    /// its links to them full), so that the locks it granted meanwhile reach none of them.
+    #[arg(long, default_value_t = 0)]
+    lag_ms: u64,
     /// Internal: run one process's share of a run (a JSON plan) and print what it measured.
     #[arg(long, hide = true)]
     worker: Option<String>,
@@ -183,8 +187,8 @@ enum Scenario {
     HotKey,
     /// Tasks locking keys nobody else uses: the cost of the lock itself.
     DistinctKeys,
-    /// Locks granted twice when the master dies (`--backend redis-sentinel`, `--trials`,
-    /// `--replica-acks`).
+    /// Locks granted twice when the master dies (`--backend redis-sentinel` or
+    /// `redis-cluster`, `--trials`, `--replica-acks`, `--lag-ms`).
     Failover,
 }
 
@@ -667,12 +671,8 @@ async fn redis_distinct_keys_grid(
 /// Scenario `failover`: the trials, one line each, and what they add up to without and with
 /// replica acknowledgements.
 async fn failover_trials(args: &Args) {
-    if args.backend != Some(Backend::RedisSentinel) {
-        eprintln!("lockbench: --scenario failover runs on --backend redis-sentinel");
-        std::process::exit(2);
-    }
     let mut arms: [Vec<failover::Trial>; 2] = [Vec::new(), Vec::new()];
-    failover::sentinel_trials(args.trials, args.replica_acks, |n, acks, trial| {
+    let each = |n, acks, trial: failover::Trial| {
         if args.json {
             let row = serde_json::json!({ "trial": n, "replica_acks": acks, "result": trial });
             println!("{row}");
@@ -684,8 +684,22 @@ async fn failover_trials(args: &Args) {
             );
         }
         arms[usize::from(acks > 0)].push(trial);
-    })
-    .await;
+    };
+    let trials = failover::Trials {
+        count: args.trials,
+        acks: args.replica_acks,
+        lag: Duration::from_millis(args.lag_ms),
+    };
+    match args.backend {
+        Some(Backend::RedisSentinel) => failover::run::<RedisSentinels>(trials, each).await,
+        Some(Backend::RedisCluster) => failover::run::<RedisCluster>(trials, each).await,
+        _ => {
+            eprintln!(
+                "lockbench: --scenario failover runs on --backend redis-sentinel or redis-cluster"
+            );
+            std::process::exit(2);
+        }
+    }
     for (trials, acks) in arms.iter().zip([0, args.replica_acks]) {
         let held: usize = trials.iter().map(|trial| trial.held_at_kill).sum();
         let twice: usize = trials.iter().map(|trial| trial.granted_twice).sum();

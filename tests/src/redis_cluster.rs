@@ -6,7 +6,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use crate::process::free_port;
+use crate::process::{free_port, send_signal};
 use crate::redis_server;
 
 const INSTALL_HINT: &str = "redis-server and redis-cli are not on PATH; the cluster tests start \
@@ -141,6 +141,14 @@ impl RedisCluster {
         master_of_slot(&slots, slot).unwrap_or_else(|| panic!("no master serves slot {slot}"))
     }
 
+    /// The slot ranges the master on `port` serves now.
+    pub fn slots_of(&self, port: u16) -> Vec<(u16, u16)> {
+        let slots = self.query_any(&["CLUSTER", "SHARDS"]);
+        let mut shards = shards(&slots).into_iter();
+        let served = shards.find(|(_, master)| *master == port);
+        served.map(|(ranges, _)| ranges).unwrap_or_default()
+    }
+
     /// The ports of the live masters.
     pub fn masters(&self) -> Vec<u16> {
         let slots = self.query_any(&["CLUSTER", "SHARDS"]);
@@ -178,6 +186,38 @@ impl RedisCluster {
         if let Some(node) = self.nodes.iter_mut().find(|node| node.port == port) {
             node.kill();
         }
+    }
+
+    /// Stalls replication from the master on `port` (see `redis_server::stall_replication`):
+    /// its replicas frozen, and its links to them full. Their ports, to thaw with `resume`.
+    pub fn stall_replication(&self, port: u16) -> Vec<u16> {
+        let following = format!("master_port:{port}");
+        let replicas: Vec<&ClusterNode> = (self.live())
+            .filter(|node| {
+                let info = try_query(node.port, &["INFO", "replication"]).unwrap_or_default();
+                info.contains("role:slave") && info.lines().any(|line| line.trim() == following)
+            })
+            .collect();
+        let ranges = self.slots_of(port);
+        let served = |key: &String| {
+            let slot = self.slot_of(key);
+            (ranges.iter()).any(|&(low, high)| low <= slot && slot <= high)
+        };
+        let junk = (0..).map(|n| format!("junk-{n}")).find(served);
+        let junk = junk.expect("some key is served by the master");
+        let children: Vec<&Child> = replicas
+            .iter()
+            .filter_map(|node| node.child.as_ref())
+            .collect();
+        redis_server::stall_replication(port, &children, &junk);
+        replicas.iter().map(|node| node.port).collect()
+    }
+
+    /// Thaws the node on `port` (SIGCONT).
+    pub fn resume(&self, port: u16) {
+        let node = self.nodes.iter().find(|node| node.port == port);
+        let child = node.and_then(|node| node.child.as_ref());
+        send_signal(child.expect("a live node on that port"), "CONT");
     }
 
     /// Waits until every live node says the cluster is ok and agrees on which master serves

@@ -121,10 +121,22 @@ impl RedisSentinels {
     /// Kills the master with SIGKILL and waits until the Sentinels name another (a replica
     /// promoted): its port.
     pub fn kill_master_and_wait_for_another(&mut self) -> u16 {
+        let old = self.kill_master();
+        self.wait_for_another_master(old)
+    }
+
+    /// Kills the master with SIGKILL: its port.
+    pub fn kill_master(&mut self) -> u16 {
         let old = self.master();
         if let Some(server) = self.servers.iter_mut().find(|server| server.port == old) {
             server.kill();
         }
+        old
+    }
+
+    /// Waits until the Sentinels name a master other than the one on port `old`, and it
+    /// answers as a master: its port.
+    pub fn wait_for_another_master(&self, old: u16) -> u16 {
         let deadline = Instant::now() + SETTLE_TIMEOUT;
         loop {
             let now = self.master();
@@ -136,6 +148,18 @@ impl RedisSentinels {
             assert!(Instant::now() < deadline, "no replica took over from {old}");
             sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Stalls replication (see `redis_server::stall_replication`): the master's replicas
+    /// frozen, and its links to them full. Their ports, to thaw with `resume`.
+    pub fn stall_replication(&self) -> Vec<u16> {
+        let replicas = self.replicas();
+        let children: Vec<&Child> = (self.servers.iter())
+            .filter(|server| replicas.contains(&server.port))
+            .filter_map(|server| server.child.as_ref())
+            .collect();
+        redis_server::stall_replication(self.master(), &children, "junk");
+        replicas
     }
 
     /// Freezes the server on `port` (SIGSTOP).

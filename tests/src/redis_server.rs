@@ -156,3 +156,27 @@ pub(crate) fn spawn(port: u16, dir: &Path, (config, extra): (Option<&Path>, &[&s
             _ => panic!("could not start redis-server: {error}"),
         })
 }
+
+/// Stalls replication from the master on `port`: freezes `replicas` (SIGSTOP), then writes
+/// 64 MiB to `junk_key` on the master, more than the replicas' sockets and its own can buffer,
+/// so that whatever the master writes next waits in its memory until they are thawed. Killed
+/// meanwhile, the master takes it with it: a replication lag, as a master dying on a real
+/// network has, which a master killed on loopback has not (its kernel delivers what it wrote).
+pub(crate) fn stall_replication(port: u16, replicas: &[&Child], junk_key: &str) {
+    for replica in replicas {
+        send_signal(replica, "STOP");
+    }
+    let mut cli = Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "-x", "SET", junk_key])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-cli runs");
+    let mut stdin = cli.stdin.take().expect("redis-cli's stdin");
+    stdin
+        .write_all(&vec![b'x'; 64 << 20])
+        .expect("the junk is written");
+    drop(stdin);
+    let status = cli.wait().expect("redis-cli runs");
+    assert!(status.success(), "SET {junk_key} on port {port} failed");
+}
