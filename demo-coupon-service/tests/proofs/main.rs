@@ -4,3 +4,4 @@
 
 mod coupon_proof;
 mod fencing_proof;
+mod leader_loss;

@@ -164,3 +164,52 @@ pub async fn a_dropped_backend_frees_its_locks_at_once<S: ConsensusStore>() {
         "the live backend's lock is still held"
     );
 }
+
+/// A release lost while the cluster is down (its only server killed) leaves the lock's key
+/// behind, kept alive by the holder's session; once the server is back, the session deletes
+/// it at once (within 3 s here), not at its next renewal, a quarter of the session away (10 s
+/// here). The twin: a lock its holder keeps stays held.
+///
+/// # Panics
+///
+/// When any of that fails.
+pub async fn a_release_lost_while_the_cluster_is_down_frees_the_lock_once_it_is_back<
+    S: ConsensusStore,
+>() {
+    let mut cluster = S::start(1);
+    let session = Duration::from_secs(40);
+    let (holder, other) = (
+        cluster.backend(&[0], session).await,
+        cluster.backend(&[0], session).await,
+    );
+    let ttl = Duration::from_secs(20);
+    let released = granted(holder.acquire("lock:released", request(ttl)).await);
+    granted(holder.acquire("lock:kept", request(ttl)).await);
+
+    cluster.kill(0);
+    let release = holder.release("lock:released", &released.lease);
+    let lost = timeout(Duration::from_millis(500), release).await;
+    assert!(
+        !matches!(lost, Ok(Ok(_))),
+        "the release could not go through"
+    );
+    cluster.restart(0);
+    assert!(cluster.wait_serving(0), "the server serves again");
+    let back = Instant::now();
+
+    while !matches!(
+        other.acquire("lock:released", request(ttl)).await,
+        Ok(Attempt::Acquired(_))
+    ) {
+        assert!(
+            back.elapsed() < Duration::from_secs(3),
+            "the lock whose release was lost is still held 3 s after the server came back"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    let kept = other.acquire("lock:kept", request(ttl)).await;
+    assert!(
+        matches!(kept, Ok(Attempt::Busy { .. })),
+        "the lock its holder keeps is still held"
+    );
+}

@@ -288,9 +288,12 @@ impl EtcdBackend {
             self.inner.session.disown(key);
         }
         self.inner.session.bury(&mark);
+        let deletion = self.inner.session.deleting();
         let mut txn = vec![Self::put(mark, session)];
         txn.extend(ours.into_iter().map(|key| TxnOp::delete(key, None)));
-        self.txn(Txn::new().and_then(txn)).await.map(drop)
+        self.txn(Txn::new().and_then(txn)).await?;
+        deletion.done();
+        Ok(())
     }
 
     /// Gives up `keys` and deletes them (the session's sweep does, if this cannot); the
@@ -299,11 +302,14 @@ impl EtcdBackend {
         for key in keys {
             self.inner.session.disown(key);
         }
+        let deletion = self.inner.session.deleting();
         let deletes: Vec<TxnOp> = keys
             .iter()
             .map(|key| TxnOp::delete(key.clone(), None))
             .collect();
-        revision(&self.txn(Txn::new().and_then(deletes)).await?)
+        let deleted = revision(&self.txn(Txn::new().and_then(deletes)).await?)?;
+        deletion.done();
+        Ok(deleted)
     }
 }
 
@@ -409,12 +415,14 @@ impl LockBackend for EtcdBackend {
         // The key is the holder's alone (its token is in it, and a released hold's token is
         // never used again): a plain delete, which says whether it was still there.
         self.inner.session.disown(&lease.key);
+        let deletion = self.inner.session.deleting();
         let call = |client: etcd_client::Client| {
             let key = lease.key.clone();
             let options = DeleteOptions::new().with_prev_key();
             async move { client.kv_client().delete(key, Some(options)).await }
         };
         let deleted = self.inner.members.call(call).await?;
+        deletion.done();
         let held = deleted.prev_kvs().first();
         Ok(held.is_some_and(|kv| kv.create_revision() == lease.revision))
     }

@@ -16,9 +16,13 @@
 //! or was cut short (the cluster was unreachable), or one put by an attempt whose answer was
 //! lost and that reached the cluster only after the attempt was given up. So the session knows
 //! which keys it owns — a key is owned from before it is put until it is given up — and after
-//! every renewal asks the cluster which keys its lease holds and deletes the others.
+//! every renewal asks the cluster which keys its lease holds and deletes the others. After a
+//! deletion that failed or was given up (a release lost while the cluster elected a leader),
+//! it renews and sweeps at once, and again every [`RETRY_PAUSE`] until a sweep finishes: the
+//! lock is free as soon as the cluster answers, not a renewal period later.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -63,6 +67,33 @@ struct Shared {
     owned: Mutex<HashSet<Vec<u8>>>,
     /// Given-up marks, oldest first, with when they were put.
     marks: Mutex<VecDeque<(Instant, Vec<u8>)>>,
+    /// A deletion failed or was cut short, or a sweep did not finish: keys nobody owns may
+    /// still hold lines up, so the next sweep comes soon rather than at the next renewal.
+    strays_suspected: AtomicBool,
+}
+
+/// A deletion on its way. Unless it is seen through ([`done`](Self::done)) — it failed, or its
+/// caller gave up on it (a store timeout) — the session sweeps at once and then every
+/// [`RETRY_PAUSE`] until a sweep finishes: a lock whose release was lost while the cluster
+/// elected a leader is freed as soon as the cluster answers, not a renewal period later.
+pub(super) struct Deletion<'a> {
+    shared: &'a Shared,
+    done: bool,
+}
+
+impl Deletion<'_> {
+    /// The deletion went through.
+    pub(super) fn done(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Deletion<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.shared.suspect_strays();
+        }
+    }
 }
 
 impl Session {
@@ -76,6 +107,7 @@ impl Session {
             closed: Notify::new(),
             owned: Mutex::default(),
             marks: Mutex::default(),
+            strays_suspected: AtomicBool::new(false),
         });
         tokio::spawn(keep_alive(members, Arc::downgrade(&shared), granted));
         Ok(Self {
@@ -136,6 +168,14 @@ impl Session {
     pub(super) fn disown(&self, key: &[u8]) {
         self.shared.owned().remove(key);
     }
+
+    /// A deletion of disowned keys begins: see [`Deletion`].
+    pub(super) fn deleting(&self) -> Deletion<'_> {
+        Deletion {
+            shared: &self.shared,
+            done: false,
+        }
+    }
 }
 
 impl Drop for Session {
@@ -147,6 +187,12 @@ impl Drop for Session {
 impl Shared {
     fn owned(&self) -> MutexGuard<'_, HashSet<Vec<u8>>> {
         lock(&self.owned)
+    }
+
+    /// Keys nobody owns may be left: sweep now, and again soon until a sweep finishes.
+    fn suspect_strays(&self) {
+        self.strays_suspected.store(true, Ordering::Relaxed);
+        self.renew_now.notify_one();
     }
 
     /// Disowns the given-up marks that have served their time.
@@ -268,23 +314,31 @@ async fn keep_stream(
         let until = lease_deadline(sent, answered);
         alive.term.send_replace(Term { lease, until });
         alive.expire_marks();
-        sweep(&alive, members, lease).await;
+        alive.strays_suspected.store(false, Ordering::Relaxed);
+        if !sweep(&alive, members, lease).await {
+            alive.strays_suspected.store(true, Ordering::Relaxed);
+        }
+        let pause = if alive.strays_suspected.load(Ordering::Relaxed) {
+            RETRY_PAUSE
+        } else {
+            period
+        };
         tokio::select! {
-            () = sleep(period) => {}
+            () = sleep(pause) => {}
             () = alive.renew_now.notified() => {}
             () = alive.closed.notified() => return Stream::Dropped,
         }
     }
 }
 
-/// Deletes the keys `lease` keeps alive that nobody here owns.
+/// Deletes the keys `lease` keeps alive that nobody here owns: whether every one is gone.
 ///
 /// A key can be given up and put again under the same name (a permit that landed behind the
 /// others deletes its key and asks again), so a name that was a stray when listed may be owned
 /// again by the time the deletion lands. So each stray's create revision is read first, the
 /// key is checked to be still unowned after that read, and it is deleted only if it is still
 /// that incarnation: a later one was owned before it was put, so it has another revision.
-async fn sweep(shared: &Shared, members: &Members, lease: i64) {
+async fn sweep(shared: &Shared, members: &Members, lease: i64) -> bool {
     let listed = |client: etcd_client::Client| async move {
         let options = LeaseTimeToLiveOptions::new().with_keys();
         client
@@ -293,19 +347,21 @@ async fn sweep(shared: &Shared, members: &Members, lease: i64) {
             .await
     };
     let Ok(listed) = members.call(listed).await else {
-        return;
+        return false;
     };
     let strays: Vec<Vec<u8>> = {
         let owned = shared.owned();
         let keys = listed.keys().iter();
         keys.filter(|key| !owned.contains(*key)).cloned().collect()
     };
+    let mut swept = true;
     for key in strays {
         let read = |client: etcd_client::Client| {
             let key = key.clone();
             async move { client.kv_client().get(key, None).await }
         };
         let Ok(mut read) = members.call(read).await else {
+            swept = false;
             continue;
         };
         let Some(seen) = read.take_kvs().into_iter().next() else {
@@ -324,6 +380,7 @@ async fn sweep(shared: &Shared, members: &Members, lease: i64) {
             let delete = delete.clone();
             async move { client.kv_client().txn(delete).await }
         };
-        members.call(delete).await.ok();
+        swept &= members.call(delete).await.is_ok();
     }
+    swept
 }

@@ -267,12 +267,14 @@ impl ZookeeperBackend {
     /// it, the sweep takes it); whether it was there.
     async fn delete(&self, path: &str) -> Result<bool, BackendError> {
         let prefix = nodes::owner_prefix(path).to_owned();
-        let _given_up = self.inner.session.disown_after(vec![prefix]);
-        match self.client().delete(path, None).await {
-            Ok(()) => Ok(true),
-            Err(ZkError::NoNode) => Ok(false),
-            Err(error) => Err(BackendError::new(error)),
-        }
+        let given_up = self.inner.session.disown_after(vec![prefix]);
+        let was_there = match self.client().delete(path, None).await {
+            Ok(()) => true,
+            Err(ZkError::NoNode) => false,
+            Err(error) => return Err(BackendError::new(error)),
+        };
+        given_up.deleted();
+        Ok(was_there)
     }
 
     /// `lease` once the session vouches for it for `ttl` from `sent`.
@@ -312,11 +314,12 @@ impl ZookeeperBackend {
         let dir = self.dir(name);
         let kinds = [Kind::Exclusive, Kind::Shared, Kind::Intent, Kind::Claim];
         let prefixes = kinds.map(|kind| dir.node_prefix(kind, token)).to_vec();
-        let _given_up = self.inner.session.disown_after(prefixes);
+        let given_up = self.inner.session.disown_after(prefixes);
         let children = self.children(&dir).await?;
         for node in children.of(token) {
             self.delete(&dir.child(node)).await?;
         }
+        given_up.deleted();
         Ok(())
     }
 }

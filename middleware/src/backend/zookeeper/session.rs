@@ -19,7 +19,9 @@
 //! nodes it owns — by the path they are created at, owned from before the creation until given
 //! up, or until its owner's deletion has ended — and after every renewal asks the ensemble
 //! which ephemeral nodes it holds (`getEphemerals`) and deletes the others, on a task of its
-//! own (a renewal, and a lock waiting to be vouched for, never waits for a sweep).
+//! own (a renewal, and a lock waiting to be vouched for, never waits for a sweep). After a
+//! deletion that failed or was given up (a release lost while the ensemble elected a leader),
+//! it renews at once, and sweeps again every [`RETRY_PAUSE`] until a sweep finishes.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -163,20 +165,36 @@ impl Session {
         Disowned {
             session: self,
             prefixes,
+            deleted: false,
         }
     }
 }
 
-/// Disowns its prefixes when dropped ([`Session::disown_after`]).
+/// Disowns its prefixes when dropped ([`Session::disown_after`]). Unless the caller saw its
+/// deletion through ([`deleted`](Self::deleted)) — it failed, or was given up (a store
+/// timeout) — the session renews and sweeps at once, and sweeps again every [`RETRY_PAUSE`]
+/// until a sweep finishes: a lock whose release was lost while the ensemble elected a leader
+/// is freed as soon as the ensemble answers, not a renewal period later.
 pub(super) struct Disowned<'a> {
     session: &'a Session,
     prefixes: Vec<String>,
+    deleted: bool,
+}
+
+impl Disowned<'_> {
+    /// The nodes are gone.
+    pub(super) fn deleted(mut self) {
+        self.deleted = true;
+    }
 }
 
 impl Drop for Disowned<'_> {
     fn drop(&mut self) {
         for prefix in &self.prefixes {
             self.session.disown(prefix);
+        }
+        if !self.deleted {
+            self.session.shared.renew_now.notify_one();
         }
     }
 }
@@ -299,21 +317,31 @@ async fn renew_session(ensemble: &Ensemble, alive: &Shared) -> Renewed {
 /// no renewal (and no lock waiting to be vouched for) waits for a sweep — until the session is
 /// gone.
 async fn sweeper(mut renewals: watch::Receiver<u64>, shared: Weak<Shared>, root: String) {
-    while renewals.changed().await.is_ok() {
-        let Some(alive) = shared.upgrade() else {
+    let mut swept = true;
+    loop {
+        let renewed = if swept {
+            renewals.changed().await
+        } else {
+            // The last sweep did not finish: again soon, renewed or not.
+            tokio::select! {
+                renewed = renewals.changed() => renewed,
+                () = sleep(RETRY_PAUSE) => Ok(()),
+            }
+        };
+        let (Ok(()), Some(alive)) = (renewed, shared.upgrade()) else {
             return;
         };
         let client = lock(&alive.client).clone();
-        sweep(&alive, &client, &root).await;
+        swept = sweep(&alive, &client, &root).await;
     }
 }
 
-/// Deletes the ephemeral nodes of the session under `root` that nobody here owns. A node's
-/// path carries its sequence, so the deletion can only hit the node listed, never a later one
-/// created at the same prefix.
-async fn sweep(shared: &Shared, client: &Client, root: &str) {
+/// Deletes the ephemeral nodes of the session under `root` that nobody here owns: whether
+/// every one is gone. A node's path carries its sequence, so the deletion can only hit the
+/// node listed, never a later one created at the same prefix.
+async fn sweep(shared: &Shared, client: &Client, root: &str) -> bool {
     let Ok(listed) = client.list_ephemerals(root).await else {
-        return;
+        return false;
     };
     let strays: Vec<String> = {
         let owned = shared.owned();
@@ -322,8 +350,11 @@ async fn sweep(shared: &Shared, client: &Client, root: &str) {
             .filter(|path| !owned.contains(owner_prefix(path)))
             .collect()
     };
+    let mut swept = true;
     for path in strays {
         tracing::debug!(%path, "ZooKeeper session: deleting a node nobody owns");
-        client.delete(&path, None).await.ok();
+        let deleted = client.delete(&path, None).await;
+        swept &= matches!(deleted, Ok(()) | Err(zookeeper_client::Error::NoNode));
     }
+    swept
 }

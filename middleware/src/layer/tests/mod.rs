@@ -19,6 +19,7 @@ use crate::test_support::{Hanging, hold, is_free};
 use crate::{LockGuard, LockLayer, Locker, MemoryBackend, OnLost};
 
 mod answers;
+mod arbitrary_input;
 mod bodies;
 mod guards;
 mod routing;

@@ -1,0 +1,185 @@
+//! Three replicas with their locks in a three-member etcd cluster or ZooKeeper ensemble, under
+//! a claim storm, when the ensemble's leader is killed: every claim stays correct, and locked
+//! routes answer again soon after the ensemble has a new leader.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::StatusCode;
+use integration_tests::{DemoReplica, EtcdCluster, Http, RedisServer, ZookeeperEnsemble};
+use serde_json::json;
+use tokio::time::{Instant, sleep};
+
+const DEMO: &str = env!("CARGO_BIN_EXE_demo-coupon-service");
+/// Concurrent claimers, spread over the replicas.
+const CLAIMERS: usize = 24;
+/// More stock than the storm can claim: every claim should be granted.
+const STOCK: u64 = 1_000_000;
+
+/// What the storm saw around the kill, timed from it.
+#[derive(Debug)]
+struct Recovery {
+    /// Until a surviving member said it leads.
+    new_leader: Duration,
+    /// Until the first claim granted after that.
+    first_grant: Duration,
+    /// Until the last claim answered with an error (none: zero).
+    last_error: Duration,
+    /// Claims answered with an error.
+    errors: usize,
+    /// Claims granted, and the coupon's count of them.
+    granted: (u64, u64),
+}
+
+impl Recovery {
+    /// Locked routes answer again within `bound` of the ensemble having a new leader: a claim
+    /// is granted, and none fails after.
+    fn assert_back_within(&self, bound: Duration) {
+        println!(
+            "a new leader {:?} after the kill; the first claim granted after it at {:?}, the \
+             last error at {:?}; {} errors, {} claims granted",
+            self.new_leader, self.first_grant, self.last_error, self.errors, self.granted.0
+        );
+        assert!(
+            self.first_grant <= self.new_leader + bound
+                && self.last_error <= self.new_leader + bound,
+            "claims were not served again within {bound:?} of the new leader: {self:?}"
+        );
+        assert_eq!(self.granted.0, self.granted.1, "{self:?}");
+    }
+}
+
+/// A consensus ensemble of the test's own.
+trait Ensemble: Send + 'static {
+    /// As a `--lock-store` URL.
+    fn url(&self) -> String;
+    /// The member that leads now, among those running.
+    fn leader(&self) -> Option<usize>;
+    /// Kills member `index` (SIGKILL).
+    fn kill(&mut self, index: usize);
+}
+
+impl Ensemble for EtcdCluster {
+    fn url(&self) -> String {
+        self.url()
+    }
+    fn leader(&self) -> Option<usize> {
+        self.leader()
+    }
+    fn kill(&mut self, index: usize) {
+        self.kill(index);
+    }
+}
+
+impl Ensemble for ZookeeperEnsemble {
+    fn url(&self) -> String {
+        self.url()
+    }
+    fn leader(&self) -> Option<usize> {
+        self.leader()
+    }
+    fn kill(&mut self, index: usize) {
+        self.kill(index);
+    }
+}
+
+/// Runs a claim storm over three replicas keeping coupons in a Redis of their own and locks in
+/// `ensemble`, whose leader is killed 1 s in; storms on for 8 s after the kill.
+async fn claim_storm_through_leader_loss(ensemble: impl Ensemble) -> Recovery {
+    let redis = RedisServer::start();
+    let lock_store = ensemble.url();
+    let ensemble = Arc::new(Mutex::new(ensemble));
+    let args = ["--store", &redis.url(), "--lock-store", &lock_store];
+    let replicas: Vec<DemoReplica> = (0..3).map(|_| DemoReplica::start(DEMO, &args)).collect();
+    let http = Http::default();
+    let seeded = (http.put(
+        &format!("{}/coupons/c1", replicas[0].url()),
+        json!({ "stock": STOCK }),
+    ))
+    .await;
+    assert_eq!(seeded.status, StatusCode::OK, "{}", seeded.body);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let claimers: Vec<_> = (0..CLAIMERS)
+        .map(|claimer| {
+            let url = format!("{}/coupons/c1/claim", replicas[claimer % 3].url());
+            let (http, stop) = (http.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                for n in 0.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let user = format!("user-{claimer}-{n}");
+                    let status = http.post(&url, json!({ "user_id": user })).await.status;
+                    answers.push((Instant::now(), status));
+                }
+                answers
+            })
+        })
+        .collect();
+    sleep(Duration::from_secs(1)).await;
+    let killed = Instant::now();
+    let leader_lost = ensemble.clone();
+    let new_leader = tokio::task::spawn_blocking(move || {
+        let mut ensemble = leader_lost.lock().expect("the ensemble");
+        let leader = ensemble.leader().expect("the ensemble has a leader");
+        ensemble.kill(leader);
+        while ensemble.leader().is_none() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        killed.elapsed()
+    })
+    .await
+    .expect("a surviving member leads");
+    sleep(Duration::from_secs(8).saturating_sub(killed.elapsed())).await;
+    stop.store(true, Ordering::Relaxed);
+
+    let (mut granted, mut errors, mut last_error) = (0, 0, Duration::ZERO);
+    let mut first_grant = Duration::MAX;
+    for claimer in claimers {
+        for (at, status) in claimer.await.expect("a claimer panicked") {
+            let since_kill = at.saturating_duration_since(killed);
+            if status == StatusCode::CREATED {
+                granted += 1;
+                if since_kill > new_leader {
+                    first_grant = first_grant.min(since_kill);
+                }
+            } else {
+                assert!(at > killed, "a claim before the kill was answered {status}");
+                errors += 1;
+                last_error = last_error.max(since_kill);
+            }
+        }
+    }
+    let coupon = http
+        .get(&format!("{}/coupons/c1", replicas[0].url()))
+        .await
+        .json();
+    assert_eq!(coupon["oversold"], 0, "{coupon}");
+    assert_eq!(coupon["duplicate_claims"], 0, "{coupon}");
+    Recovery {
+        new_leader,
+        first_grant,
+        last_error,
+        errors,
+        granted: (granted, coupon["claimed"].as_u64().expect("a count")),
+    }
+}
+
+#[cfg_attr(
+    not(feature = "etcd"),
+    ignore = "locks in etcd need the demo's etcd feature (scripts/test enables it)"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_etcd_leader_under_a_claim_storm() {
+    let recovery = claim_storm_through_leader_loss(EtcdCluster::start(3)).await;
+    recovery.assert_back_within(Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_zookeeper_leader_under_a_claim_storm() {
+    let recovery = claim_storm_through_leader_loss(ZookeeperEnsemble::start(3)).await;
+    recovery.assert_back_within(Duration::from_secs(1));
+}
