@@ -30,6 +30,9 @@ pub trait ConsensusStore: Send + Sync + Sized + 'static {
         session: Duration,
     ) -> impl Future<Output = Self::Backend> + Send;
 
+    /// The servers as a `--lock-store` URL of the demo (`etcd://…`, `zk://…`).
+    fn url(&self) -> String;
+
     /// The server that leads now, if one does.
     fn leader(&self) -> Option<usize>;
 
@@ -69,6 +72,10 @@ impl ConsensusStore for EtcdCluster {
         EtcdBackend::connect_with(endpoints, settings)
             .await
             .expect("the cluster answers")
+    }
+
+    fn url(&self) -> String {
+        self.url()
     }
 
     fn leader(&self) -> Option<usize> {
@@ -116,6 +123,10 @@ impl ConsensusStore for ZookeeperEnsemble {
         ZookeeperBackend::connect_with(&servers.join(","), settings)
             .await
             .expect("the ensemble answers")
+    }
+
+    fn url(&self) -> String {
+        self.url()
     }
 
     fn leader(&self) -> Option<usize> {
