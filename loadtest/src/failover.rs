@@ -6,10 +6,11 @@
 //! or a cluster of three masters with a replica each): process A takes fresh keys, about
 //! 2 000 a second (reject policy, a 10 s lease renewed every third), holding each for 6 s; at
 //! a random moment the master serving them is killed (SIGKILL) — with `--lag-ms`, that long
-//! after its replication stalled (its replicas frozen, its links to them full), so that what
-//! it granted meanwhile reached none of them, as on a network that lags. Once a replica has taken over, process B asks for every key A held at the kill, while A still
-//! holds it (its lease runs on, renewal not due yet): each one B gets was granted twice — the
-//! lock was on the dead master and not on the replica that took over.
+//! after its replication stalled (its replicas frozen, its links to them filled), so that what
+//! it granted meanwhile reached none of them, as on a network that lags. Once a replica has
+//! taken over, process B asks for every key A held at the kill, while A still holds it (its
+//! lease runs on, renewal not due yet): each one B gets was granted twice — the lock was on the
+//! dead master and not on the replica that took over.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,10 +58,10 @@ pub trait Group: Sized + Send + 'static {
     /// The port of the master a trial kills.
     fn victim(&self) -> u16;
 
-    /// Whether the master on `port` serves lock `key`.
+    /// Which lock keys the master on port `master` serves.
     fn serves(&self, master: u16) -> KeyFilter;
 
-    /// Stalls replication from the master on `port`: the ports of its replicas, frozen.
+    /// Stalls replication from the master on port `master`: the ports of its replicas, frozen.
     fn stall_replication(&self, master: u16) -> Vec<u16>;
 
     /// Thaws the server on `port`.
@@ -69,7 +70,7 @@ pub trait Group: Sized + Send + 'static {
     /// Kills the master on `port` (SIGKILL).
     fn kill(&mut self, port: u16);
 
-    /// Waits until a replica serves in place of the master on `port`, killed.
+    /// Waits until a replica serves in place of the master on port `killed`.
     fn wait_for_takeover(&self, killed: u16);
 }
 
@@ -167,7 +168,8 @@ pub struct Trials {
     pub count: usize,
     /// The acknowledgements asked for in the second arm.
     pub acks: u32,
-    /// How long before the kill replication stalls (zero: it does not).
+    /// How long before the kill, once its links are full, replication stays stalled (zero:
+    /// it does not stall).
     pub lag: Duration,
 }
 

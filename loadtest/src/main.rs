@@ -138,8 +138,9 @@ struct Args {
     /// Failover: replicas that must acknowledge each lock (`WAIT`) in every other trial.
     #[arg(long, default_value_t = 1)]
     replica_acks: u32,
-    /// Failover: stall replication this long before killing the master (its replicas frozen,
-    /// its links to them full), so that the locks it granted meanwhile reach none of them.
+    /// Failover: stall replication before killing the master (its replicas frozen, its links
+    /// to them filled with 64 MiB, then this many ms more), so that the locks it grants
+    /// meanwhile reach none of them.
     #[arg(long, default_value_t = 0)]
     lag_ms: u64,
     /// Internal: run one process's share of a run (a JSON plan) and print what it measured.
