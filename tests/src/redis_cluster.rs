@@ -2,16 +2,12 @@
 //! ports, joined by `redis-cli --cluster create`, killed (and their files removed) on drop.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Child;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use crate::process::{free_port, send_signal};
-use crate::redis_server;
-
-const INSTALL_HINT: &str = "redis-server and redis-cli are not on PATH; the cluster tests start \
-     their own Redis Cluster. Install them with `apt-get install redis-server` (Debian/Ubuntu) \
-     or `brew install redis` (macOS).";
+use crate::redis_server::{self, redis_cli, try_query};
 
 /// How long a cluster may take to form, or to settle after a change.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -298,30 +294,9 @@ impl ClusterNode {
     }
 }
 
-/// Runs `redis-cli` with `args`.
-fn redis_cli(args: impl IntoIterator<Item = String>) -> Output {
-    Command::new("redis-cli")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|error| match error.kind() {
-            std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
-            _ => panic!("could not run redis-cli: {error}"),
-        })
-}
-
 /// The answer of the node on `port` to `args`, as `redis-cli` prints it.
 fn query(port: u16, args: &[&str]) -> String {
     try_query(port, args).unwrap_or_else(|| panic!("node {port} did not answer {args:?}"))
-}
-
-fn try_query(port: u16, args: &[&str]) -> Option<String> {
-    let command = ["-p".to_owned(), port.to_string()]
-        .into_iter()
-        .chain(args.iter().map(|arg| (*arg).to_owned()));
-    let output = redis_cli(command);
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    (output.status.success() && !text.starts_with("Could not connect")).then_some(text)
 }
 
 /// The id of the node on `port`.

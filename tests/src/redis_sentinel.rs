@@ -233,14 +233,7 @@ impl Server {
     }
 
     fn query(&self, args: &[&str]) -> Option<String> {
-        let output = std::process::Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .ok()?;
-        let text = String::from_utf8_lossy(&output.stdout).into_owned();
-        (output.status.success() && !text.starts_with("Could not connect")).then_some(text)
+        redis_server::try_query(self.port, args)
     }
 
     fn wait_for_ping(&self) {

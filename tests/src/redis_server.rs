@@ -3,13 +3,13 @@
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 use crate::process::{free_port, send_signal};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-const INSTALL_HINT: &str = "redis-server is not on PATH; the integration tests start their own \
+const INSTALL_HINT: &str = "redis-server or redis-cli is not on PATH; the integration tests start their own \
      Redis processes. Install it with `apt-get install redis-server` (Debian/Ubuntu) or \
      `brew install redis` (macOS).";
 
@@ -179,4 +179,31 @@ pub(crate) fn stall_replication(port: u16, replicas: &[&Child], junk_key: &str) 
     drop(stdin);
     let status = cli.wait().expect("redis-cli runs");
     assert!(status.success(), "SET {junk_key} on port {port} failed");
+}
+
+/// Runs `redis-cli` with `args`.
+///
+/// # Panics
+///
+/// When `redis-cli` is not installed (the message says how to install it).
+pub(crate) fn redis_cli(args: impl IntoIterator<Item = String>) -> Output {
+    Command::new("redis-cli")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|error| match error.kind() {
+            std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
+            _ => panic!("could not run redis-cli: {error}"),
+        })
+}
+
+/// The answer of the server on `port` to `args`, as `redis-cli` prints it; `None` when it did
+/// not answer.
+pub(crate) fn try_query(port: u16, args: &[&str]) -> Option<String> {
+    let command = ["-p".to_owned(), port.to_string()]
+        .into_iter()
+        .chain(args.iter().map(|arg| (*arg).to_owned()));
+    let output = redis_cli(command);
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    (output.status.success() && !text.starts_with("Could not connect")).then_some(text)
 }
