@@ -26,6 +26,7 @@ use integration_tests::{
     EtcdCluster, RedisCluster, RedisSentinels, RedisServer, ZookeeperEnsemble,
 };
 
+mod chaos;
 mod chart;
 mod cpu;
 mod delay_proxy;
@@ -38,6 +39,7 @@ mod progress;
 mod redis_pairs;
 mod redis_stats;
 mod report;
+mod soak;
 mod sql_pairs;
 mod zookeeper_pairs;
 
@@ -132,6 +134,16 @@ struct Args {
     /// (a network's round trip: 500 adds 1 ms per round trip).
     #[arg(long, default_value_t = 0)]
     delay_us: u64,
+    /// Chaos: the stores to run on (repeatable): redis, postgres, mysql, etcd, zookeeper;
+    /// default: all five, one after another.
+    #[arg(long = "chaos-store")]
+    chaos_stores: Vec<String>,
+    /// Chaos: holds per store (the run also injects each kind of fault at least once).
+    #[arg(long, default_value_t = 100_000)]
+    holds: u64,
+    /// Soak: how long to run, in minutes (Redis, or `--backend postgres`).
+    #[arg(long, default_value_t = 30)]
+    soak_minutes: u64,
     /// Failover: how many times the master is killed, without and again with acknowledgements.
     #[arg(long, default_value_t = 200)]
     trials: usize,
@@ -191,6 +203,12 @@ enum Scenario {
     /// Locks granted twice when the master dies (`--backend redis-sentinel` or
     /// `redis-cluster`, `--trials`, `--replica-acks`, `--lag-ms`).
     Failover,
+    /// Three worker processes on hot keys while random faults run, every hold checked
+    /// (`--chaos-store`, `--holds`).
+    Chaos,
+    /// A moderate load for a long time, memory, sockets and store objects sampled (Redis or
+    /// `--backend postgres`, `--soak-minutes`).
+    Soak,
 }
 
 impl Args {
@@ -225,6 +243,8 @@ impl Args {
                 Scenario::HotKey => "hot-key",
                 Scenario::DistinctKeys => "distinct-keys",
                 Scenario::Failover => "failover",
+                Scenario::Chaos => "chaos",
+                Scenario::Soak => "soak",
             };
             let store = self
                 .store()
@@ -254,6 +274,7 @@ impl Args {
             }
             Scenario::DistinctKeys => self.concurrencies(&[1, 16, 64]).len() * self.rounds.max(1),
             Scenario::Failover => self.trials,
+            Scenario::Chaos | Scenario::Soak => 0,
         };
         (runs * impls) as u64
     }
@@ -286,9 +307,33 @@ fn chosen<T: Copy>(names: &[String], all: &[T], name: impl Fn(T) -> &'static str
         .collect()
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    // A chaos run starts this program again as its workers.
+    if integration_tests::chaos::run_worker() {
+        return;
+    }
     let args = Args::parse();
+    if args.scenario == Scenario::Chaos {
+        chaos::run(&args.chaos_stores, args.holds);
+        return;
+    }
+    measure(args);
+}
+
+#[tokio::main]
+async fn measure(args: Args) {
+    if args.scenario == Scenario::Soak {
+        match args.backend {
+            None | Some(Backend::Postgres) => {
+                soak::run(args.backend.is_some(), args.soak_minutes).await;
+            }
+            Some(_) => {
+                eprintln!("lockbench: --scenario soak runs on Redis or --backend postgres");
+                std::process::exit(2);
+            }
+        }
+        return;
+    }
     if let Some(plan) = &args.worker {
         let plan: Plan = serde_json::from_str(plan).expect("a plan from the coordinator");
         println!(
@@ -321,8 +366,8 @@ async fn main() {
             hot_key_impls = chosen(&args.impls, hot_key_all, Impl::name);
             hot_key_impls.retain(|&which| Contender::takes(which, args.shape, args.processes));
         }
-        // Run before the grids (`failover_trials`).
-        (Scenario::Failover, _) => {}
+        // Run before the grids (`failover_trials`, `chaos::run`, `soak::run`).
+        (Scenario::Failover | Scenario::Chaos | Scenario::Soak, _) => {}
         (Scenario::DistinctKeys, None) => {
             pair_impls = chosen(&args.impls, &PairImpl::ALL, PairImpl::name);
         }
@@ -463,7 +508,7 @@ async fn main() {
             let database = backend.database().expect("a SQL backend");
             sql_distinct_keys_grid(&args, database, &url, &sql_pairs).await;
         }
-        (Scenario::Failover, _) => {}
+        (Scenario::Failover | Scenario::Chaos | Scenario::Soak, _) => {}
     }
     progress::finish();
 }

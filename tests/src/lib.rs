@@ -11,6 +11,7 @@
 
 mod blocking;
 mod browser;
+pub mod chaos;
 pub mod consensus;
 mod demo;
 mod etcd_cluster;

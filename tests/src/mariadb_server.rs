@@ -64,6 +64,11 @@ impl MariadbServer {
         format!("mysql://root@127.0.0.1:{}/test", self.port)
     }
 
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Kills the server with SIGKILL: a crash.
     pub fn kill(&mut self) {
         self.process.kill();

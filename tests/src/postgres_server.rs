@@ -59,6 +59,11 @@ impl PostgresServer {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Kills the server and every backend it forked with SIGKILL: a crash.
     pub fn kill(&mut self) {
         self.process.kill();

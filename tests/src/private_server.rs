@@ -35,6 +35,13 @@ impl ServerDir {
     pub(crate) fn path(&self) -> &Path {
         &self.0
     }
+
+    /// Keeps the directory (for a look after the test): its path.
+    pub(crate) fn keep(self) -> PathBuf {
+        let path = self.0.clone();
+        std::mem::forget(self);
+        path
+    }
 }
 
 impl Drop for ServerDir {

@@ -5,6 +5,7 @@ use std::net::{Ipv4Addr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
+use crate::private_server::ServerDir;
 use crate::process::{free_port, send_signal};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -21,6 +22,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct RedisServer {
     port: u16,
     child: Option<Child>,
+    /// Where a durable server keeps its append-only file; `None`: nothing kept.
+    durable: Option<ServerDir>,
 }
 
 impl RedisServer {
@@ -33,10 +36,33 @@ impl RedisServer {
     pub fn start() -> Self {
         for _ in 0..5 {
             let port = free_port();
-            if let Some(child) = spawn_and_wait(port) {
+            if let Some(child) = spawn_and_wait(port, None) {
                 return Self {
                     port,
                     child: Some(child),
+                    durable: None,
+                };
+            }
+        }
+        panic!("redis-server did not start on any of 5 free ports");
+    }
+
+    /// Starts a server that keeps its data: an append-only file in a directory of its own,
+    /// synced to disk before each write is answered (`appendfsync always`), so a
+    /// [`restart`](Self::restart) after a kill finds every write it acknowledged.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_durable() -> Self {
+        let dir = ServerDir::create("redis", None);
+        for _ in 0..5 {
+            let port = free_port();
+            if let Some(child) = spawn_and_wait(port, Some(dir.path())) {
+                return Self {
+                    port,
+                    child: Some(child),
+                    durable: Some(dir),
                 };
             }
         }
@@ -66,13 +92,14 @@ impl RedisServer {
         }
     }
 
-    /// Kills the server if it runs, then starts a fresh one (empty, no data kept) on the same
-    /// port, and waits until it answers PING.
+    /// Kills the server if it runs, then starts it again on the same port — empty, unless it
+    /// was started [durable](Self::start_durable) —, and waits until it answers PING.
     pub fn restart(&mut self) {
         self.kill();
         let deadline = Instant::now() + START_TIMEOUT;
         while Instant::now() < deadline {
-            if let Some(child) = spawn_and_wait(self.port) {
+            let durable = self.durable.as_ref().map(ServerDir::path);
+            if let Some(child) = spawn_and_wait(self.port, durable) {
                 self.child = Some(child);
                 return;
             }
@@ -102,10 +129,14 @@ impl Drop for RedisServer {
     }
 }
 
-/// Spawns `redis-server` on `port`; returns it once it answers PING, or `None` when it exited
-/// (the port was taken meanwhile).
-fn spawn_and_wait(port: u16) -> Option<Child> {
-    let mut child = spawn(port, &std::env::temp_dir(), (None, &[]));
+/// Spawns `redis-server` on `port` — keeping an append-only file in `durable`, if given —;
+/// returns it once it answers PING, or `None` when it exited (the port was taken meanwhile).
+fn spawn_and_wait(port: u16, durable: Option<&Path>) -> Option<Child> {
+    const APPEND_ALWAYS: &[&str] = &["--appendonly", "yes", "--appendfsync", "always"];
+    let mut child = match durable {
+        Some(dir) => spawn(port, dir, (None, APPEND_ALWAYS)),
+        None => spawn(port, &std::env::temp_dir(), (None, &[])),
+    };
     let deadline = Instant::now() + START_TIMEOUT;
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {

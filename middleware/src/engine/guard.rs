@@ -110,6 +110,12 @@ impl LockGuard {
         self.inner.fences.first().copied().flatten()
     }
 
+    /// Every name's fencing token, in the order of [`names`](Self::names).
+    #[cfg(feature = "test-util")]
+    pub(crate) fn fences(&self) -> &[Option<FencingToken>] {
+        &self.inner.fences
+    }
+
     /// The fencing token of `key`, one of [`keys`](Self::keys); `None` for another key.
     pub fn fence_of(&self, key: &str) -> Option<FencingToken> {
         let index = self.keys().position(|held| held == key)?;

@@ -1,5 +1,6 @@
 //! Tools for tests and benchmarks (feature `test-util`): not part of the default API.
 
 mod counting;
+pub mod history;
 
 pub use counting::{CallCounts, CountingBackend};

@@ -29,6 +29,9 @@ pub(crate) struct StoreLeases<B: LockBackend> {
     run: Option<RunId>,
     released: AtomicBool,
     taken_at: Instant,
+    /// Its number in the history of holds, if this process records one (`test-util`).
+    #[cfg(feature = "test-util")]
+    recorded: Option<u64>,
 }
 
 impl<B: LockBackend> StoreLeases<B> {
@@ -42,6 +45,8 @@ impl<B: LockBackend> StoreLeases<B> {
         locker.held.fetch_add(1, Ordering::Relaxed);
         guard.lease().meters().taken();
         Self {
+            #[cfg(feature = "test-util")]
+            recorded: crate::testing::history::granted(&guard),
             locker,
             guard,
             leases,
@@ -64,6 +69,10 @@ impl<B: LockBackend> StoreLeases<B> {
     pub(crate) async fn extend(&self) -> Result<bool, BackendError> {
         let sent = Instant::now();
         let extended = self.extend_all().await;
+        #[cfg(feature = "test-util")]
+        if let Ok(false) = extended {
+            crate::testing::history::lost(self.recorded);
+        }
         if let (Some(run), Ok(true)) = (self.run, &extended) {
             let lease_ends = lease_deadline(sent, self.locker.settings.ttl);
             self.locker
@@ -97,9 +106,7 @@ impl<B: LockBackend> StoreLeases<B> {
         if self.released.swap(true, Ordering::Relaxed) {
             return Ok(());
         }
-        self.record_hold_time();
-        let was_held = self.guard.is_held();
-        self.guard.lease().release();
+        let was_held = self.ends();
         let key = || self.guard.lock_names().joined_keys();
         if self.handed_on(was_held) {
             return match was_held {
@@ -111,6 +118,10 @@ impl<B: LockBackend> StoreLeases<B> {
         let give_back = give_back(&*self.locker.backend, &self.guard, &self.leases);
         let meters = self.guard.lease().meters();
         let released = (meters.store_call(StoreOp::Release, store_timeout, give_back)).await;
+        #[cfg(feature = "test-util")]
+        if let Ok(Ok(false)) = released {
+            crate::testing::history::lost(self.recorded);
+        }
         match released {
             Ok(Ok(true)) if was_held => Ok(()),
             Ok(Ok(_)) => Err(LockError::LeaseLost { key: key() }),
@@ -147,6 +158,17 @@ impl<B: LockBackend> StoreLeases<B> {
         }
         self.locker.lines.end_run(self.guard.name(), run);
         false
+    }
+
+    /// Ends the hold — its time recorded, its lease released here — before the lock is handed
+    /// on or given back: whether its lease was still held.
+    fn ends(&self) -> bool {
+        self.record_hold_time();
+        let was_held = self.guard.is_held();
+        #[cfg(feature = "test-util")]
+        crate::testing::history::ended(self.recorded, was_held);
+        self.guard.lease().release();
+        was_held
     }
 
     fn record_hold_time(&self) {
@@ -200,9 +222,7 @@ impl<B: LockBackend> Drop for StoreLeases<B> {
         if *self.released.get_mut() {
             return;
         }
-        self.record_hold_time();
-        let was_held = self.guard.is_held();
-        self.guard.lease().release();
+        let was_held = self.ends();
         if self.handed_on(was_held) {
             return;
         }

@@ -1,0 +1,343 @@
+//! Reads the holds processes recorded (`tower_lock::testing::history`) and checks them: every
+//! pair of holds of one lock that overlapped in time, split by whether fencing kept the stale
+//! holder's writes out.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// One hold of one lock name, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Hold {
+    name: String,
+    pid: u64,
+    number: u64,
+    exclusive: bool,
+    fence: Option<u64>,
+    /// Nanoseconds since the Unix epoch.
+    granted: u128,
+    /// `None` while no end was recorded: the process died holding it.
+    ended: Option<u128>,
+    /// Whether the holder was told, by its end or before, that its lease was lost.
+    reported_lost: bool,
+}
+
+/// The recorded holds of every process of a run.
+#[derive(Debug, Default)]
+pub struct History {
+    /// One per lock name a grant held.
+    holds: Vec<Hold>,
+    /// When the run ended, if known: the time since each name's last grant counts as a gap.
+    ran_until: Option<u128>,
+}
+
+/// What [`History::check`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Holds granted (of every name, every shape).
+    pub holds: usize,
+    /// Pairs of holds of one name that overlapped in time with different fences: a store
+    /// checking fences refuses the stale holder's (the smaller fence's) writes once the newer
+    /// holder's were seen.
+    pub fenced_overlaps: usize,
+    /// Overlapping pairs without that protection whose stale holder was told its lease was
+    /// lost: the lease-expiry window, which fencing exists to close.
+    pub unfenced_reported: usize,
+    /// Overlapping pairs without that protection whose stale holder was never told: two
+    /// holders that both believed they held the lock. Always a bug.
+    pub unfenced_unreported: usize,
+    /// The first few of those, described.
+    pub examples: Vec<String>,
+    /// The longest time one lock name went without a grant (up to the end of the run, when
+    /// [known](History::ran_until)).
+    pub longest_gap: Duration,
+}
+
+impl History {
+    /// Reads the `files` the processes of a run recorded, one per process.
+    ///
+    /// # Errors
+    ///
+    /// A file that cannot be read, or a line that is not a recorded event.
+    pub fn read(files: &[impl AsRef<Path>]) -> Result<Self, String> {
+        let mut history = Self::default();
+        for file in files {
+            let file = file.as_ref();
+            let text =
+                std::fs::read_to_string(file).map_err(|error| format!("{file:?}: {error}"))?;
+            history
+                .add(&text)
+                .map_err(|error| format!("{file:?}: {error}"))?;
+        }
+        Ok(history)
+    }
+
+    /// Adds one process's recording (its lines).
+    ///
+    /// # Errors
+    ///
+    /// A line that is not a recorded event.
+    pub fn add(&mut self, lines: &str) -> Result<(), String> {
+        // Per hold number: where its names' holds are.
+        let mut recorded: HashMap<u64, Vec<usize>> = HashMap::new();
+        for line in lines.lines().filter(|line| !line.trim().is_empty()) {
+            let event: Value =
+                serde_json::from_str(line).map_err(|error| format!("{error} in {line:?}"))?;
+            let number = |field: &str| event[field].as_u64();
+            let (Some(pid), Some(at)) = (number("pid"), number("at").map(u128::from)) else {
+                return Err(format!("an event without pid or at: {line:?}"));
+            };
+            if let Some(hold) = number("grant") {
+                let names = parse_names(&event).ok_or_else(|| format!("no names: {line:?}"))?;
+                let exclusive = matches!(event["hold"].as_str(), Some("mutex" | "write"));
+                let first = self.holds.len();
+                self.holds
+                    .extend(names.into_iter().map(|(name, fence)| Hold {
+                        name,
+                        pid,
+                        number: hold,
+                        exclusive,
+                        fence,
+                        granted: at,
+                        ended: None,
+                        reported_lost: false,
+                    }));
+                recorded.insert(hold, (first..self.holds.len()).collect());
+            } else if let Some(hold) = number("end").or(number("lost")) {
+                let ends = number("end").is_some();
+                let lost = !ends || event["held"] == Value::Bool(false);
+                for &index in recorded.get(&hold).into_iter().flatten() {
+                    if ends {
+                        self.holds[index].ended = Some(at);
+                    }
+                    self.holds[index].reported_lost |= lost;
+                }
+            } else {
+                return Err(format!("neither a grant, an end nor a loss: {line:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the holds process `pid` never ended at `at` (nanoseconds since the Unix epoch):
+    /// when it was killed.
+    pub fn died(&mut self, pid: u64, at: u128) {
+        let holds = self.holds.iter_mut();
+        for hold in holds.filter(|hold| hold.pid == pid && hold.ended.is_none()) {
+            hold.ended = Some(at);
+        }
+    }
+
+    /// Notes that the run ended `at` (nanoseconds since the Unix epoch).
+    pub fn ran_until(&mut self, at: u128) {
+        self.ran_until = Some(at);
+    }
+
+    /// Checks every lock name's holds: each pair that overlapped in time, where one of them
+    /// was exclusive. With `fenced_store` false the writes were not checked against fences,
+    /// so no overlap counts as fenced.
+    ///
+    /// A hold still open (its process neither ended it nor was reported [`died`](Self::died))
+    /// counts as held to the end of time.
+    pub fn check(&self, fenced_store: bool) -> Verdict {
+        let mut verdict = Verdict {
+            holds: self.holds.len(),
+            ..Verdict::default()
+        };
+        let mut by_name: HashMap<&str, Vec<&Hold>> = HashMap::new();
+        for hold in &self.holds {
+            by_name.entry(&hold.name).or_default().push(hold);
+        }
+        for (name, mut holds) in by_name {
+            holds.sort_by_key(|hold| hold.granted);
+            let grants = holds.iter().map(|hold| hold.granted);
+            let ends = grants.clone().skip(1).chain(self.ran_until);
+            for (granted, next) in grants.zip(ends) {
+                let gap = Duration::from_nanos(next.saturating_sub(granted) as u64);
+                verdict.longest_gap = verdict.longest_gap.max(gap);
+            }
+            let mut open: Vec<&Hold> = Vec::new();
+            for later in holds {
+                open.retain(|earlier| earlier.ended.is_none_or(|end| end > later.granted));
+                for earlier in open.iter().filter(|it| it.exclusive || later.exclusive) {
+                    verdict.count(name, earlier, later, fenced_store);
+                }
+                open.push(later);
+            }
+        }
+        verdict
+    }
+}
+
+impl Verdict {
+    /// Whether nothing was found that fencing or a reported loss does not explain.
+    pub fn holds_up(&self) -> bool {
+        self.unfenced_unreported == 0
+    }
+
+    /// Counts holds `a` and `b` of lock `name`, which overlapped (`a` recorded first). The
+    /// stale one is the one with the smaller fence — not always the one recorded first: a
+    /// holder paused between the store's answer and its record was stale before it wrote it.
+    fn count(&mut self, name: &str, a: &Hold, b: &Hold, fenced_store: bool) {
+        let (stale, newer, fenced) = match (a.fence, b.fence) {
+            (Some(one), Some(other)) if one != other => {
+                let (stale, newer) = if one < other { (a, b) } else { (b, a) };
+                (stale, newer, fenced_store)
+            }
+            _ => (a, b, false),
+        };
+        if fenced {
+            self.fenced_overlaps += 1;
+        } else if stale.reported_lost {
+            self.unfenced_reported += 1;
+        } else {
+            self.unfenced_unreported += 1;
+            if self.examples.len() < 5 {
+                self.examples.push(format!(
+                    "{name}: hold {} of process {} (fence {:?}, granted at {} ns) never told it \
+                     was lost while hold {} of process {} (fence {:?}) was granted at {} ns",
+                    stale.number,
+                    stale.pid,
+                    stale.fence,
+                    stale.granted,
+                    newer.number,
+                    newer.pid,
+                    newer.fence,
+                    newer.granted,
+                ));
+            }
+        }
+    }
+}
+
+/// A grant's names and their fences.
+fn parse_names(event: &Value) -> Option<Vec<(String, Option<u64>)>> {
+    let names = event["names"].as_array()?;
+    let fences = event["fences"].as_array()?;
+    names
+        .iter()
+        .zip(fences)
+        .map(|(name, fence)| Some((name.as_str()?.to_owned(), fence.as_u64())))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(pid: u64, hold: u64, at: u64, fence: u64) -> String {
+        format!(
+            r#"{{"grant":{hold},"pid":{pid},"task":1,"at":{at},"hold":"mutex","names":["lock:k"],"fences":[{fence}]}}"#
+        )
+    }
+
+    fn end(pid: u64, hold: u64, at: u64, held: bool) -> String {
+        format!(r#"{{"end":{hold},"pid":{pid},"at":{at},"held":{held}}}"#)
+    }
+
+    fn history_of(processes: &[&[String]]) -> History {
+        let mut history = History::default();
+        for lines in processes {
+            history.add(&lines.join("\n")).unwrap();
+        }
+        history
+    }
+
+    fn verdict(processes: &[&[String]], fenced_store: bool) -> Verdict {
+        history_of(processes).check(fenced_store)
+    }
+
+    #[test]
+    fn holds_one_after_another_never_overlap() {
+        let a = [grant(1, 1, 100, 256), end(1, 1, 200, true)];
+        let b = [grant(2, 1, 201, 512), end(2, 1, 300, true)];
+        let verdict = verdict(&[&a, &b], true);
+        assert_eq!((verdict.holds, verdict.fenced_overlaps), (2, 0));
+        assert!(verdict.holds_up() && verdict.unfenced_reported == 0);
+        assert_eq!(verdict.longest_gap, Duration::from_nanos(101));
+    }
+
+    #[test]
+    fn an_overlap_the_later_fence_refuses_is_fenced() {
+        let a = [grant(1, 1, 100, 256), end(1, 1, 400, false)];
+        let b = [grant(2, 1, 300, 512), end(2, 1, 500, true)];
+        let verdict = verdict(&[&a, &b], true);
+        assert_eq!(verdict.fenced_overlaps, 1);
+        assert!(verdict.holds_up());
+    }
+
+    #[test]
+    fn the_same_overlap_without_fence_checks_is_unfenced_but_reported() {
+        let a = [grant(1, 1, 100, 256), end(1, 1, 400, false)];
+        let b = [grant(2, 1, 300, 512), end(2, 1, 500, true)];
+        let verdict = verdict(&[&a, &b], false);
+        assert_eq!((verdict.fenced_overlaps, verdict.unfenced_reported), (0, 1));
+        assert!(verdict.holds_up());
+    }
+
+    #[test]
+    fn two_holders_with_one_fence_both_told_they_hold_it_fail_the_check() {
+        let a = [grant(1, 1, 100, 512), end(1, 1, 400, true)];
+        let b = [grant(2, 1, 300, 512), end(2, 1, 500, true)];
+        let verdict = verdict(&[&a, &b], true);
+        assert_eq!(verdict.unfenced_unreported, 1);
+        assert!(!verdict.holds_up());
+        assert!(
+            verdict.examples[0].contains("never told"),
+            "{:?}",
+            verdict.examples
+        );
+    }
+
+    #[test]
+    fn a_stale_holder_recorded_after_the_newer_one_is_still_the_stale_one() {
+        let a = [grant(1, 1, 100, 512), end(1, 1, 400, true)];
+        let b = [grant(2, 1, 300, 256), end(2, 1, 500, false)];
+        let verdict = verdict(&[&a, &b], true);
+        assert_eq!(verdict.fenced_overlaps, 1);
+        let verdict_unfenced = history_of(&[&a, &b]).check(false);
+        assert_eq!(
+            verdict_unfenced.unfenced_reported, 1,
+            "b, the stale one, was told"
+        );
+    }
+
+    #[test]
+    fn a_loss_the_store_reports_after_the_end_still_counts_as_reported() {
+        let a = [
+            grant(1, 1, 100, 512),
+            end(1, 1, 400, true),
+            r#"{"lost":1,"pid":1,"at":450}"#.to_owned(),
+        ];
+        let b = [grant(2, 1, 300, 512), end(2, 1, 500, true)];
+        let verdict = verdict(&[&a, &b], true);
+        assert_eq!(
+            (verdict.unfenced_reported, verdict.unfenced_unreported),
+            (1, 0)
+        );
+    }
+
+    #[test]
+    fn a_killed_holders_hold_ends_when_it_died() {
+        let mut history = History::default();
+        history.add(&grant(1, 1, 100, 512)).unwrap();
+        history.add(&grant(2, 1, 300, 512)).unwrap();
+        assert_eq!(history.check(true).unfenced_unreported, 1, "open: held on");
+        history.died(1, 250);
+        assert!(history.check(true).holds_up(), "died before the next grant");
+    }
+
+    #[test]
+    fn the_time_after_the_last_grant_counts_as_a_gap() {
+        let mut history = History::default();
+        history
+            .add(&[grant(1, 1, 100, 256), end(1, 1, 110, true)].join("\n"))
+            .unwrap();
+        history.add(&grant(2, 1, 150, 512)).unwrap();
+        assert_eq!(history.check(true).longest_gap, Duration::from_nanos(50));
+        history.ran_until(1_000);
+        assert_eq!(history.check(true).longest_gap, Duration::from_nanos(850));
+    }
+}

@@ -1,0 +1,24 @@
+//! Chaos runs: worker processes take hot keys' locks on a store of the run's own — every
+//! store several processes share: Redis, PostgreSQL, MariaDB, etcd, ZooKeeper — while a
+//! schedule of random faults runs (a worker killed or paused, cut off its store, a store
+//! member killed and restarted), each recording every hold it is granted
+//! (`tower_lock::testing::history`). Under each lock a worker reads and writes back the key's
+//! counter in a register that checks fencing tokens. The run then checks the holds
+//! ([`History`]): every overlap of two holders of one key, fenced or not, and whether the stale
+//! holder was told it had lost the lease; and the register: updates lost.
+//!
+//! `tests/tests/faults/chaos.rs` runs a short version on every store; `lockbench --scenario
+//! chaos` a long one (see `docs/RELIABILITY.md`).
+
+mod history;
+mod proxy;
+mod register;
+mod runner;
+mod stores;
+mod worker;
+
+pub use history::{History, Verdict};
+pub use register::Tally;
+pub use runner::{ChaosPlan, ChaosReport, Fault, run};
+pub use stores::ChaosStore;
+pub use worker::{WORKER_ENV, run_worker};

@@ -1,0 +1,311 @@
+//! A chaos run: worker processes taking hot keys' locks on a store of the run's own while a
+//! schedule of random faults runs, then the check of every hold they recorded.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::process::{Child, Command};
+use std::thread::sleep;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::history::{History, Verdict};
+use super::proxy::CutProxy;
+use super::register::Tally;
+use super::stores::ChaosStore;
+use super::worker::{WORKER_ENV, WorkerPlan};
+use crate::RedisServer;
+use crate::private_server::ServerDir;
+
+/// What a chaos run does.
+#[derive(Clone, Debug)]
+pub struct ChaosPlan {
+    /// The store.
+    pub store: ChaosStore,
+    /// Worker processes.
+    pub processes: usize,
+    /// Tasks taking locks in each.
+    pub tasks: usize,
+    /// Hot keys they share.
+    pub keys: usize,
+    /// The locks' TTL: a process paused longer loses its leases.
+    pub ttl: Duration,
+    /// Run until this many holds reached the register, and every kind of fault ran…
+    pub acquisitions: u64,
+    /// …or this long at most.
+    pub time_limit: Duration,
+    /// Whether the register checks fences (the twin: it does not).
+    pub fenced: bool,
+    /// Whether work under a lock whose lease was lost runs to its end (`OnLost::Continue`)
+    /// instead of being stopped (the default): its writes then rely on fencing alone.
+    pub finish_after_loss: bool,
+    /// The faults, taken in turn; the run injects each of them at least once.
+    pub schedule: Vec<Fault>,
+    /// How long a paused worker stays frozen: from, to.
+    pub pauses: (Duration, Duration),
+}
+
+impl ChaosPlan {
+    /// A run on `store`: 3 processes × 16 tasks on 4 hot keys with a TTL of 1 s, fenced, until
+    /// `acquisitions` holds and one of each fault, or 15 minutes.
+    pub fn new(store: ChaosStore, acquisitions: u64) -> Self {
+        Self {
+            store,
+            processes: 3,
+            tasks: 16,
+            keys: 4,
+            ttl: Duration::from_secs(1),
+            acquisitions,
+            time_limit: Duration::from_secs(15 * 60),
+            fenced: true,
+            finish_after_loss: false,
+            schedule: Fault::ALL.to_vec(),
+            pauses: (Duration::from_millis(500), Duration::from_secs(3)),
+        }
+    }
+}
+
+/// The faults of a schedule, taken in turn, each on a random target for a random time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fault {
+    /// A worker killed with SIGKILL, started again 0.3 s later.
+    KillProcess,
+    /// A worker frozen with SIGSTOP for 0.5–3 s.
+    PauseProcess,
+    /// A worker cut off its store (every member) for 0.5–3 s.
+    CutOff,
+    /// A store member (the store, where it has one) killed with SIGKILL, restarted 0.5–2 s
+    /// later on its data.
+    RestartStore,
+}
+
+impl Fault {
+    /// Every fault, in the order a schedule takes them.
+    pub const ALL: [Self; 4] = [
+        Self::PauseProcess,
+        Self::KillProcess,
+        Self::CutOff,
+        Self::RestartStore,
+    ];
+}
+
+/// What a chaos run found.
+#[derive(Clone, Debug)]
+pub struct ChaosReport {
+    /// The store.
+    pub store: ChaosStore,
+    /// How long it ran.
+    pub elapsed: Duration,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<Fault, usize>,
+    /// The check of every recorded hold.
+    pub verdict: Verdict,
+    /// The register at the end.
+    pub register: Tally,
+}
+
+impl ChaosReport {
+    /// Whether the run holds up: no overlap outside fencing or a reported loss, no update
+    /// lost.
+    pub fn holds_up(&self) -> bool {
+        self.verdict.holds_up() && self.register.lost_updates() == 0
+    }
+}
+
+impl fmt::Display for ChaosReport {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let faults: usize = self.faults.values().sum();
+        let (verdict, register) = (&self.verdict, &self.register);
+        write!(
+            formatter,
+            "{}: {} holds in {:.0?}, {faults} faults {:?}; overlaps: {} fenced, {} unfenced \
+             (reported lost), {} unfenced (never told); register: {} reads, {} writes, {} \
+             refused for a stale fence, {} updates lost; longest without a grant: {:.2?}",
+            self.store,
+            verdict.holds,
+            self.elapsed,
+            self.faults,
+            verdict.fenced_overlaps,
+            verdict.unfenced_reported,
+            verdict.unfenced_unreported,
+            register.reads,
+            register.writes,
+            register.refused,
+            register.lost_updates(),
+            verdict.longest_gap,
+        )?;
+        for example in &verdict.examples {
+            write!(formatter, "\n  {example}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs `plan`, starting each worker with `worker()` (a command that runs
+/// [`run_worker`](super::run_worker) first thing), and checks what they recorded.
+///
+/// # Panics
+///
+/// When a server the run needs is not installed (the message says how to install it), or a
+/// worker's history cannot be read.
+pub fn run(plan: &ChaosPlan, worker: &dyn Fn() -> Command) -> ChaosReport {
+    let register = RedisServer::start();
+    let mut store = plan.store.start();
+    let dir = ServerDir::create("chaos", None);
+    let members = store.members();
+    let mut workers: Vec<Worker> = (0..plan.processes)
+        .map(|index| {
+            let proxies: Vec<CutProxy> = members.iter().map(|&to| CutProxy::start(to)).collect();
+            let addresses: Vec<_> = proxies.iter().map(CutProxy::address).collect();
+            let plan = WorkerPlan {
+                store: store.url_through(&addresses),
+                register: register.url(),
+                fenced: plan.fenced,
+                finish_after_loss: plan.finish_after_loss,
+                keys: plan.keys,
+                tasks: plan.tasks,
+                ttl: plan.ttl,
+                history: dir.path().join(format!("p{index}")),
+            };
+            Worker::start(plan, proxies, worker)
+        })
+        .collect();
+
+    let started = Instant::now();
+    let mut faults = BTreeMap::new();
+    let mut schedule = plan.schedule.iter().cycle();
+    let reads = || Tally::read(&register.url()).map_or(0, |tally| tally.reads);
+    let injected = |faults: &BTreeMap<Fault, usize>| faults.values().sum::<usize>();
+    while (reads() < plan.acquisitions || injected(&faults) < plan.schedule.len())
+        && started.elapsed() < plan.time_limit
+    {
+        sleep(between(1_000, 3_000));
+        let fault = *schedule.next().expect("a cycle never ends");
+        let target = fastrand::usize(..workers.len());
+        match fault {
+            Fault::KillProcess => workers[target].kill_and_restart(worker),
+            Fault::PauseProcess => workers[target].pause(within(plan.pauses)),
+            Fault::CutOff => workers[target].cut_off(between(500, 3_000)),
+            Fault::RestartStore => {
+                let member = fastrand::usize(..members.len());
+                store.kill(member);
+                sleep(between(500, 2_000));
+                store.restart(member);
+            }
+        }
+        *faults.entry(fault).or_insert(0) += 1;
+    }
+
+    let mut history = History::default();
+    for worker in &mut workers {
+        worker.kill();
+        for (pid, died, file) in &worker.incarnations {
+            let recorded = std::fs::read_to_string(file).unwrap_or_default();
+            history.add(&recorded).expect("a worker's history reads");
+            history.died(u64::from(*pid), *died);
+        }
+    }
+    history.ran_until(now());
+    let report = ChaosReport {
+        store: plan.store,
+        elapsed: started.elapsed(),
+        faults,
+        verdict: history.check(plan.fenced),
+        register: Tally::read(&register.url()).expect("the register answers"),
+    };
+    if !report.holds_up() {
+        eprintln!("{}: the histories are kept in {:?}", plan.store, dir.keep());
+    }
+    report
+}
+
+/// A random time between `from` and `to` ms.
+fn between(from: u64, to: u64) -> Duration {
+    Duration::from_millis(fastrand::u64(from..=to))
+}
+
+/// A random time within `(from, to)`.
+fn within((from, to): (Duration, Duration)) -> Duration {
+    between(from.as_millis() as u64, to.as_millis() as u64)
+}
+
+/// Nanoseconds since the Unix epoch: the clock the histories are recorded by.
+fn now() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos())
+}
+
+/// A worker process and the proxies between it and the store's members.
+struct Worker {
+    plan: WorkerPlan,
+    proxies: Vec<CutProxy>,
+    child: Child,
+    /// Every process that ran as it: pid, when it died, its history.
+    incarnations: Vec<(u32, u128, std::path::PathBuf)>,
+    started: usize,
+}
+
+impl Worker {
+    fn start(plan: WorkerPlan, proxies: Vec<CutProxy>, worker: &dyn Fn() -> Command) -> Self {
+        let child = spawn(&plan, 0, worker);
+        Self {
+            plan,
+            proxies,
+            child,
+            incarnations: Vec::new(),
+            started: 1,
+        }
+    }
+
+    fn history(&self, incarnation: usize) -> std::path::PathBuf {
+        self.plan
+            .history
+            .with_extension(format!("{incarnation}.jsonl"))
+    }
+
+    /// Kills it with SIGKILL, noting when it died.
+    fn kill(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+        let history = self.history(self.started - 1);
+        self.incarnations.push((self.child.id(), now(), history));
+    }
+
+    fn kill_and_restart(&mut self, worker: &dyn Fn() -> Command) {
+        self.kill();
+        sleep(Duration::from_millis(300));
+        self.child = spawn(&self.plan, self.started, worker);
+        self.started += 1;
+    }
+
+    fn pause(&self, for_: Duration) {
+        signal(&self.child, "STOP");
+        sleep(for_);
+        signal(&self.child, "CONT");
+    }
+
+    fn cut_off(&self, for_: Duration) {
+        self.proxies.iter().for_each(|proxy| proxy.set_cut(true));
+        sleep(for_);
+        self.proxies.iter().for_each(|proxy| proxy.set_cut(false));
+    }
+}
+
+fn spawn(plan: &WorkerPlan, incarnation: usize, worker: &dyn Fn() -> Command) -> Child {
+    let mut plan = plan.clone();
+    let log = plan.history.with_extension(format!("{incarnation}.log"));
+    let log = std::fs::File::create(log).expect("a worker's log file");
+    plan.history = plan.history.with_extension(format!("{incarnation}.jsonl"));
+    worker()
+        .env(
+            WORKER_ENV,
+            serde_json::to_string(&plan).expect("a plan in JSON"),
+        )
+        .stdout(log.try_clone().expect("the log file"))
+        .stderr(log)
+        .spawn()
+        .expect("a chaos worker starts")
+}
+
+fn signal(child: &Child, signal: &str) {
+    crate::process::send_signal(child, signal);
+}

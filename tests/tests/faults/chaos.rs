@@ -1,0 +1,81 @@
+//! A short chaos run on every store several processes share (`integration_tests::chaos`): 3
+//! worker processes × 16 tasks on 4 hot keys, while workers are killed, paused past their
+//! TTL and cut off their store, and the store (a member of it) is killed and restarted.
+//! Every hold they recorded is checked: no two holders of a key overlap unless fencing
+//! refused the stale one's writes or it was told its lease was lost, and no update to the
+//! counters the locks protect is lost. The twin runs the pauses without fence checks: stale
+//! holders' writes land and updates are lost.
+
+use std::process::Command;
+use std::time::Duration;
+
+use integration_tests::chaos::{self, ChaosPlan, ChaosStore, Fault};
+
+/// Holds per store: a few thousand, with each fault at least once.
+const SHORT: u64 = 3_000;
+
+fn worker() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_chaos-worker"))
+}
+
+fn short_run_holds_up(store: ChaosStore) {
+    let report = chaos::run(&ChaosPlan::new(store, SHORT), &worker);
+    println!("{report}");
+    assert!(report.verdict.holds as u64 >= SHORT, "{report}");
+    assert!(report.holds_up(), "{report}");
+}
+
+#[test]
+fn chaos_on_redis_holds_up() {
+    short_run_holds_up(ChaosStore::Redis);
+}
+
+#[test]
+fn chaos_on_postgres_holds_up() {
+    short_run_holds_up(ChaosStore::Postgres);
+}
+
+#[test]
+fn chaos_on_mariadb_holds_up() {
+    short_run_holds_up(ChaosStore::Mysql);
+}
+
+#[test]
+fn chaos_on_etcd_holds_up() {
+    short_run_holds_up(ChaosStore::Etcd);
+}
+
+#[test]
+fn chaos_on_zookeeper_holds_up() {
+    short_run_holds_up(ChaosStore::Zookeeper);
+}
+
+/// Holders paused past their TTL whose work runs on after the loss (`OnLost::Continue`),
+/// against a register that checks fences (`fenced`) or not.
+fn paused_holders_finishing_their_work(fenced: bool) -> chaos::ChaosReport {
+    let plan = ChaosPlan {
+        fenced,
+        finish_after_loss: true,
+        schedule: vec![Fault::PauseProcess; 4],
+        pauses: (Duration::from_millis(1_500), Duration::from_secs(3)),
+        ..ChaosPlan::new(ChaosStore::Redis, 1_000)
+    };
+    let report = chaos::run(&plan, &worker);
+    println!("{report}");
+    report
+}
+
+#[test]
+fn a_fenced_store_refuses_paused_holders_that_finish_their_work() {
+    let report = paused_holders_finishing_their_work(true);
+    assert!(report.verdict.fenced_overlaps > 0, "{report}");
+    assert!(report.register.refused > 0, "{report}");
+    assert!(report.holds_up(), "{report}");
+}
+
+#[test]
+fn without_fence_checks_paused_holders_that_finish_their_work_lose_updates() {
+    let report = paused_holders_finishing_their_work(false);
+    assert!(report.verdict.unfenced_reported > 0, "{report}");
+    assert!(report.register.lost_updates() > 0, "{report}");
+}
