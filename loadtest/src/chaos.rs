@@ -25,13 +25,13 @@ pub fn run(names: &[String], holds: u64) {
         })
         .collect();
     println!(
-        "\n| store | holds | time | faults (kill / pause / cut off / store restart) | overlaps: fenced | unfenced, reported lost | unfenced, never told | writes refused (stale fence) | updates lost | longest without a grant |"
+        "\n| store | holds | time | faults (kill / pause / cut off / store restart) | overlaps: fenced | unfenced, reported lost | unfenced, never told | reads and writes refused (stale fence) | updates lost | longest without a grant (after) |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for report in &reports {
         let fault = |kind| report.faults.get(&kind).copied().unwrap_or(0);
         println!(
-            "| {} | {} | {:.0?} | {} / {} / {} / {} | {} | {} | {} | {} | {} | {:.1?} |",
+            "| {} | {} | {:.0?} | {} / {} / {} / {} | {} | {} | {} | {} | {} | {:.1?}{} |",
             report.store,
             report.verdict.holds,
             report.elapsed,
@@ -45,6 +45,10 @@ pub fn run(names: &[String], holds: u64) {
             report.register.refused,
             report.register.lost_updates(),
             report.verdict.longest_gap,
+            match report.longest_gap_after {
+                Some((fault, before)) => format!(" ({fault}, {before:.1?} before)"),
+                None => String::new(),
+            },
         );
     }
     if !reports.iter().all(ChaosReport::holds_up) {

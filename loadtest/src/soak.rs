@@ -3,8 +3,8 @@
 //! its open sockets, and the objects the store keeps (Redis: its keys; PostgreSQL: the lease
 //! table's rows) — to show whether anything grows once the load is warm.
 //!
-//! The load: 16 tasks, each locking one of 1 000 keys (a mutex, held 1 ms) and resting 10 ms,
-//! and 4 tasks locking one hot key, waiting for it, holding it 1 ms: about 1 500 locks a second,
+//! The load: 16 tasks, each locking one of 1 000 keys (a mutex, held 1 ms) and resting 20 ms,
+//! and 4 tasks locking one hot key, waiting for it, holding it 1 ms: about 1 000 locks a second,
 //! every key's lock taken again and again, with waiters queueing on the hot one.
 
 use std::time::Duration;
@@ -38,8 +38,8 @@ pub async fn run(postgres: bool, minutes: u64) {
         let backend = PostgresBackend::connect(&schema.url())
             .await
             .expect("PostgreSQL reachable");
-        let pool = schema.pool().await;
-        soak("PostgreSQL", backend, length, || lease_rows(&pool)).await;
+        let (pool, table) = (schema.pool().await, schema.table(DEFAULT_TABLE));
+        soak("PostgreSQL", backend, length, || lease_rows(&pool, &table)).await;
     } else {
         let redis = RedisServer::start();
         let backend = RedisBackend::connect(redis.url())
@@ -60,8 +60,8 @@ pub async fn run(postgres: bool, minutes: u64) {
     }
 }
 
-async fn lease_rows(pool: &PgPool) -> i64 {
-    sqlx::query_scalar(&format!("SELECT count(*) FROM {DEFAULT_TABLE}"))
+async fn lease_rows(pool: &PgPool, table: &str) -> i64 {
+    sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
         .fetch_one(pool)
         .await
         .unwrap_or(-1)
@@ -90,7 +90,7 @@ where
                     locks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 if !hot {
-                    sleep(Duration::from_millis(10)).await;
+                    sleep(Duration::from_millis(20)).await;
                 }
             }
         })

@@ -3,7 +3,8 @@
 //! with `SIGKILL` leaves every line it wrote.
 //!
 //! Nothing is recorded until [`record_to`] names a file; from then on every hold of every
-//! locker in the process writes two lines:
+//! locker in the process writes a line when it begins and one when it ends, and one more if
+//! the store says it was lost:
 //!
 //! * `{"grant":7,"pid":4711,"task":12,"at":1764197412000123456,"hold":"mutex","names":["lock:k"],"fences":[3584]}`
 //!   when the hold begins — the store's answer is in, or the lock was handed on to this task —

@@ -53,6 +53,8 @@ pub struct Verdict {
     /// The longest time one lock name went without a grant (up to the end of the run, when
     /// [known](History::ran_until)).
     pub longest_gap: Duration,
+    /// When that gap began: the grant before it, in nanoseconds since the Unix epoch.
+    pub longest_gap_from: u128,
 }
 
 impl History {
@@ -156,7 +158,9 @@ impl History {
             let ends = grants.clone().skip(1).chain(self.ran_until);
             for (granted, next) in grants.zip(ends) {
                 let gap = Duration::from_nanos(next.saturating_sub(granted) as u64);
-                verdict.longest_gap = verdict.longest_gap.max(gap);
+                if gap > verdict.longest_gap {
+                    (verdict.longest_gap, verdict.longest_gap_from) = (gap, granted);
+                }
             }
             let mut open: Vec<&Hold> = Vec::new();
             for later in holds {

@@ -10,6 +10,8 @@
 //! `tests/tests/faults/chaos.rs` runs a short version on every store; `lockbench --scenario
 //! chaos` a long one (see `docs/RELIABILITY.md`).
 
+use std::time::Duration;
+
 mod history;
 mod proxy;
 mod register;
@@ -22,3 +24,10 @@ pub use register::Tally;
 pub use runner::{ChaosPlan, ChaosReport, Fault, run};
 pub use stores::ChaosStore;
 pub use worker::{WORKER_ENV, run_worker};
+
+/// A random time within `(from, to)`, in whole milliseconds.
+fn within((from, to): (Duration, Duration)) -> Duration {
+    Duration::from_millis(fastrand::u64(
+        from.as_millis() as u64..=to.as_millis() as u64,
+    ))
+}

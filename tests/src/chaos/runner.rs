@@ -11,9 +11,17 @@ use super::history::{History, Verdict};
 use super::proxy::CutProxy;
 use super::register::Tally;
 use super::stores::ChaosStore;
+use super::within;
 use super::worker::{WORKER_ENV, WorkerPlan};
 use crate::RedisServer;
 use crate::private_server::ServerDir;
+
+/// The time between two faults: from, to.
+const QUIET: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(3));
+/// How long a worker stays cut off its store.
+const CUT_OFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(3));
+/// How long a killed store (member) stays down.
+const STORE_DOWN: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(2));
 
 /// What a chaos run does.
 #[derive(Clone, Debug)]
@@ -41,11 +49,14 @@ pub struct ChaosPlan {
     pub schedule: Vec<Fault>,
     /// How long a paused worker stays frozen: from, to.
     pub pauses: (Duration, Duration),
+    /// How long a task holds a lock between reading and writing the key's counter: from, to.
+    pub holds_for: (Duration, Duration),
 }
 
 impl ChaosPlan {
-    /// A run on `store`: 3 processes × 16 tasks on 4 hot keys with a TTL of 1 s, fenced, until
-    /// `acquisitions` holds and one of each fault, or 15 minutes.
+    /// A run on `store`: 3 processes × 16 tasks on 4 hot keys with a TTL of 1 s, each hold 0–2
+    /// ms between read and write, fenced, until `acquisitions` holds and one of each fault, or
+    /// 15 minutes.
     pub fn new(store: ChaosStore, acquisitions: u64) -> Self {
         Self {
             store,
@@ -59,6 +70,7 @@ impl ChaosPlan {
             finish_after_loss: false,
             schedule: Fault::ALL.to_vec(),
             pauses: (Duration::from_millis(500), Duration::from_secs(3)),
+            holds_for: (Duration::ZERO, Duration::from_millis(2)),
         }
     }
 }
@@ -75,6 +87,17 @@ pub enum Fault {
     /// A store member (the store, where it has one) killed with SIGKILL, restarted 0.5–2 s
     /// later on its data.
     RestartStore,
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(match self {
+            Self::KillProcess => "kill",
+            Self::PauseProcess => "pause",
+            Self::CutOff => "cut-off",
+            Self::RestartStore => "store restart",
+        })
+    }
 }
 
 impl Fault {
@@ -96,6 +119,9 @@ pub struct ChaosReport {
     pub elapsed: Duration,
     /// Faults injected, by kind.
     pub faults: BTreeMap<Fault, usize>,
+    /// The last fault that began before the longest time without a grant began, and how long
+    /// before: what most likely caused it (`None`: it began before any fault).
+    pub longest_gap_after: Option<(Fault, Duration)>,
     /// The check of every recorded hold.
     pub verdict: Verdict,
     /// The register at the end.
@@ -118,7 +144,7 @@ impl fmt::Display for ChaosReport {
             formatter,
             "{}: {} holds in {:.0?}, {faults} faults {:?}; overlaps: {} fenced, {} unfenced \
              (reported lost), {} unfenced (never told); register: {} reads, {} writes, {} \
-             refused for a stale fence, {} updates lost; longest without a grant: {:.2?}",
+             refused for a stale fence, {} updates lost; longest without a grant: {:.2?}{}",
             self.store,
             verdict.holds,
             self.elapsed,
@@ -131,6 +157,10 @@ impl fmt::Display for ChaosReport {
             register.refused,
             register.lost_updates(),
             verdict.longest_gap,
+            match self.longest_gap_after {
+                Some((fault, before)) => format!(" (from {before:.2?} after a {fault} began)"),
+                None => String::new(),
+            },
         )?;
         for example in &verdict.examples {
             write!(formatter, "\n  {example}")?;
@@ -160,6 +190,7 @@ pub fn run(plan: &ChaosPlan, worker: &dyn Fn() -> Command) -> ChaosReport {
                 register: register.url(),
                 fenced: plan.fenced,
                 finish_after_loss: plan.finish_after_loss,
+                holds_for: plan.holds_for,
                 keys: plan.keys,
                 tasks: plan.tasks,
                 ttl: plan.ttl,
@@ -171,23 +202,26 @@ pub fn run(plan: &ChaosPlan, worker: &dyn Fn() -> Command) -> ChaosReport {
 
     let started = Instant::now();
     let mut faults = BTreeMap::new();
+    // When each fault began, nanoseconds since the Unix epoch.
+    let mut schedule_log: Vec<(u128, Fault)> = Vec::new();
     let mut schedule = plan.schedule.iter().cycle();
     let reads = || Tally::read(&register.url()).map_or(0, |tally| tally.reads);
     let injected = |faults: &BTreeMap<Fault, usize>| faults.values().sum::<usize>();
     while (reads() < plan.acquisitions || injected(&faults) < plan.schedule.len())
         && started.elapsed() < plan.time_limit
     {
-        sleep(between(1_000, 3_000));
+        sleep(within(QUIET));
         let fault = *schedule.next().expect("a cycle never ends");
         let target = fastrand::usize(..workers.len());
+        schedule_log.push((now(), fault));
         match fault {
             Fault::KillProcess => workers[target].kill_and_restart(worker),
             Fault::PauseProcess => workers[target].pause(within(plan.pauses)),
-            Fault::CutOff => workers[target].cut_off(between(500, 3_000)),
+            Fault::CutOff => workers[target].cut_off(within(CUT_OFF)),
             Fault::RestartStore => {
                 let member = fastrand::usize(..members.len());
                 store.kill(member);
-                sleep(between(500, 2_000));
+                sleep(within(STORE_DOWN));
                 store.restart(member);
             }
         }
@@ -204,27 +238,25 @@ pub fn run(plan: &ChaosPlan, worker: &dyn Fn() -> Command) -> ChaosReport {
         }
     }
     history.ran_until(now());
+    let verdict = history.check(plan.fenced);
+    let longest_gap_after = (schedule_log.iter().rev())
+        .find(|(began, _)| *began <= verdict.longest_gap_from)
+        .map(|&(began, fault)| {
+            let before = verdict.longest_gap_from - began;
+            (fault, Duration::from_nanos(before as u64))
+        });
     let report = ChaosReport {
         store: plan.store,
         elapsed: started.elapsed(),
         faults,
-        verdict: history.check(plan.fenced),
+        longest_gap_after,
+        verdict,
         register: Tally::read(&register.url()).expect("the register answers"),
     };
     if !report.holds_up() {
         eprintln!("{}: the histories are kept in {:?}", plan.store, dir.keep());
     }
     report
-}
-
-/// A random time between `from` and `to` ms.
-fn between(from: u64, to: u64) -> Duration {
-    Duration::from_millis(fastrand::u64(from..=to))
-}
-
-/// A random time within `(from, to)`.
-fn within((from, to): (Duration, Duration)) -> Duration {
-    between(from.as_millis() as u64, to.as_millis() as u64)
 }
 
 /// Nanoseconds since the Unix epoch: the clock the histories are recorded by.

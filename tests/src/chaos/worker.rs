@@ -15,9 +15,10 @@ use tower_lock::backend::postgres::PostgresBackend;
 use tower_lock::backend::redis::RedisBackend;
 use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
 use tower_lock::testing::history;
-use tower_lock::{Locker, OnLost};
+use tower_lock::{LockGuard, Locker, OnLost};
 
 use super::register::Register;
+use super::within;
 
 /// The environment variable that carries a worker's plan: a process started with it set is a
 /// chaos worker ([`run_worker`]).
@@ -40,6 +41,8 @@ pub(crate) struct WorkerPlan {
     pub(crate) fenced: bool,
     /// Whether work runs to its end after its lease was lost.
     pub(crate) finish_after_loss: bool,
+    /// How long a task holds a lock between reading and writing the counter: from, to.
+    pub(crate) holds_for: (Duration, Duration),
     /// How many hot keys the tasks share.
     pub(crate) keys: usize,
     /// How many tasks take locks at once.
@@ -141,10 +144,12 @@ async fn take_locks<B: LockBackend>(backend: B, plan: &WorkerPlan, register: Reg
         .expect("valid settings");
     let tasks = (0..plan.tasks).map(|_| {
         let (locker, register, keys) = (locker.clone(), register.clone(), plan.keys);
+        let holds_for = plan.holds_for;
         tokio::spawn(async move {
             loop {
                 let key = format!("chaos:{}", fastrand::usize(..keys));
-                let claimed = locker.with_lock(&key, |lock| claim(&register, &key, lock.fence()));
+                let hold = within(holds_for);
+                let claimed = locker.with_lock(&key, |lock| claim(&register, &key, lock, hold));
                 if claimed.await.is_err() {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
@@ -156,16 +161,14 @@ async fn take_locks<B: LockBackend>(backend: B, plan: &WorkerPlan, register: Reg
     }
 }
 
-/// Reads `key`'s counter and writes it back plus one, with `fence`, holding the lock for 0–2
-/// ms between.
-async fn claim(register: &Register, key: &str, fence: Option<tower_lock::FencingToken>) {
-    let fence = fence.map_or(0, |fence| fence.get());
+/// Reads `key`'s counter and writes it back plus one with `lock`'s fence, `hold` apart.
+async fn claim(register: &Register, key: &str, lock: LockGuard, hold: Duration) {
+    let fence = lock.fence().map_or(0, |fence| fence.get());
     let Ok(Some(value)) = register.read(key, fence).await else {
         return;
     };
-    let held_for = fastrand::u64(0..=2);
-    if held_for > 0 {
-        tokio::time::sleep(Duration::from_millis(held_for)).await;
+    if !hold.is_zero() {
+        tokio::time::sleep(hold).await;
     }
     register.write(key, fence, value + 1).await.ok();
 }

@@ -51,13 +51,16 @@ fn chaos_on_zookeeper_holds_up() {
 }
 
 /// Holders paused past their TTL whose work runs on after the loss (`OnLost::Continue`),
-/// against a register that checks fences (`fenced`) or not.
+/// against a register that checks fences (`fenced`) or not: six pauses of 1.5–3 s, each lock
+/// held 10–30 ms between read and write.
 fn paused_holders_finishing_their_work(fenced: bool) -> chaos::ChaosReport {
     let plan = ChaosPlan {
         fenced,
         finish_after_loss: true,
-        schedule: vec![Fault::PauseProcess; 4],
+        schedule: vec![Fault::PauseProcess; 6],
         pauses: (Duration::from_millis(1_500), Duration::from_secs(3)),
+        // Long enough that most pauses catch a task between its read and its write.
+        holds_for: (Duration::from_millis(10), Duration::from_millis(30)),
         ..ChaosPlan::new(ChaosStore::Redis, 1_000)
     };
     let report = chaos::run(&plan, &worker);
