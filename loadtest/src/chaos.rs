@@ -25,7 +25,7 @@ pub fn run(names: &[String], holds: u64) {
         })
         .collect();
     println!(
-        "\n| store | holds | time | faults (kill / pause / cut off / store restart) | overlaps: fenced | unfenced, reported lost | unfenced, never told | reads and writes refused (stale fence) | updates lost | longest without a grant (after) |"
+        "\n| store | holds | time | faults (kill / pause / cut off / store restart) | overlaps: fenced | unfenced, reported lost | unfenced, never told | reads and writes refused (stale fence) | updates lost | longest without a grant (faults around it, s from its start) |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for report in &reports {
@@ -45,10 +45,7 @@ pub fn run(names: &[String], holds: u64) {
             report.register.refused,
             report.register.lost_updates(),
             report.verdict.longest_gap,
-            match report.longest_gap_after {
-                Some((fault, before)) => format!(" ({fault}, {before:.1?} before)"),
-                None => String::new(),
-            },
+            report.longest_gap_cause(),
         );
     }
     if !reports.iter().all(ChaosReport::holds_up) {
