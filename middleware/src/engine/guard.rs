@@ -111,7 +111,7 @@ impl LockGuard {
     }
 
     /// Every name's fencing token, in the order of [`names`](Self::names).
-    #[cfg(feature = "test-util")]
+    #[cfg(any(test, feature = "test-util"))]
     pub(crate) fn fences(&self) -> &[Option<FencingToken>] {
         &self.inner.fences
     }

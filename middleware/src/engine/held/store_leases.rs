@@ -30,7 +30,7 @@ pub(crate) struct StoreLeases<B: LockBackend> {
     released: AtomicBool,
     taken_at: Instant,
     /// Its number in the history of holds, if this process records one (`test-util`).
-    #[cfg(feature = "test-util")]
+    #[cfg(any(test, feature = "test-util"))]
     recorded: Option<u64>,
 }
 
@@ -45,7 +45,7 @@ impl<B: LockBackend> StoreLeases<B> {
         locker.held.fetch_add(1, Ordering::Relaxed);
         guard.lease().meters().taken();
         Self {
-            #[cfg(feature = "test-util")]
+            #[cfg(any(test, feature = "test-util"))]
             recorded: crate::testing::history::granted(&guard),
             locker,
             guard,
@@ -69,7 +69,7 @@ impl<B: LockBackend> StoreLeases<B> {
     pub(crate) async fn extend(&self) -> Result<bool, BackendError> {
         let sent = Instant::now();
         let extended = self.extend_all().await;
-        #[cfg(feature = "test-util")]
+        #[cfg(any(test, feature = "test-util"))]
         if let Ok(false) = extended {
             crate::testing::history::lost(self.recorded);
         }
@@ -118,7 +118,7 @@ impl<B: LockBackend> StoreLeases<B> {
         let give_back = give_back(&*self.locker.backend, &self.guard, &self.leases);
         let meters = self.guard.lease().meters();
         let released = (meters.store_call(StoreOp::Release, store_timeout, give_back)).await;
-        #[cfg(feature = "test-util")]
+        #[cfg(any(test, feature = "test-util"))]
         if let Ok(Ok(false)) = released {
             crate::testing::history::lost(self.recorded);
         }
@@ -165,7 +165,7 @@ impl<B: LockBackend> StoreLeases<B> {
     fn ends(&self) -> bool {
         self.record_hold_time();
         let was_held = self.guard.is_held();
-        #[cfg(feature = "test-util")]
+        #[cfg(any(test, feature = "test-util"))]
         crate::testing::history::ended(self.recorded, was_held);
         self.guard.lease().release();
         was_held
