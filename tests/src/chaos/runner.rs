@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -281,7 +282,7 @@ struct Worker {
     proxies: Vec<CutProxy>,
     child: Child,
     /// Every process that ran as it: pid, when it died, its history.
-    incarnations: Vec<(u32, u128, std::path::PathBuf)>,
+    incarnations: Vec<(u32, u128, PathBuf)>,
     started: usize,
 }
 
@@ -297,17 +298,11 @@ impl Worker {
         }
     }
 
-    fn history(&self, incarnation: usize) -> std::path::PathBuf {
-        self.plan
-            .history
-            .with_extension(format!("{incarnation}.jsonl"))
-    }
-
     /// Kills it with SIGKILL, noting when it died.
     fn kill(&mut self) {
         self.child.kill().ok();
         self.child.wait().ok();
-        let history = self.history(self.started - 1);
+        let history = file_of(&self.plan, self.started - 1, "jsonl");
         self.incarnations.push((self.child.id(), now(), history));
     }
 
@@ -331,11 +326,20 @@ impl Worker {
     }
 }
 
+impl Drop for Worker {
+    /// A run that panicked leaves no worker behind.
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
 fn spawn(plan: &WorkerPlan, incarnation: usize, worker: &dyn Fn() -> Command) -> Child {
-    let mut plan = plan.clone();
-    let log = plan.history.with_extension(format!("{incarnation}.log"));
-    let log = std::fs::File::create(log).expect("a worker's log file");
-    plan.history = plan.history.with_extension(format!("{incarnation}.jsonl"));
+    let log = std::fs::File::create(file_of(plan, incarnation, "log")).expect("a log file");
+    let plan = WorkerPlan {
+        history: file_of(plan, incarnation, "jsonl"),
+        ..plan.clone()
+    };
     worker()
         .env(
             WORKER_ENV,
@@ -345,6 +349,12 @@ fn spawn(plan: &WorkerPlan, incarnation: usize, worker: &dyn Fn() -> Command) ->
         .stderr(log)
         .spawn()
         .expect("a chaos worker starts")
+}
+
+/// Incarnation `incarnation`'s history (`jsonl`) or log (`log`) file.
+fn file_of(plan: &WorkerPlan, incarnation: usize, extension: &str) -> PathBuf {
+    plan.history
+        .with_extension(format!("{incarnation}.{extension}"))
 }
 
 fn signal(child: &Child, signal: &str) {

@@ -80,7 +80,6 @@ async fn work(plan: WorkerPlan) {
     })
     .await;
     let (scheme, address) = plan.store.split_once("://").expect("a store URL");
-    let members = || address.split(',').map(str::to_owned).collect::<Vec<_>>();
     match scheme {
         "redis" => {
             let backend = retry("Redis", || RedisBackend::connect(plan.store.as_str())).await;
@@ -95,8 +94,7 @@ async fn work(plan: WorkerPlan) {
             take_locks(backend, &plan, register).await;
         }
         "etcd" => {
-            let endpoints: Vec<String> = members()
-                .iter()
+            let endpoints: Vec<String> = (address.split(','))
                 .map(|member| format!("http://{member}"))
                 .collect();
             let settings = EtcdSettings::default().session_ttl(SESSION);
