@@ -19,9 +19,17 @@ fn worker() -> Command {
 }
 
 fn short_run_holds_up(store: ChaosStore) {
-    let report = chaos::run(&ChaosPlan::new(store, SHORT), &worker);
+    let plan = ChaosPlan {
+        // About 20 s each on the CI machine; a store that stops granting fails in 2 minutes.
+        time_limit: Duration::from_secs(120),
+        ..ChaosPlan::new(store, SHORT)
+    };
+    let report = chaos::run(&plan, &worker);
     println!("{report}");
-    assert!(report.verdict.holds as u64 >= SHORT, "{report}");
+    assert!(
+        report.verdict.holds as u64 >= SHORT,
+        "too few holds: {report}"
+    );
     assert!(report.holds_up(), "{report}");
 }
 
@@ -61,6 +69,7 @@ fn paused_holders_finishing_their_work(fenced: bool) -> chaos::ChaosReport {
         pauses: (Duration::from_millis(1_500), Duration::from_secs(3)),
         // Long enough that most pauses catch a task between its read and its write.
         holds_for: (Duration::from_millis(10), Duration::from_millis(30)),
+        time_limit: Duration::from_secs(120),
         ..ChaosPlan::new(ChaosStore::Redis, 1_000)
     };
     let report = chaos::run(&plan, &worker);
