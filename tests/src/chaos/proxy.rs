@@ -10,11 +10,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
 
-/// A proxy to one address, running until the process ends.
-#[derive(Clone, Debug)]
+/// A proxy to one address; dropped, it takes no more connections (those it has end with
+/// them).
+#[derive(Debug)]
 pub(crate) struct CutProxy {
     address: SocketAddr,
     cut: Arc<AtomicBool>,
+    closed: Arc<AtomicBool>,
 }
 
 impl CutProxy {
@@ -22,16 +24,26 @@ impl CutProxy {
     pub(crate) fn start(target: SocketAddr) -> Self {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a free port");
         let address = listener.local_addr().expect("the proxy's address");
-        let cut = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&cut);
+        let (cut, closed) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (flag, stop) = (Arc::clone(&cut), Arc::clone(&closed));
         thread::spawn(move || {
             for client in listener.incoming().flatten() {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
                 if let Ok(server) = TcpStream::connect(target) {
                     connect(client, server, &flag);
                 }
             }
         });
-        Self { address, cut }
+        Self {
+            address,
+            cut,
+            closed,
+        }
     }
 
     /// Its address, `127.0.0.1:PORT`.
@@ -42,6 +54,15 @@ impl CutProxy {
     /// Cuts (`true`) or mends (`false`) the link.
     pub(crate) fn set_cut(&self, cut: bool) {
         self.cut.store(cut, Ordering::SeqCst);
+    }
+}
+
+impl Drop for CutProxy {
+    fn drop(&mut self) {
+        self.cut.store(false, Ordering::SeqCst);
+        self.closed.store(true, Ordering::SeqCst);
+        // Wakes the listener, which sees it is closed.
+        TcpStream::connect(self.address).ok();
     }
 }
 
