@@ -10,14 +10,17 @@ use redis::aio::MultiplexedConnection;
 use redis::{Commands, Script};
 
 /// Reads (`ARGV[1]` = `read`) or writes (`write`, value `ARGV[3]`) the counter `KEYS[1]` with
-/// fence `ARGV[2]`, refusing a fence smaller than the largest seen when `ARGV[4]` is `1`:
-/// the value read, `1` for a write taken, `-1` when refused.
+/// fence `ARGV[2]`, refusing a fence smaller than the largest seen when `ARGV[4]` is `1` (else
+/// counting it as stale): the value read, `1` for a write taken, `-1` when refused.
 const ACCESS: &str = r"
 local fence = tonumber(ARGV[2])
 local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '-1')
-if ARGV[4] == '1' and fence < seen then
-  redis.call('HINCRBY', KEYS[1], 'refused', 1)
-  return -1
+if fence < seen then
+  if ARGV[4] == '1' then
+    redis.call('HINCRBY', KEYS[1], 'refused', 1)
+    return -1
+  end
+  redis.call('HINCRBY', KEYS[1], 'stale', 1)
 end
 if fence > seen then redis.call('HSET', KEYS[1], 'fence', fence) end
 if ARGV[1] == 'read' then
@@ -86,6 +89,8 @@ pub struct Tally {
     pub value: u64,
     /// Reads and writes refused for a stale fence.
     pub refused: u64,
+    /// Reads and writes with a stale fence taken (by a register that does not check fences).
+    pub stale: u64,
 }
 
 impl Tally {
@@ -114,6 +119,7 @@ impl Tally {
             tally.writes += field(&mut connection, "writes")?;
             tally.value += field(&mut connection, "value")?;
             tally.refused += field(&mut connection, "refused")?;
+            tally.stale += field(&mut connection, "stale")?;
         }
         Ok(tally)
     }

@@ -156,7 +156,8 @@ impl fmt::Display for ChaosReport {
             formatter,
             "{}: {} holds in {:.0?}, {faults} faults {:?}; overlaps: {} fenced, {} unfenced \
              (reported lost), {} unfenced (never told); register: {} reads, {} writes, {} \
-             refused for a stale fence, {} updates lost; longest without a grant: {:.2?}{}",
+             refused for a stale fence, {} taken with one, {} updates lost; longest without a \
+             grant: {:.2?}{}",
             self.store,
             verdict.holds,
             self.elapsed,
@@ -167,6 +168,7 @@ impl fmt::Display for ChaosReport {
             register.reads,
             register.writes,
             register.refused,
+            register.stale,
             register.lost_updates(),
             verdict.longest_gap,
             self.longest_gap_cause(),

@@ -3,8 +3,9 @@
 //! TTL and cut off their store, and the store (a member of it) is killed and restarted.
 //! Every hold they recorded is checked: no two holders of a key overlap unless fencing
 //! refused the stale one's writes or it was told its lease was lost, and no update to the
-//! counters the locks protect is lost. The twin runs the pauses without fence checks: stale
-//! holders' writes land and updates are lost.
+//! counters the locks protect is lost. The twin pair: holders paused past their TTL that finish
+//! their work are refused by a store that checks fences; without the checks their stale
+//! writes land.
 
 use std::process::Command;
 use std::time::Duration;
@@ -86,8 +87,10 @@ fn a_fenced_store_refuses_paused_holders_that_finish_their_work() {
 }
 
 #[test]
-fn without_fence_checks_paused_holders_that_finish_their_work_lose_updates() {
+fn without_fence_checks_paused_holders_that_finish_their_work_write_stale_data() {
     let report = paused_holders_finishing_their_work(false);
     assert!(report.verdict.unfenced_reported > 0, "{report}");
-    assert!(report.register.lost_updates() > 0, "{report}");
+    // Each stale write overwrites what other holders wrote meanwhile: updates are lost (how
+    // many depends on the timing; the report prints them).
+    assert!(report.register.stale > 0, "{report}");
 }
