@@ -17,8 +17,6 @@ use super::worker::{WORKER_ENV, WorkerPlan};
 use crate::RedisServer;
 use crate::private_server::ServerDir;
 
-/// The time between two faults: from, to.
-const QUIET: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(3));
 /// How long a worker stays cut off its store.
 const CUT_OFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(3));
 /// How long a killed store (member) stays down.
@@ -48,6 +46,8 @@ pub struct ChaosPlan {
     pub finish_after_loss: bool,
     /// The faults, taken in turn; the run injects each of them at least once.
     pub schedule: Vec<Fault>,
+    /// The time between two faults: from, to.
+    pub quiet: (Duration, Duration),
     /// How long a paused worker stays frozen: from, to.
     pub pauses: (Duration, Duration),
     /// How long a task holds a lock between reading and writing the key's counter: from, to.
@@ -56,8 +56,8 @@ pub struct ChaosPlan {
 
 impl ChaosPlan {
     /// A run on `store`: 3 processes × 16 tasks on 4 hot keys with a TTL of 1 s, each hold 0–2
-    /// ms between read and write, fenced, until `acquisitions` holds and one of each fault, or
-    /// 15 minutes.
+    /// ms between read and write, fenced, faults 1–3 s apart, until `acquisitions` holds and
+    /// one of each fault, or 15 minutes.
     pub fn new(store: ChaosStore, acquisitions: u64) -> Self {
         Self {
             store,
@@ -70,6 +70,7 @@ impl ChaosPlan {
             fenced: true,
             finish_after_loss: false,
             schedule: Fault::ALL.to_vec(),
+            quiet: (Duration::from_secs(1), Duration::from_secs(3)),
             pauses: (Duration::from_millis(500), Duration::from_secs(3)),
             holds_for: (Duration::ZERO, Duration::from_millis(2)),
         }
@@ -221,7 +222,7 @@ pub fn run(plan: &ChaosPlan, worker: &dyn Fn() -> Command) -> ChaosReport {
     while (reads() < plan.acquisitions || injected(&faults) < plan.schedule.len())
         && started.elapsed() < plan.time_limit
     {
-        sleep(within(QUIET));
+        sleep(within(plan.quiet));
         let fault = *schedule.next().expect("a cycle never ends");
         let target = fastrand::usize(..workers.len());
         schedule_log.push((now(), fault));
