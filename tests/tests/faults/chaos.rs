@@ -13,7 +13,7 @@ use std::time::Duration;
 use integration_tests::chaos::{self, ChaosPlan, ChaosStore, Fault};
 
 /// Holds per store: a few thousand, with each fault at least once.
-const SHORT: u64 = 3_000;
+const SHORT: u64 = 2_000;
 /// The time between two faults, shorter than a long run's: CI's time is counted.
 const QUIET: (Duration, Duration) = (Duration::from_millis(300), Duration::from_secs(1));
 
