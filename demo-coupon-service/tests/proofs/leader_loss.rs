@@ -17,8 +17,11 @@ const DEMO: &str = env!("CARGO_BIN_EXE_demo-coupon-service");
 const CLAIMERS: usize = 24;
 /// More stock than the storm can claim: every claim should be granted.
 const STOCK: u64 = 1_000_000;
-/// How long the storm goes on after the kill.
-const STORM_AFTER_KILL: Duration = Duration::from_secs(8);
+/// How long the storm goes on after the kill: long enough that ZooKeeper's occasional stall
+/// after a leader's loss (claims refused until 7.4–7.5 s after the kill in two runs; the cause is
+/// not found yet, see docs/BENCHMARKS.md) ends inside it — this test checks that claims are
+/// served again, the benchmark how soon.
+const STORM_AFTER_KILL: Duration = Duration::from_secs(12);
 
 /// What the storm saw around the kill, timed from it.
 #[derive(Debug)]
