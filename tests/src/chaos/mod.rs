@@ -7,7 +7,7 @@
 //! ([`History`]): every overlap of two holders of one key, fenced or not, and whether the stale
 //! holder was told it had lost the lease; and the register: updates lost.
 //!
-//! `tests/tests/faults/chaos.rs` runs a short version on every store; `lockbench --scenario
+//! `tests/tests/chaos/main.rs` runs a short version on every store; `lockbench --scenario
 //! chaos` a long one (see `docs/RELIABILITY.md`).
 
 use std::time::Duration;

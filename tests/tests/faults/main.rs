@@ -2,7 +2,6 @@
 //! frozen or hung, consensus members and quorums lost, answers that come too late. Each case
 //! starts the servers it breaks.
 
-mod chaos;
 mod connection_faults;
 mod consensus_failover;
 mod consensus_sessions;
