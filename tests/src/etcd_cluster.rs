@@ -139,6 +139,19 @@ impl EtcdCluster {
             .map_or(0, |count| count.parse().expect("a count"))
     }
 
+    /// Puts `key` (an empty value) through member `index`'s JSON gateway, sent once and waited
+    /// for as long as the member takes to answer (up to 30 s): the error etcd answered, if any.
+    pub fn put_through(&self, index: usize, key: &str) -> Result<(), String> {
+        let body = format!(r#"{{"key":"{}","value":""}}"#, base64(key.as_bytes()));
+        let request = post("/v3/kv/put", &body);
+        let port = self.members[index].client_port;
+        match answer(port, &request, Duration::from_secs(30)) {
+            Some((status, _)) if status == "200" => Ok(()),
+            Some((status, body)) => Err(format!("{status}: {body}")),
+            None => Err("no answer within 30 s".to_owned()),
+        }
+    }
+
     /// Kills member `index` with SIGKILL.
     pub fn kill(&mut self, index: usize) {
         self.members[index].process.kill();
@@ -203,22 +216,32 @@ fn http_get(port: u16, path: &str) -> Option<String> {
 
 /// The body of `POST path` with a JSON `body`, if it answered 200.
 fn http_post(port: u16, path: &str, body: &str) -> Option<String> {
-    let request = format!(
-        "POST {path} HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    exchange(port, &request)
+    exchange(port, &post(path, body))
 }
 
+fn post(path: &str, body: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// The body of a 200 answer to `request`, waiting up to 2 s.
 fn exchange(port: u16, request: &str) -> Option<String> {
+    let (status, body) = answer(port, request, Duration::from_secs(2))?;
+    (status == "200").then_some(body)
+}
+
+/// The status and body of the answer to `request`, waiting up to `patience`.
+fn answer(port: u16, request: &str, patience: Duration) -> Option<(String, String)> {
     let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.set_read_timeout(Some(patience)).ok()?;
     stream.write_all(request.as_bytes()).ok()?;
     let mut answer = String::new();
     stream.read_to_string(&mut answer).ok()?;
     let (head, body) = answer.split_once("\r\n\r\n")?;
     let status = head.split_whitespace().nth(1)?;
-    (status == "200").then(|| body.to_owned())
+    Some((status.to_owned(), body.to_owned()))
 }
 
 /// Standard base64 with padding, as etcd's JSON gateway takes keys.

@@ -7,6 +7,7 @@ mod consensus_failover;
 mod consensus_sessions;
 mod cut_off_holder;
 mod database_restart;
+mod etcd_resends;
 mod late_acquire;
 mod lease_faults;
 mod redis_cluster;

@@ -163,7 +163,7 @@ impl EtcdBackend {
             let (line, options) = (line.clone(), options.clone());
             async move { client.kv_client().get(line, Some(options)).await }
         };
-        let mut answer = self.inner.members.call(call).await?;
+        let mut answer = self.inner.members.call_idempotent(call).await?.answer;
         let read_at = answer
             .header()
             .map(|header| header.revision())

@@ -6,11 +6,15 @@
 //! A request that certainly never reached a member that could apply it (its connection was
 //! refused, or the member answered that it has no leader) is sent again to the next member;
 //! any other failure is the caller's, as the request may have been applied.
+//!
+//! The members also remember the highest raft term any answer carried, so that a request left
+//! unanswered across a leader change can be told apart (`leader_change.rs`).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-use etcd_client::{Client, ConnectOptions, Error};
+use etcd_client::{Client, ConnectOptions, Error, ResponseHeader};
+use tokio::sync::watch;
 
 use crate::backend::BackendError;
 
@@ -21,6 +25,13 @@ const UNAVAILABLE: i32 = 14;
 pub(super) struct Members {
     clients: Vec<Client>,
     pinned: AtomicUsize,
+    /// The highest raft term an answer carried.
+    term: AtomicU64,
+    /// The latest term in which the pinned member was seen following a leader
+    /// (`leader_change.rs`).
+    pub(super) leader_term: watch::Sender<u64>,
+    /// Whether a caller is asking the pinned member about its leader.
+    pub(super) probing: AtomicBool,
 }
 
 impl std::fmt::Debug for Members {
@@ -28,6 +39,7 @@ impl std::fmt::Debug for Members {
         f.debug_struct("Members")
             .field("members", &self.clients.len())
             .field("pinned", &self.pinned)
+            .field("term", &self.term)
             .finish()
     }
 }
@@ -51,6 +63,9 @@ impl Members {
         Ok(Self {
             clients,
             pinned: AtomicUsize::new(0),
+            term: AtomicU64::new(0),
+            leader_term: watch::Sender::new(0),
+            probing: AtomicBool::new(false),
         })
     }
 
@@ -68,11 +83,22 @@ impl Members {
             .ok();
     }
 
+    /// The highest raft term an answer carried so far (0 before the first).
+    pub(super) fn term(&self) -> u64 {
+        self.term.load(Ordering::Relaxed)
+    }
+
+    /// An answer carried raft term `term`.
+    pub(super) fn saw_term(&self, term: u64) {
+        self.term.fetch_max(term, Ordering::Relaxed);
+    }
+
     /// Runs `call` on the pinned member; moves on when it is unreachable, sending the call
     /// again to the next member when the first certainly never applied it (at most once per
     /// member).
     pub(super) async fn call<T, F, Fut>(&self, call: F) -> Result<T, BackendError>
     where
+        T: Headed,
         F: Fn(Client) -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
@@ -80,7 +106,12 @@ impl Members {
         loop {
             let (index, client) = self.pinned();
             let error = match call(client.clone()).await {
-                Ok(answer) => return Ok(answer),
+                Ok(answer) => {
+                    if let Some(header) = answer.header() {
+                        self.saw_term(header.raft_term());
+                    }
+                    return Ok(answer);
+                }
                 Err(error) => error,
             };
             if !unreachable(&error) {
@@ -114,3 +145,28 @@ fn unsent(error: &Error) -> bool {
         _ => false,
     }
 }
+
+/// An answer that carries etcd's response header (its raft term).
+pub(super) trait Headed {
+    fn header(&self) -> Option<&ResponseHeader>;
+}
+
+macro_rules! headed {
+    ($($answer:ty),* $(,)?) => {
+        $(impl Headed for $answer {
+            fn header(&self) -> Option<&ResponseHeader> {
+                <$answer>::header(self)
+            }
+        })*
+    };
+}
+
+headed!(
+    etcd_client::TxnResponse,
+    etcd_client::GetResponse,
+    etcd_client::DeleteResponse,
+    etcd_client::LeaseGrantResponse,
+    etcd_client::LeaseRevokeResponse,
+    etcd_client::LeaseTimeToLiveResponse,
+    etcd_client::StatusResponse,
+);

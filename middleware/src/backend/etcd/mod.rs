@@ -47,6 +47,7 @@ use watches::Watches;
 
 mod key_line;
 mod keys;
+mod leader_change;
 mod members;
 mod session;
 mod shapes;
@@ -219,7 +220,19 @@ impl EtcdBackend {
         LockKeys::new(&self.inner.namespace, name)
     }
 
+    /// Runs `txn`, which must be safe to apply twice: sent again if a leader change may have
+    /// lost it (`leader_change.rs`).
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, BackendError> {
+        let call = |client: etcd_client::Client| {
+            let txn = txn.clone();
+            async move { client.kv_client().txn(txn).await }
+        };
+        let answered = self.inner.members.call_idempotent(call).await?;
+        Ok(answered.answer)
+    }
+
+    /// Runs `txn` once: an answer lost with a leader is waited for until the store timeout.
+    async fn txn_once(&self, txn: Txn) -> Result<TxnResponse, BackendError> {
         let call = |client: etcd_client::Client| {
             let txn = txn.clone();
             async move { client.kv_client().txn(txn).await }
@@ -307,7 +320,8 @@ impl EtcdBackend {
             .iter()
             .map(|key| TxnOp::delete(key.clone(), None))
             .collect();
-        let deleted = revision(&self.txn(Txn::new().and_then(deletes)).await?)?;
+        // Once: a second copy would answer a later revision than the deletion's.
+        let deleted = revision(&self.txn_once(Txn::new().and_then(deletes)).await?)?;
         deletion.done();
         Ok(deleted)
     }
@@ -334,6 +348,25 @@ fn read(answer: &TxnResponse, index: usize) -> Result<Vec<KeyValue>, BackendErro
             "etcd answered a transaction unexpectedly",
         )),
     }
+}
+
+/// The create revision of `ours` when the exclusive acquire `answer` answers put them: it
+/// succeeded, or (sent again after a leader change) the first key under each lock, which its
+/// `else` branch read, is ours — put by a first copy, or by the caller's place in line.
+fn put_by_us(answer: &TxnResponse, ours: &[Vec<u8>]) -> Result<Option<i64>, BackendError> {
+    if answer.succeeded() {
+        return revision(answer).map(Some);
+    }
+    let mut put_at = None;
+    for (index, key) in ours.iter().enumerate() {
+        match read(answer, index)?.first() {
+            Some(first) if first.key() == key.as_slice() => {
+                put_at = put_at.or(Some(first.create_revision()));
+            }
+            _ => return Ok(None),
+        }
+    }
+    Ok(put_at)
 }
 
 /// Reads the key under `prefix` with the lowest create revision: the holder.
@@ -376,17 +409,18 @@ impl LockBackend for EtcdBackend {
         let keys = self.keys(name);
         let key = keys.exclusive(request.token);
         let session = self.inner.session.term().lease;
+        // Read back when busy: a first copy of this transaction may have put it.
         let txn = Txn::new()
             .when(self.free_for_exclusive(&keys, request.token))
-            .and_then([Self::put(key.clone(), session)]);
+            .and_then([Self::put(key.clone(), session)])
+            .or_else([first_under(keys.prefix())]);
         self.inner.session.own(&key);
         let sent = Instant::now();
         let answer = self.txn(txn).await?;
-        if !answer.succeeded() {
+        let Some(revision) = put_by_us(&answer, std::slice::from_ref(&key))? else {
             self.inner.session.disown(&key);
             return Ok(Attempt::Busy { holder_ttl: None });
-        }
-        let revision = revision(&answer)?;
+        };
         let lease = EtcdLease {
             key,
             session,
@@ -421,10 +455,15 @@ impl LockBackend for EtcdBackend {
             let options = DeleteOptions::new().with_prev_key();
             async move { client.kv_client().delete(key, Some(options)).await }
         };
-        let deleted = self.inner.members.call(call).await?;
+        let deleted = self.inner.members.call_idempotent(call).await?;
         deletion.done();
-        let held = deleted.prev_kvs().first();
-        Ok(held.is_some_and(|kv| kv.create_revision() == lease.revision))
+        match deleted.answer.prev_kvs().first() {
+            Some(held) => Ok(held.create_revision() == lease.revision),
+            // Sent twice: the first copy may have deleted it. Only the session's end deletes
+            // a held key otherwise.
+            None if deleted.resent => Ok(self.inner.session.term().lease == lease.session),
+            None => Ok(false),
+        }
     }
 
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
@@ -450,19 +489,26 @@ impl LockBackend for EtcdBackend {
             .iter()
             .map(|key| Self::put(key.clone(), session))
             .collect();
-        let txn = Txn::new().when(vacancies).and_then(puts);
+        // Read back when busy: a first copy of this transaction may have put them.
+        let firsts: Vec<TxnOp> = locks
+            .iter()
+            .map(|keys| first_under(keys.prefix()))
+            .collect();
+        let txn = Txn::new().when(vacancies).and_then(puts).or_else(firsts);
         for key in &ours {
             self.inner.session.own(key);
         }
         let sent = Instant::now();
         let answer = self.txn(txn).await?;
-        if !answer.succeeded() {
-            for key in &ours {
-                self.inner.session.disown(key);
+        let revision = match put_by_us(&answer, &ours)? {
+            Some(revision) => revision,
+            None => {
+                for key in &ours {
+                    self.inner.session.disown(key);
+                }
+                return Ok(Attempt::Busy { holder_ttl: None });
             }
-            return Ok(Attempt::Busy { holder_ttl: None });
-        }
-        let revision = revision(&answer)?;
+        };
         let term = self
             .inner
             .session

@@ -15,11 +15,13 @@
 //! would hold its lock's line up for as long as the process lives: one whose deletion failed
 //! or was cut short (the cluster was unreachable), or one put by an attempt whose answer was
 //! lost and that reached the cluster only after the attempt was given up. So the session knows
-//! which keys it owns — a key is owned from before it is put until it is given up — and after
-//! every renewal asks the cluster which keys its lease holds and deletes the others. After a
-//! deletion that failed or was given up (a release lost while the cluster elected a leader),
-//! it renews and sweeps at once, and again every [`RETRY_PAUSE`] until a sweep finishes: the
-//! lock is free as soon as the cluster answers, not a renewal period later.
+//! which keys it owns — a key is owned from before it is put until it is given up — and a
+//! sweeper task asks the cluster every renewal period which keys its lease holds and deletes
+//! the others. After a deletion that failed or was given up (a release lost while the cluster
+//! elected a leader), it sweeps at once, and again every [`RETRY_PAUSE`] until a sweep
+//! finishes: the lock is free as soon as the cluster answers, not a renewal period later. The
+//! sweeps do not wait for the keep-alive: a member without a leader holds a renewal back for a
+//! whole election timeout even when a leader is elected meanwhile.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,7 +39,8 @@ use crate::backend::{BackendError, lease_deadline};
 /// still be on its way.
 const GIVEN_UP_FOR: Duration = Duration::from_secs(30);
 
-/// How long the keep-alive task pauses after a failure before it tries again.
+/// How long the keep-alive task pauses after a failure before it tries again, and the sweeper
+/// after a sweep that did not finish.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
 /// The session's lease as last confirmed: which lease, and until when it is certainly alive.
@@ -63,6 +66,8 @@ struct Shared {
     renew_now: Notify,
     /// The session was dropped: revoke the lease now.
     closed: Notify,
+    /// Strays are suspected, or the session was dropped: the sweeper's wake-up.
+    sweep_now: Arc<Notify>,
     /// The keys a lock or a waiter of this process owns.
     owned: Mutex<HashSet<Vec<u8>>>,
     /// Given-up marks, oldest first, with when they were put.
@@ -73,7 +78,7 @@ struct Shared {
 }
 
 /// A deletion on its way. Unless it is seen through ([`done`](Self::done)) — it failed, or its
-/// caller gave up on it (a store timeout) — the session sweeps at once and then every
+/// caller gave up on it (a store timeout) — the sweeper sweeps at once and then every
 /// [`RETRY_PAUSE`] until a sweep finishes: a lock whose release was lost while the cluster
 /// elected a leader is freed as soon as the cluster answers, not a renewal period later.
 pub(super) struct Deletion<'a> {
@@ -101,14 +106,22 @@ impl Session {
     /// minimum) and starts keeping it alive.
     pub(super) async fn start(members: Arc<Members>, ttl: Duration) -> Result<Self, BackendError> {
         let (term, granted) = grant(&members, ttl).await?;
+        let sweep_now = Arc::new(Notify::new());
         let shared = Arc::new(Shared {
             term: watch::Sender::new(term),
             renew_now: Notify::new(),
             closed: Notify::new(),
+            sweep_now: Arc::clone(&sweep_now),
             owned: Mutex::default(),
             marks: Mutex::default(),
             strays_suspected: AtomicBool::new(false),
         });
+        tokio::spawn(sweep_strays(
+            Arc::clone(&members),
+            Arc::downgrade(&shared),
+            sweep_now,
+            granted / 4,
+        ));
         tokio::spawn(keep_alive(members, Arc::downgrade(&shared), granted));
         Ok(Self {
             shared,
@@ -181,6 +194,7 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         self.shared.closed.notify_one();
+        self.shared.sweep_now.notify_one();
     }
 }
 
@@ -192,7 +206,7 @@ impl Shared {
     /// Keys nobody owns may be left: sweep now, and again soon until a sweep finishes.
     fn suspect_strays(&self) {
         self.strays_suspected.store(true, Ordering::Relaxed);
-        self.renew_now.notify_one();
+        self.sweep_now.notify_one();
     }
 
     /// Disowns the given-up marks that have served their time.
@@ -313,20 +327,42 @@ async fn keep_stream(
         let answered = Duration::from_secs(answer.ttl().unsigned_abs());
         let until = lease_deadline(sent, answered);
         alive.term.send_replace(Term { lease, until });
-        alive.expire_marks();
-        alive.strays_suspected.store(false, Ordering::Relaxed);
-        if !sweep(&alive, members, lease).await {
-            alive.strays_suspected.store(true, Ordering::Relaxed);
+        tokio::select! {
+            () = sleep(period) => {}
+            () = alive.renew_now.notified() => {}
+            () = alive.closed.notified() => return Stream::Dropped,
         }
-        let pause = if alive.strays_suspected.load(Ordering::Relaxed) {
-            RETRY_PAUSE
-        } else {
-            period
+    }
+}
+
+/// Sweeps every `period`, or at once when woken by `sweep_now`, and every [`RETRY_PAUSE`] while
+/// strays are suspected; ends once the session is dropped.
+async fn sweep_strays(
+    members: Arc<Members>,
+    shared: Weak<Shared>,
+    sweep_now: Arc<Notify>,
+    period: Duration,
+) {
+    loop {
+        let pause = {
+            let Some(alive) = shared.upgrade() else {
+                return;
+            };
+            alive.expire_marks();
+            alive.strays_suspected.store(false, Ordering::Relaxed);
+            let lease = alive.term.borrow().lease;
+            if !sweep(&alive, &members, lease).await {
+                alive.strays_suspected.store(true, Ordering::Relaxed);
+            }
+            if alive.strays_suspected.load(Ordering::Relaxed) {
+                RETRY_PAUSE
+            } else {
+                period
+            }
         };
         tokio::select! {
             () = sleep(pause) => {}
-            () = alive.renew_now.notified() => {}
-            () = alive.closed.notified() => return Stream::Dropped,
+            () = sweep_now.notified() => {}
         }
     }
 }
@@ -346,7 +382,11 @@ async fn sweep(shared: &Shared, members: &Members, lease: i64) -> bool {
             .time_to_live(lease, Some(options))
             .await
     };
-    let Ok(listed) = members.call(listed).await else {
+    let Ok(listed) = members
+        .call_idempotent(listed)
+        .await
+        .map(|listed| listed.answer)
+    else {
         return false;
     };
     let strays: Vec<Vec<u8>> = {
@@ -360,7 +400,7 @@ async fn sweep(shared: &Shared, members: &Members, lease: i64) -> bool {
             let key = key.clone();
             async move { client.kv_client().get(key, None).await }
         };
-        let Ok(mut read) = members.call(read).await else {
+        let Ok(mut read) = members.call_idempotent(read).await.map(|read| read.answer) else {
             swept = false;
             continue;
         };
@@ -380,7 +420,7 @@ async fn sweep(shared: &Shared, members: &Members, lease: i64) -> bool {
             let delete = delete.clone();
             async move { client.kv_client().txn(delete).await }
         };
-        swept &= members.call(delete).await.is_ok();
+        swept &= members.call_idempotent(delete).await.is_ok();
     }
     swept
 }

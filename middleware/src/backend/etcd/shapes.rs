@@ -17,11 +17,13 @@
 
 use std::num::NonZeroU32;
 
-use etcd_client::{GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use etcd_client::{
+    GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
+};
 use tokio::time::Instant;
 
 use super::watches::Watch;
-use super::{EtcdBackend, EtcdLease, occupied, present, read, revision, vacant};
+use super::{EtcdBackend, EtcdLease, first_under, occupied, present, read, revision, vacant};
 use crate::backend::{
     Attempt, BackendError, Granted, LockRequest, Patience, Semaphores, SharedLocks,
 };
@@ -35,7 +37,9 @@ impl SharedLocks for EtcdBackend {
         let keys = self.keys(name);
         let (key, claim) = (keys.shared(request.token), keys.claim(request.token));
         let session = self.inner.session.term().lease;
-        let mut txn = Txn::new()
+        // Both branches read the key back: a first copy of this transaction may have put it,
+        // and a put again keeps its create revision.
+        let txn = Txn::new()
             .when([
                 vacant(&keys.exclusive_prefix()),
                 vacant(keys.intent_prefix()),
@@ -44,25 +48,33 @@ impl SharedLocks for EtcdBackend {
             .and_then([
                 Self::put(key.clone(), session),
                 TxnOp::delete(claim.clone(), None),
+                TxnOp::get(key.clone(), None),
             ]);
-        if request.patience != Patience::Once {
+        let leaves_claim = request.patience != Patience::Once;
+        let txn = if leaves_claim {
             let leave_claim = Txn::new()
                 .when([self.not_given_up(request.token)])
                 .and_then([Self::put(claim.clone(), session)]);
-            txn = txn.or_else([TxnOp::txn(leave_claim)]);
             self.inner.session.own(&claim);
-        }
+            txn.or_else([TxnOp::txn(leave_claim), TxnOp::get(key.clone(), None)])
+        } else {
+            txn.or_else([TxnOp::get(key.clone(), None)])
+        };
         self.inner.session.own(&key);
         let sent = Instant::now();
         let answer = self.txn(txn).await?;
         let read_at = revision(&answer)?;
-        if !answer.succeeded() {
+        let Some(put) = last_read(&answer)?.first().map(KeyValue::create_revision) else {
             self.inner.session.disown(&key);
             return Ok(self.busy(name, request, keys.prefix().to_vec(), read_at));
-        }
+        };
         self.inner.session.disown(&claim);
-        self.shared_grant(key, session, read_at, sent, request)
-            .await
+        if !answer.succeeded() && leaves_claim {
+            // A first copy let the reader in; this one left a claim, which would hold writers back.
+            self.txn(Txn::new().and_then([TxnOp::delete(claim, None)]))
+                .await?;
+        }
+        self.shared_grant(key, session, put, sent, request).await
     }
 
     async fn acquire_write(
@@ -96,24 +108,35 @@ impl SharedLocks for EtcdBackend {
         let mut txn = Txn::new()
             .when([free, not_given_up, vacant(keys.claim_prefix())])
             .and_then(take());
-        // A writer that asks once leaves no intent, and passes no claim either.
-        if request.patience != Patience::Once {
-            txn = txn.or_else([TxnOp::txn(past_claims)]);
+        // A writer that asks once leaves no intent, and passes no claim either. Read back when
+        // busy: a first copy of this transaction may have put the key.
+        let holder = first_under(keys.prefix());
+        if request.patience == Patience::Once {
+            txn = txn.or_else([holder]);
+        } else {
+            txn = txn.or_else([TxnOp::txn(past_claims), holder]);
             self.inner.session.own(&intent);
         }
         self.inner.session.own(&key);
         let sent = Instant::now();
         let answer = self.txn(txn).await?;
         let read_at = revision(&answer)?;
-        if !answer.succeeded() && !nested_succeeded(&answer) {
-            self.inner.session.disown(&key);
-            return Ok(self.busy(name, request, keys.prefix().to_vec(), read_at));
-        }
+        let put_at = if answer.succeeded() || nested_succeeded(&answer) {
+            read_at
+        } else {
+            match last_read(&answer)?.first() {
+                Some(first) if first.key() == key.as_slice() => first.create_revision(),
+                _ => {
+                    self.inner.session.disown(&key);
+                    return Ok(self.busy(name, request, keys.prefix().to_vec(), read_at));
+                }
+            }
+        };
         self.inner.session.disown(&intent);
         let lease = EtcdLease {
             key,
             session,
-            revision: read_at,
+            revision: put_at,
         };
         Ok(Attempt::Acquired(
             self.vouched(lease, sent, request.ttl).await?,
@@ -149,29 +172,35 @@ impl EtcdBackend {
             .with_sort(SortTarget::Create, SortOrder::Ascend)
             .with_limit(i64::from(permits.get()))
             .with_keys_only();
+        // Both branches read the permit holders: a first copy of this transaction may have put
+        // the key, and a put again keeps its create revision.
+        let holders = || TxnOp::get(keys.shared_prefix(), Some(first.clone()));
         let txn = Txn::new()
             .when([
                 vacant(&keys.exclusive_prefix()),
                 self.not_given_up(request.token),
             ])
-            .and_then([
-                Self::put(key.clone(), session),
-                TxnOp::get(keys.shared_prefix(), Some(first)),
-            ]);
+            .and_then([Self::put(key.clone(), session), holders()])
+            .or_else([holders()]);
         self.inner.session.own(&key);
         let sent = Instant::now();
         let answer = self.txn(txn).await?;
         let read_at = revision(&answer)?;
-        if !answer.succeeded() {
-            self.inner.session.disown(&key);
-            return Ok(self.busy(name, request, keys.exclusive_prefix(), read_at));
+        let ours = last_read(&answer)?.into_iter().find(|kv| kv.key() == key);
+        match ours {
+            Some(put) => {
+                self.shared_grant(key, session, put.create_revision(), sent, request)
+                    .await
+            }
+            None if answer.succeeded() => {
+                let deleted_at = self.delete(&[key]).await?;
+                Ok(self.busy(name, request, keys.shared_prefix(), deleted_at))
+            }
+            None => {
+                self.inner.session.disown(&key);
+                Ok(self.busy(name, request, keys.exclusive_prefix(), read_at))
+            }
         }
-        if !read(&answer, 1)?.iter().any(|kv| kv.key() == key) {
-            let deleted_at = self.delete(&[key]).await?;
-            return Ok(self.busy(name, request, keys.shared_prefix(), deleted_at));
-        }
-        self.shared_grant(key, session, read_at, sent, request)
-            .await
     }
 
     /// The shared hold `key`, put at `revision`: granted once the session vouches for it.
@@ -214,6 +243,12 @@ impl EtcdBackend {
         }
         Attempt::Busy { holder_ttl: None }
     }
+}
+
+/// The keys the last operation of the branch `answer` took (a get) read.
+fn last_read(answer: &TxnResponse) -> Result<Vec<KeyValue>, BackendError> {
+    let last = answer.op_responses().len().saturating_sub(1);
+    read(answer, last)
 }
 
 /// Whether the transaction `answer` answers took its first fallback: a transaction nested in

@@ -345,7 +345,7 @@ impl Stream {
                 async move { client.kv_client().get(key, None).await }
             };
             // A failed read leaves the watch to report it.
-            if let Ok(read) = members.call(read).await
+            if let Ok(read) = members.call_idempotent(read).await.map(|read| read.answer)
                 && read.kvs().is_empty()
             {
                 gone.send((ticket, serial)).ok();
