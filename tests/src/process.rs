@@ -12,7 +12,9 @@ static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 /// A loopback port nobody listens on right now and that this process has not handed out
 /// before, so two calls in a row (a server's client and peer ports) never give the same port.
 pub fn free_port() -> u16 {
-    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut handed_out = HANDED_OUT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     loop {
         let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .and_then(|listener| listener.local_addr())
