@@ -17,10 +17,8 @@ const DEMO: &str = env!("CARGO_BIN_EXE_demo-coupon-service");
 const CLAIMERS: usize = 24;
 /// More stock than the storm can claim: every claim should be granted.
 const STOCK: u64 = 1_000_000;
-/// How long the storm goes on after the kill: long enough that ZooKeeper's occasional stall
-/// after a leader's loss (claims refused until 7.4–7.5 s after the kill in two runs; the cause is
-/// not found yet, see docs/BENCHMARKS.md) ends inside it — this test checks that claims are
-/// served again, the benchmark how soon.
+/// How long the storm goes on after the kill: this test checks that claims are served again,
+/// the benchmark (docs/BENCHMARKS.md) how soon.
 const STORM_AFTER_KILL: Duration = Duration::from_secs(12);
 
 /// What the storm saw around the kill, timed from it.
@@ -30,10 +28,17 @@ struct Recovery {
     new_leader: Duration,
     /// Until the first claim granted after that.
     first_grant: Duration,
-    /// Until the last claim answered with an error (none: zero).
-    last_error: Duration,
-    /// Claims answered with an error.
-    errors: usize,
+    /// Until the last claim answered 503, the lock store unavailable (none: zero).
+    last_unavailable: Duration,
+    /// Claims answered 503.
+    unavailable: usize,
+    /// Until the last claim answered 409, the lock still busy after the claim's lock wait
+    /// (none: zero). On ZooKeeper a claim may wait out its 3 s at any time in the storm: its
+    /// write lock holds no place in line across processes, and the process whose run of local
+    /// holds just ended hears its own release first (docs/BENCHMARKS.md).
+    last_busy: Duration,
+    /// Claims answered 409.
+    busy: usize,
     /// Claims granted, and the coupon's count of them.
     granted: (u64, u64),
 }
@@ -42,17 +47,23 @@ impl Recovery {
     /// Prints the figures (docs/BENCHMARKS.md has those of several runs; the goal, claims
     /// served again within 1 s of the new leader, is measured there, not asserted here: two
     /// shared cores make a bound that tight flaky), and checks that claims were served again
-    /// after the new leader, with no error in the storm's last second, and that every claim
+    /// after the new leader, with no 503 in the storm's last second, and that every claim
     /// granted was counted once.
     fn assert_served_again(&self) {
         println!(
             "a new leader {:?} after the kill; the first claim granted after it at {:?}, the \
-             last error at {:?}; {} errors, {} claims granted",
-            self.new_leader, self.first_grant, self.last_error, self.errors, self.granted.0
+             last 503 at {:?} ({} in all), the last 409 at {:?} ({} in all); {} claims granted",
+            self.new_leader,
+            self.first_grant,
+            self.last_unavailable,
+            self.unavailable,
+            self.last_busy,
+            self.busy,
+            self.granted.0
         );
         assert!(
             self.first_grant < STORM_AFTER_KILL
-                && self.last_error + Duration::from_secs(1) < STORM_AFTER_KILL,
+                && self.last_unavailable + Duration::from_secs(1) < STORM_AFTER_KILL,
             "claims were not served again after the new leader: {self:?}"
         );
         assert_eq!(self.granted.0, self.granted.1, "{self:?}");
@@ -111,20 +122,29 @@ async fn claim_storm_through_leader_loss(ensemble: impl ConsensusStore) -> Recov
     sleep(STORM_AFTER_KILL.saturating_sub(killed.elapsed())).await;
     stop.store(true, Ordering::Relaxed);
 
-    let (mut granted, mut errors, mut last_error) = (0, 0, Duration::ZERO);
-    let mut first_grant = Duration::MAX;
+    let (mut granted, mut first_grant) = (0, Duration::MAX);
+    let (mut unavailable, mut last_unavailable) = (0, Duration::ZERO);
+    let (mut busy, mut last_busy) = (0, Duration::ZERO);
     for claimer in claimers {
         for (at, status) in claimer.await.expect("a claimer panicked") {
             let since_kill = at.saturating_duration_since(killed);
-            if status == StatusCode::CREATED {
-                granted += 1;
-                if since_kill > new_leader {
-                    first_grant = first_grant.min(since_kill);
+            match status {
+                StatusCode::CREATED => {
+                    granted += 1;
+                    if since_kill > new_leader {
+                        first_grant = first_grant.min(since_kill);
+                    }
                 }
-            } else {
-                assert!(at > killed, "a claim before the kill was answered {status}");
-                errors += 1;
-                last_error = last_error.max(since_kill);
+                StatusCode::CONFLICT => {
+                    busy += 1;
+                    last_busy = last_busy.max(since_kill);
+                }
+                _ => {
+                    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "a claim's answer");
+                    assert!(at > killed, "a claim before the kill was answered {status}");
+                    unavailable += 1;
+                    last_unavailable = last_unavailable.max(since_kill);
+                }
             }
         }
     }
@@ -137,8 +157,10 @@ async fn claim_storm_through_leader_loss(ensemble: impl ConsensusStore) -> Recov
     Recovery {
         new_leader,
         first_grant,
-        last_error,
-        errors,
+        last_unavailable,
+        unavailable,
+        last_busy,
+        busy,
         granted: (granted, coupon["claimed"].as_u64().expect("a count")),
     }
 }
