@@ -1,10 +1,12 @@
 //! The one error a backend reports: the store could not answer.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The lock store could not answer: unreachable, too slow, or an unexpected reply.
 ///
-/// Its message is for logs; it never reaches an HTTP client.
+/// Its message is for logs; it never reaches an HTTP client. Clones share the error: the
+/// engine tells every waiter that stood behind a failed attempt the same failure.
 ///
 /// # Example
 ///
@@ -15,14 +17,14 @@ use std::time::Duration;
 /// let error = BackendError::timed_out(Duration::from_secs(1));
 /// assert_eq!(error.to_string(), "lock store unavailable: no answer within 1s");
 /// ```
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[error("lock store unavailable: {0}")]
-pub struct BackendError(Box<dyn std::error::Error + Send + Sync>);
+pub struct BackendError(Arc<dyn std::error::Error + Send + Sync>);
 
 impl BackendError {
     /// Wraps any error of the store's client.
     pub fn new(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
-        Self(error.into())
+        Self(Arc::from(error.into()))
     }
 
     /// The store did not answer within `limit`.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use super::acquire::{NotObtained, Obtained, acquire, deadline_after};
+use super::acquire::{ForLine, NotObtained, Obtained, acquire, deadline_after, look};
 use super::ask::Ask;
 use super::error::LockError;
 use super::guard::LockGuard;
@@ -292,7 +292,7 @@ impl<B: LockBackend> Locker<B> {
                     }
                     _ => None,
                 };
-                self.take_from_store((&names, ask), deadline, (&tally, false))
+                self.take_from_store((&names, ask), deadline, (&tally, None))
                     .await
                     .map(Taken::alone)
             }
@@ -387,14 +387,26 @@ impl<B: LockBackend> Locker<B> {
                 // through the store's queue at once, without asking whether anybody waits.
                 let _present = (self.inner.backend.wait_queue())
                     .map(|queue| queue.room().take_ticket(name, OwnerToken::new(), false));
-                match waiting.turn(deadline).await {
-                    Some(Told::Handed(baton)) => return Ok(Taken::handed(baton)),
-                    Some(Told::Ask(contender)) => (contender, true),
-                    None => return Err(NotObtained::Busy { holder_ttl: None }),
+                let told = waiting.turn(deadline, self.settings().store_timeout).await;
+                match self.wait_ended(told, (names, name, ask), tally).await? {
+                    Ok(taken) => return Ok(taken),
+                    Err(contender) => (contender, true),
                 }
             }
         };
-        let obtained = (self.take_from_store((names, ask), deadline, (tally, called))).await?;
+        let line = ForLine {
+            called,
+            hears: &contender,
+        };
+        let asked = self.take_from_store((names, ask), deadline, (tally, Some(line)));
+        let obtained = match asked.await {
+            Ok(obtained) => obtained,
+            Err(NotObtained::Store(error)) => {
+                contender.failed(&error);
+                return Err(NotObtained::Store(error));
+            }
+            Err(busy) => return Err(busy),
+        };
         let store_fence = obtained.grants.first().and_then(|grant| grant.fence);
         let lease_ends = lease_deadline(obtained.sent, self.settings().ttl);
         let run = contender.won(store_fence, lease_ends);
@@ -402,6 +414,33 @@ impl<B: LockBackend> Locker<B> {
             run: Some(run),
             ..Taken::alone(obtained)
         })
+    }
+
+    /// A wait in this locker's line for lock `name` (of `names`, asked `ask`) ended as `told`:
+    /// the lock taken (handed on, or by a last look of the task's own), the contender it is now,
+    /// or why it is not taken. A wait that ran out calls the lock busy only when the store said
+    /// so lately (or a run of this locker holds it); otherwise the task asks the store once
+    /// itself, so that a store that stopped answering is answered as a failure, not as a busy
+    /// lock.
+    async fn wait_ended<'a>(
+        &self,
+        told: Told<'a, B::Lease>,
+        (names, name, ask): (&LockNames, &str, Ask<B>),
+        tally: &Tally,
+    ) -> Result<Result<Taken<B::Lease>, line::Contender<'a, B::Lease>>, NotObtained> {
+        match told {
+            Told::Handed(baton) => Ok(Ok(Taken::handed(baton))),
+            Told::Ask(contender) => Ok(Err(contender)),
+            Told::Failed(error) => Err(NotObtained::Store(error)),
+            Told::Busy { holder_ttl } => Err(NotObtained::Busy { holder_ttl }),
+            Told::Unheard => {
+                let (backend, settings) = (&self.inner.backend, self.settings());
+                let token = OwnerToken::new();
+                // Boxed: a rare path, which would otherwise deepen every acquire's future.
+                let looked = Box::pin(look(backend, (names, name, token), ask, settings, tally));
+                looked.await.map(|obtained| Ok(Taken::alone(obtained)))
+            }
+        }
     }
 
     /// Takes a read lock on `name` in this locker's line for it: asked of the store, or shared
@@ -422,19 +461,31 @@ impl<B: LockBackend> Locker<B> {
         let contender = match self.inner.lines.enter_read(name, waits, give_back) {
             ReadEntry::Contend(contender) => contender,
             ReadEntry::Alone => {
-                let obtained = self.take_from_store((names, ask), deadline, (tally, false));
+                let obtained = self.take_from_store((names, ask), deadline, (tally, None));
                 return obtained.await.map(Taken::alone);
             }
             ReadEntry::Wait(waiting) => {
                 tally.waiting();
-                match waiting.turn(deadline).await {
-                    Some(Told::Handed(baton)) => return Ok(Taken::handed(baton)),
-                    Some(Told::Ask(contender)) => contender,
-                    None => return Err(NotObtained::Busy { holder_ttl: None }),
+                let told = waiting.turn(deadline, self.settings().store_timeout).await;
+                match self.wait_ended(told, (names, name, ask), tally).await? {
+                    Ok(taken) => return Ok(taken),
+                    Err(contender) => contender,
                 }
             }
         };
-        let obtained = (self.take_from_store((names, ask), deadline, (tally, false))).await?;
+        let line = ForLine {
+            called: false,
+            hears: &contender,
+        };
+        let asked = self.take_from_store((names, ask), deadline, (tally, Some(line)));
+        let obtained = match asked.await {
+            Ok(obtained) => obtained,
+            Err(NotObtained::Store(error)) => {
+                contender.failed(&error);
+                return Err(NotObtained::Store(error));
+            }
+            Err(busy) => return Err(busy),
+        };
         let sent = obtained.sent;
         let taken = Taken::alone(obtained);
         let lease = (sent, lease_deadline(sent, self.settings().ttl));
@@ -443,12 +494,12 @@ impl<B: LockBackend> Locker<B> {
     }
 
     /// Takes `names` as `ask` says from the store, waiting until `deadline` as the settings
-    /// say (`called`: see [`acquire`]).
+    /// say, for this locker's line if any (see [`acquire`]).
     async fn take_from_store(
         &self,
         (names, ask): (&LockNames, Ask<B>),
         deadline: Instant,
-        (tally, called): (&Tally, bool),
+        (tally, line): (&Tally, Option<ForLine<'_>>),
     ) -> Result<Obtained<B::Lease>, NotObtained> {
         let (backend, settings) = (&self.inner.backend, self.settings());
         let token = OwnerToken::new();
@@ -457,7 +508,7 @@ impl<B: LockBackend> Locker<B> {
             (names, token),
             ask,
             (settings, deadline),
-            (tally, called),
+            (tally, line),
         )
         .await
     }

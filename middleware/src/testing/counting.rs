@@ -4,7 +4,7 @@
 use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::OwnerToken;
@@ -17,6 +17,9 @@ use crate::backend::{
 /// Wraps a backend and counts its calls by kind. With the Redis backend each call is one
 /// round trip. Clones share the counts, so keep one to read them while a locker owns another.
 /// It offers every capability its backend has, counted.
+///
+/// It can also stand for a store that went away ([`set_availability`](Self::set_availability)):
+/// every call from then on is refused at once, or never answered, until it answers again.
 ///
 /// # Example
 ///
@@ -59,15 +62,51 @@ impl CallCounts {
     }
 }
 
+/// Whether a [`CountingBackend`]'s store answers its calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Availability {
+    /// Every call goes to the wrapped backend.
+    #[default]
+    Answers,
+    /// Every call fails at once, as on a connection the store's host refuses.
+    Refuses,
+    /// No call is ever answered, as by a store that stopped or a network that drops packets.
+    Hangs,
+}
+
 #[derive(Debug, Default)]
 struct Counts {
     acquires: AtomicU64,
     extends: AtomicU64,
     releases: AtomicU64,
+    availability: AtomicU8,
 }
 
-fn count(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
+impl Counts {
+    /// Counts a call on `counter`, and answers it as the store's availability says: with
+    /// `call`'s answer, refused, or never.
+    async fn call<T>(
+        &self,
+        counter: &AtomicU64,
+        call: impl Future<Output = Result<T, BackendError>>,
+    ) -> Result<T, BackendError> {
+        counter.fetch_add(1, Ordering::Relaxed);
+        match self.availability() {
+            Availability::Answers => call.await,
+            Availability::Refuses => Err(BackendError::new(
+                "connection refused (the test's store is down)",
+            )),
+            Availability::Hangs => std::future::pending().await,
+        }
+    }
+
+    fn availability(&self) -> Availability {
+        match self.availability.load(Ordering::Relaxed) {
+            0 => Availability::Answers,
+            1 => Availability::Refuses,
+            _ => Availability::Hangs,
+        }
+    }
 }
 
 /// The wrapped backend's wait queue, counted.
@@ -98,12 +137,37 @@ impl<B: LockBackend> CountingBackend<B> {
         &self.inner
     }
 
+    /// From now on, the store answers every call, refuses it at once, or answers none (a call
+    /// already waiting for its answer is not affected).
+    ///
+    /// ```
+    /// use tower_lock::testing::{Availability, CountingBackend};
+    /// use tower_lock::{LockError, Locker, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let backend = CountingBackend::new(MemoryBackend::new());
+    /// let locker = Locker::new(backend.clone());
+    /// backend.set_availability(Availability::Refuses);
+    /// assert!(matches!(locker.lock("a").await, Err(LockError::StoreUnavailable(_))));
+    /// # }
+    /// ```
+    pub fn set_availability(&self, availability: Availability) {
+        let value = match availability {
+            Availability::Answers => 0,
+            Availability::Refuses => 1,
+            Availability::Hangs => 2,
+        };
+        self.counts.availability.store(value, Ordering::Relaxed);
+    }
+
     /// The calls counted so far.
     pub fn counts(&self) -> CallCounts {
         let Counts {
             acquires,
             extends,
             releases,
+            ..
         } = &*self.counts;
         CallCounts {
             acquires: acquires.load(Ordering::Relaxed),
@@ -148,8 +212,9 @@ impl<B: LockBackend> LockBackend for CountingBackend<B> {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<B::Lease>>, BackendError> {
-        count(&self.counts.acquires);
-        self.inner.acquire(name, request).await
+        (self.counts)
+            .call(&self.counts.acquires, self.inner.acquire(name, request))
+            .await
     }
 
     async fn extend(
@@ -158,18 +223,21 @@ impl<B: LockBackend> LockBackend for CountingBackend<B> {
         lease: &B::Lease,
         ttl: Duration,
     ) -> Result<bool, BackendError> {
-        count(&self.counts.extends);
-        self.inner.extend(name, lease, ttl).await
+        (self.counts)
+            .call(&self.counts.extends, self.inner.extend(name, lease, ttl))
+            .await
     }
 
     async fn release(&self, name: &str, lease: &B::Lease) -> Result<bool, BackendError> {
-        count(&self.counts.releases);
-        self.inner.release(name, lease).await
+        (self.counts)
+            .call(&self.counts.releases, self.inner.release(name, lease))
+            .await
     }
 
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
-        count(&self.counts.releases);
-        self.inner.abandon(name, request).await
+        (self.counts)
+            .call(&self.counts.releases, self.inner.abandon(name, request))
+            .await
     }
 
     async fn acquire_many(
@@ -177,8 +245,12 @@ impl<B: LockBackend> LockBackend for CountingBackend<B> {
         names: &[&str],
         request: LockRequest,
     ) -> Result<Attempt<Vec<Granted<B::Lease>>>, BackendError> {
-        count(&self.counts.acquires);
-        self.inner.acquire_many(names, request).await
+        (self.counts)
+            .call(
+                &self.counts.acquires,
+                self.inner.acquire_many(names, request),
+            )
+            .await
     }
 
     fn wait_queue(&self) -> Option<&dyn WaitQueue<B::Lease>> {
@@ -202,8 +274,12 @@ impl<B: SharedLocks> SharedLocks for CountingBackend<B> {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<B::Lease>>, BackendError> {
-        count(&self.counts.acquires);
-        self.inner.acquire_read(name, request).await
+        (self.counts)
+            .call(
+                &self.counts.acquires,
+                self.inner.acquire_read(name, request),
+            )
+            .await
     }
 
     async fn acquire_write(
@@ -211,8 +287,12 @@ impl<B: SharedLocks> SharedLocks for CountingBackend<B> {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<B::Lease>>, BackendError> {
-        count(&self.counts.acquires);
-        self.inner.acquire_write(name, request).await
+        (self.counts)
+            .call(
+                &self.counts.acquires,
+                self.inner.acquire_write(name, request),
+            )
+            .await
     }
 }
 
@@ -223,8 +303,12 @@ impl<B: Semaphores> Semaphores for CountingBackend<B> {
         request: LockRequest,
         permits: NonZeroU32,
     ) -> Result<Attempt<Granted<B::Lease>>, BackendError> {
-        count(&self.counts.acquires);
-        self.inner.acquire_permit(name, request, permits).await
+        (self.counts)
+            .call(
+                &self.counts.acquires,
+                self.inner.acquire_permit(name, request, permits),
+            )
+            .await
     }
 }
 
@@ -244,11 +328,10 @@ impl<B: LockBackend> WaitQueue<B::Lease> for CountedQueue<B> {
         request: LockRequest,
         ticket_ttl: Duration,
     ) -> BoxFuture<'a, Result<QueuedAttempt<B::Lease>, BackendError>> {
-        count(&self.counts.acquires);
-        Box::pin(async move {
+        Box::pin(self.counts.call(&self.counts.acquires, async move {
             let queue = self.inner.wait_queue().ok_or_else(no_queue)?;
             queue.acquire_queued(name, request, ticket_ttl).await
-        })
+        }))
     }
 
     fn leave_queue<'a>(
@@ -256,10 +339,9 @@ impl<B: LockBackend> WaitQueue<B::Lease> for CountedQueue<B> {
         name: &'a str,
         token: OwnerToken,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
-        count(&self.counts.releases);
-        Box::pin(async move {
+        Box::pin(self.counts.call(&self.counts.releases, async move {
             let queue = self.inner.wait_queue().ok_or_else(no_queue)?;
             queue.leave_queue(name, token).await
-        })
+        }))
     }
 }

@@ -3,4 +3,4 @@
 mod counting;
 pub mod history;
 
-pub use counting::{CallCounts, CountingBackend};
+pub use counting::{Availability, CallCounts, CountingBackend};

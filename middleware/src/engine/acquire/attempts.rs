@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep, timeout};
 
 use super::cleanup::{Abandon, QueuePlace};
-use super::{NotObtained, Obtained};
+use super::{HearsBusy, NotObtained, Obtained};
 use crate::backend::waiting::Place;
 use crate::backend::{
     Attempt, BackendError, Granted, LockBackend, LockRequest, Patience, QueuedAttempt,
@@ -47,6 +47,8 @@ pub(super) struct Attempts<'a, B: LockBackend> {
     pub(super) ask: Ask<B>,
     pub(super) settings: &'a Settings,
     pub(super) tally: &'a Tally,
+    /// The locker's line that waits for these attempts, told of every busy answer.
+    pub(super) hears: Option<&'a dyn HearsBusy>,
 }
 
 impl<B: LockBackend> Attempts<'_, B> {
@@ -97,6 +99,9 @@ impl<B: LockBackend> Attempts<'_, B> {
                 abandon.disarm();
                 if let Answer::Busy { .. } = answer {
                     self.tally.busy();
+                    if let Some(hears) = self.hears {
+                        hears.said_busy();
+                    }
                 }
                 Ok(answer)
             }

@@ -56,17 +56,31 @@ pub(crate) enum NotObtained {
     Store(BackendError),
 }
 
+/// Told of every busy answer the store gives an acquire: the locker's line, whose other tasks
+/// wait for that acquire, keeps when the store last said the lock is busy.
+pub(crate) trait HearsBusy: Sync {
+    /// The store said the lock is busy, now.
+    fn said_busy(&self);
+}
+
+/// The line an acquire asks for: whether its task was `called` from it (it was waiting there
+/// for the lock, and its turn to ask has come — it takes its place in the store's queue at
+/// once, without a first look), and who hears the store's busy answers.
+#[derive(Clone, Copy)]
+pub(crate) struct ForLine<'a> {
+    pub(crate) called: bool,
+    pub(crate) hears: &'a dyn HearsBusy,
+}
+
 /// Takes `names` for `token` as `ask` says (several names: always exclusively), waiting while
 /// busy as `settings` allow, until `deadline` at the latest; its attempts and its wait are
-/// counted in `tally`. `called`: the task was waiting in its locker's line for the lock, whose
-/// turn to ask has come — it takes its place in the store's queue at once, without a first
-/// look.
+/// counted in `tally`, and asked for its locker's line, if any (`line`).
 pub(crate) async fn acquire<B: LockBackend>(
     backend: &Arc<B>,
     (names, token): (&LockNames, OwnerToken),
     ask: Ask<B>,
     (settings, deadline): (&Settings, Instant),
-    (tally, called): (&Tally, bool),
+    (tally, line): (&Tally, Option<ForLine<'_>>),
 ) -> Result<Obtained<B::Lease>, NotObtained> {
     let Some(name) = names.single() else {
         return many::acquire_all(backend, names, token, settings, tally).await;
@@ -82,7 +96,9 @@ pub(crate) async fn acquire<B: LockBackend>(
         ask,
         settings,
         tally,
+        hears: line.map(|line| line.hears),
     };
+    let called = line.is_some_and(|line| line.called);
     let BusyPolicy::Wait { timeout, mode } = settings.policy else {
         return attempts.once_more_busy().await;
     };
@@ -102,6 +118,29 @@ pub(crate) async fn acquire<B: LockBackend>(
         (Ask::Mutex, ..) => attempts.wait(None, deadline, None, How::Plain).await,
         (_, _, queue) => wait_shared(&attempts, queue, deadline, called).await,
     }
+}
+
+/// One attempt on `name` (`names`' one name) that leaves nothing behind when busy, by a task
+/// whose wait in its locker's line ran out without the store having said lately that the lock
+/// is busy: taken, or busy (as the store says now), or the store's failure.
+pub(crate) async fn look<B: LockBackend>(
+    backend: &Arc<B>,
+    (names, name, token): (&LockNames, &str, OwnerToken),
+    ask: Ask<B>,
+    settings: &Settings,
+    tally: &Tally,
+) -> Result<Obtained<B::Lease>, NotObtained> {
+    let attempts = Attempts {
+        backend,
+        names,
+        name,
+        request: LockRequest::new(token, settings.ttl),
+        ask,
+        settings,
+        tally,
+        hears: None,
+    };
+    attempts.once_more_busy().await
 }
 
 /// When a wait of `timeout` from now ends; a wait too long for the clock ends in 30 years.

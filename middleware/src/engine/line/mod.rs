@@ -29,11 +29,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout_at};
 
-use crate::backend::FencingToken;
+use crate::backend::{BackendError, FencingToken};
 use reading::ReadRun;
 
 mod reading;
@@ -79,11 +80,13 @@ struct Line<L> {
 }
 
 /// The tasks of a locker waiting for one lock in one way: whether one of them is asking the
-/// store (the contender), and the others, in the order they came.
+/// store (the contender), the others, in the order they came, and when the store last told a
+/// contender that the lock is busy.
 #[derive(Debug)]
 struct Queue<L> {
     contending: bool,
     waiters: VecDeque<Waiter<L>>,
+    said_busy: Option<Instant>,
 }
 
 /// Which queue of its line a task waits in.
@@ -122,6 +125,9 @@ pub(crate) enum Turn<L> {
     Handed(Baton<L>),
     /// It asks the store now.
     Ask,
+    /// The store failed the task asking it: the lock cannot be had now, and nobody knows who
+    /// holds it.
+    Failed(BackendError),
 }
 
 /// A held lock passed from one task to the next, or shared with a reader: its run, the
@@ -141,6 +147,7 @@ impl<L> Default for Queue<L> {
         Self {
             contending: false,
             waiters: VecDeque::new(),
+            said_busy: None,
         }
     }
 }
@@ -169,10 +176,23 @@ impl<L> Queue<L> {
             match waiter.turn.send(Turn::Handed(baton)) {
                 Ok(()) => return Ok(()),
                 Err(Turn::Handed(back)) => baton = back,
-                Err(Turn::Ask) => unreachable!("the turn sent was a handoff"),
+                Err(_) => unreachable!("the turn sent was a handoff"),
             }
         }
         Err(baton)
+    }
+
+    /// Tells every waiter that the store failed: none of them waits for a turn that the store
+    /// cannot give.
+    fn fail_everyone(&mut self, error: &BackendError) {
+        for waiter in self.waiters.drain(..) {
+            waiter.turn.send(Turn::Failed(error.clone())).ok();
+        }
+    }
+
+    /// Whether the store said the lock is busy within `recently`.
+    fn said_busy_within(&self, recently: Duration) -> bool {
+        self.said_busy.is_some_and(|at| at.elapsed() <= recently)
     }
 }
 
@@ -413,6 +433,32 @@ impl<'a, L> Contender<'a, L> {
         std::mem::forget(self);
         id
     }
+
+    /// The store failed this task (an error, or no answer within the store timeout): every
+    /// task waiting behind it hears the same failure now, instead of asking in turn, each
+    /// after the last one's failure, until their waits run out. A task that comes later asks
+    /// for itself.
+    pub(crate) fn failed(self, error: &BackendError) {
+        let mut lines = self.lines.lines();
+        if let Some(line) = lines.get_mut(self.name) {
+            let queue = line.queue(self.side);
+            queue.contending = false;
+            queue.fail_everyone(error);
+            if line.is_idle() {
+                lines.remove(self.name);
+            }
+        }
+        drop(lines);
+        std::mem::forget(self);
+    }
+}
+
+impl<L: Send + Sync> crate::engine::acquire::HearsBusy for Contender<'_, L> {
+    fn said_busy(&self) {
+        if let Some(line) = self.lines.lines().get_mut(self.name) {
+            line.queue(self.side).said_busy = Some(Instant::now());
+        }
+    }
 }
 
 impl<L> Drop for Contender<'_, L> {
@@ -443,11 +489,22 @@ pub(crate) struct Waiting<'a, L> {
     give_back: Option<GiveBack<L>>,
 }
 
-/// What a waiting task was told: the lock is its own, or it asks the store now.
+/// How a task's wait in line ended.
 #[derive(Debug)]
 pub(crate) enum Told<'a, L> {
+    /// The lock is its own (or, a reader's, shared with it).
     Handed(Baton<L>),
+    /// It asks the store now.
     Ask(Contender<'a, L>),
+    /// The store failed the task asking it.
+    Failed(BackendError),
+    /// Its wait ran out while the lock was busy: held by a run of this locker whose lease is
+    /// certain for `holder_ttl` more, or said busy by the store to the task asking it, lately.
+    Busy { holder_ttl: Option<Duration> },
+    /// Its wait ran out, and the store has not said lately that the lock is busy: the task
+    /// asks it once itself before it answers (so that it never calls busy a lock that only a
+    /// silent store kept from it).
+    Unheard,
 }
 
 /// How a look at a waiter's line turned out.
@@ -461,17 +518,20 @@ enum Look {
 }
 
 impl<'a, L> Waiting<'a, L> {
-    /// Waits for its turn until `deadline`; `None` when the deadline came first (the task
-    /// has left the line then). The exclusive run lapsing (its lease ran out unrenewed) is its
-    /// turn to ask the store, when nobody else of this locker asks.
-    pub(crate) async fn turn(mut self, deadline: Instant) -> Option<Told<'a, L>> {
+    /// Waits for its turn until `deadline`, and how it ended. The exclusive run lapsing (its
+    /// lease ran out unrenewed) is its turn to ask the store, when nobody else of this locker
+    /// asks. At the deadline (it has left the line then), the lock counts as busy if the store
+    /// said so within `lately`, or a run of this locker holds it.
+    pub(crate) async fn turn(mut self, deadline: Instant, lately: Duration) -> Told<'a, L> {
         let turn = loop {
             let wake = match self.look() {
                 Look::Waiting(lease_ends) => lease_ends.map_or(deadline, |ends| ends.min(deadline)),
                 Look::Asks => break Some(Turn::Ask),
-                Look::Told => break self.told.as_mut()?.try_recv().ok(),
+                Look::Told => break self.told.as_mut().and_then(|told| told.try_recv().ok()),
             };
-            let told = self.told.as_mut()?;
+            let Some(told) = self.told.as_mut() else {
+                break None;
+            };
             match timeout_at(wake, told).await {
                 Ok(Ok(turn)) => break Some(turn),
                 // A waiter's sender is only dropped once it sent (or with the line, which keeps
@@ -482,7 +542,34 @@ impl<'a, L> Waiting<'a, L> {
             }
         };
         self.told = None;
-        turn.map(|turn| self.told(turn))
+        match turn {
+            Some(turn) => self.told(turn),
+            None => self.standing(lately),
+        }
+    }
+
+    /// What the line knows of the lock, for a task whose wait ran out: busy — held by a run of
+    /// this locker with a lease not run out, or said busy by the store within `lately` — or
+    /// not heard of lately.
+    fn standing(&self, lately: Duration) -> Told<'a, L> {
+        let mut lines = self.lines.lines();
+        let Some(line) = lines.get_mut(self.name) else {
+            return Told::Unheard;
+        };
+        if self.side == Side::Exclusive
+            && let Some(run) = line.run
+        {
+            let left = run.lease_ends.saturating_duration_since(Instant::now());
+            if !left.is_zero() {
+                return Told::Busy {
+                    holder_ttl: Some(left),
+                };
+            }
+        }
+        match line.queue(self.side).said_busy_within(lately) {
+            true => Told::Busy { holder_ttl: None },
+            false => Told::Unheard,
+        }
     }
 
     /// Looks at the line: whether this task still waits (and until when the run it waits for
@@ -537,6 +624,7 @@ impl<'a, L> Waiting<'a, L> {
         match turn {
             Turn::Handed(baton) => Told::Handed(baton),
             Turn::Ask => Told::Ask(Contender::new(self.lines, self.name, self.side)),
+            Turn::Failed(error) => Told::Failed(error),
         }
     }
 }
@@ -547,7 +635,7 @@ impl<L> Drop for Waiting<'_, L> {
             return;
         }
         match self.leave() {
-            None => {}
+            None | Some(Turn::Failed(_)) => {}
             // The contender it was made lets the next waiter ask.
             Some(Turn::Ask) => drop(self.told(Turn::Ask)),
             Some(Turn::Handed(baton)) => {

@@ -7,6 +7,7 @@ use crate::backend::LockBackend;
 use crate::{Locker, LockerBuilder};
 
 mod handles;
+mod outage;
 mod reentry;
 mod shapes;
 mod telemetry;
