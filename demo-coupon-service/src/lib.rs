@@ -18,6 +18,7 @@ use axum::routing::{MethodRouter, get, post, put};
 use tower_lock::backend::etcd::{EtcdBackend, EtcdSettings};
 use tower_lock::backend::mysql::MysqlBackend;
 use tower_lock::backend::postgres::PostgresBackend;
+use tower_lock::backend::redis::ClusterLink;
 use tower_lock::backend::redis::{RedlockBackend, SentinelConnection};
 use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
 use tower_lock::backend::{BackendError, LockBackend, Semaphores, SharedLocks};
@@ -34,7 +35,6 @@ pub mod telemetry;
 pub mod transfers;
 
 use metrics_exporter_prometheus::PrometheusHandle;
-use redis::cluster_async::ClusterConnection;
 use store::{CouponStore, Dialect, MemoryStore, RedisConnection, RedisStore, SqlStore};
 
 /// Command-line options; each can also come from the environment.
@@ -337,7 +337,7 @@ enum LockStore {
     Off,
     Memory(MemoryBackend),
     Redis(RedisBackend),
-    RedisCluster(RedisBackend<ClusterConnection>),
+    RedisCluster(RedisBackend<ClusterLink>),
     RedisSentinel(RedisBackend<SentinelConnection>),
     Redlock(RedlockBackend),
     Postgres(PostgresBackend),
@@ -357,7 +357,7 @@ pub enum Locking {
     /// In Redis, across replicas.
     Redis(Locker<RedisBackend>),
     /// In a Redis Cluster, across replicas.
-    RedisCluster(Locker<RedisBackend<ClusterConnection>>),
+    RedisCluster(Locker<RedisBackend<ClusterLink>>),
     /// In the master Redis Sentinels name, across replicas.
     RedisSentinel(Locker<RedisBackend<SentinelConnection>>),
     /// RedLock over independent Redis masters, across replicas (mutexes only).
@@ -674,12 +674,10 @@ impl AppState {
         nodes: &[String],
         no_lock: bool,
     ) -> Result<(CouponStore, LockStore), redis::RedisError> {
-        let (connection, locking) = if no_lock {
-            let client = redis::cluster::ClusterClient::new(nodes.to_vec())?;
-            (client.get_async_connection().await?, LockStore::Off)
-        } else {
-            let backend = RedisBackend::connect_cluster(nodes.to_vec()).await?;
-            (backend.connection(), LockStore::RedisCluster(backend))
+        let backend = RedisBackend::connect_cluster(nodes.to_vec()).await?;
+        let (connection, locking) = match no_lock {
+            true => (backend.connection(), LockStore::Off),
+            false => (backend.connection(), LockStore::RedisCluster(backend)),
         };
         let connection = RedisConnection::Cluster(connection);
         Ok((CouponStore::Redis(RedisStore::new(connection)), locking))

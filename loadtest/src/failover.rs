@@ -17,9 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use integration_tests::{MASTER_NAME, RedisCluster, RedisSentinels};
-use redis::cluster_async::ClusterConnection;
 use tokio::time::{Instant, sleep};
-use tower_lock::backend::redis::{RedisConnection, SentinelConnection};
+use tower_lock::backend::redis::{ClusterLink, RedisConnection, SentinelConnection};
 use tower_lock::{HeldLock, Locker, RedisBackend};
 
 /// How long A holds each key: past the failover and B's look.
@@ -112,13 +111,13 @@ impl Group for RedisSentinels {
 }
 
 impl Group for RedisCluster {
-    type Connection = ClusterConnection;
+    type Connection = ClusterLink;
 
     fn start() -> Self {
         RedisCluster::start(3, 1)
     }
 
-    async fn backend(&self) -> RedisBackend<ClusterConnection> {
+    async fn backend(&self) -> RedisBackend<ClusterLink> {
         let backend = RedisBackend::connect_cluster(self.urls()).await;
         backend.expect("the cluster answers")
     }

@@ -10,13 +10,12 @@ use std::time::Duration;
 use integration_tests::MASTER_NAME;
 use redis::Script;
 use redis::aio::MultiplexedConnection;
-use redis::cluster_async::ClusterConnection;
 use tower_lock::backend::LockBackend;
 use tower_lock::backend::OwnerToken;
 use tower_lock::backend::etcd::EtcdBackend;
 use tower_lock::backend::mysql::MysqlBackend;
 use tower_lock::backend::postgres::PostgresBackend;
-use tower_lock::backend::redis::{RedlockBackend, SentinelConnection};
+use tower_lock::backend::redis::{ClusterLink, RedlockBackend, SentinelConnection};
 
 use crate::redis_pairs::REPLICA_ACK_TIMEOUT;
 use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
@@ -382,7 +381,7 @@ pub enum Contender {
         locker: Locker<CountingBackend<ZookeeperBackend>>,
     },
     RedisCluster {
-        locker: Locker<CountingBackend<RedisBackend<ClusterConnection>>>,
+        locker: Locker<CountingBackend<RedisBackend<ClusterLink>>>,
     },
     Redlock {
         locker: Locker<CountingBackend<RedlockBackend>>,

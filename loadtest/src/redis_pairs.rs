@@ -8,8 +8,7 @@
 use std::time::Duration;
 
 use integration_tests::MASTER_NAME;
-use redis::cluster_async::ClusterConnection;
-use tower_lock::backend::redis::{RedlockBackend, SentinelConnection};
+use tower_lock::backend::redis::{ClusterLink, RedlockBackend, SentinelConnection};
 use tower_lock::{Locker, RedisBackend};
 
 use crate::distinct_keys::{PairSummary, Pairing, backend_pair, client_timed, engine, engine_pair};
@@ -76,8 +75,8 @@ impl RedisPair {
 }
 
 enum Pairs {
-    ClusterEngine(Locker<RedisBackend<ClusterConnection>>),
-    ClusterBackend(RedisBackend<ClusterConnection>),
+    ClusterEngine(Locker<RedisBackend<ClusterLink>>),
+    ClusterBackend(RedisBackend<ClusterLink>),
     RedlockEngine(Locker<RedlockBackend>),
     RedlockBackend(RedlockBackend),
     SentinelEngine(Locker<RedisBackend<SentinelConnection>>),

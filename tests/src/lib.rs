@@ -22,6 +22,7 @@ mod locks;
 mod mariadb_server;
 mod mysql;
 mod mysql_user;
+pub mod outage;
 mod postgres;
 mod postgres_role;
 mod postgres_server;

@@ -69,6 +69,17 @@ impl MariadbServer {
         self.port
     }
 
+    /// Freezes the server and its threads with SIGSTOP: connections stay open, nothing is
+    /// answered.
+    pub fn pause(&self) {
+        self.process.signal_with_children("STOP");
+    }
+
+    /// Thaws a paused server with SIGCONT.
+    pub fn resume(&self) {
+        self.process.signal_with_children("CONT");
+    }
+
     /// Kills the server with SIGKILL: a crash.
     pub fn kill(&mut self) {
         self.process.kill();

@@ -64,6 +64,17 @@ impl PostgresServer {
         self.port
     }
 
+    /// Freezes the server and every backend it forked with SIGSTOP: connections stay open, nothing is
+    /// answered.
+    pub fn pause(&self) {
+        self.process.signal_with_children("STOP");
+    }
+
+    /// Thaws a paused server with SIGCONT.
+    pub fn resume(&self) {
+        self.process.signal_with_children("CONT");
+    }
+
     /// Kills the server and every backend it forked with SIGKILL: a crash.
     pub fn kill(&mut self) {
         self.process.kill();

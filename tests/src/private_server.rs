@@ -122,6 +122,18 @@ impl ServerProcess {
         crate::process::send_signal(child, signal);
     }
 
+    /// Sends `signal` to the server and to every process it forked (PostgreSQL's backends
+    /// each start a session of their own, so a signal to the group would miss them).
+    pub(crate) fn signal_with_children(&self, signal: &str) {
+        let child = self.0.as_ref().expect("the server is running");
+        crate::process::send_signal(child, signal);
+        // pkill answers 1 when the server has forked nothing.
+        Command::new("pkill")
+            .args([&format!("-{signal}"), "-P", &child.id().to_string()])
+            .status()
+            .expect("`pkill` runs");
+    }
+
     /// SIGKILL to the whole group (a crash, nothing shut down cleanly), and reaps the leader.
     pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.0.take() {

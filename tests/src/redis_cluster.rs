@@ -184,6 +184,25 @@ impl RedisCluster {
         }
     }
 
+    /// Starts the killed node on `port` again on its cluster configuration (empty: nothing is
+    /// kept on disk), once it answers; [`wait_until_settled`](Self::wait_until_settled) tells
+    /// when the cluster has it back.
+    pub fn restart(&mut self, port: u16) {
+        let Some(index) = self.nodes.iter().position(|node| node.port == port) else {
+            panic!("no node of the cluster on port {port}");
+        };
+        self.nodes[index].kill();
+        let node = self.spawn(port, self.nodes[index].bus_port);
+        self.nodes[index] = node;
+    }
+
+    /// Freezes the node on `port` (SIGSTOP): connections stay open, nothing is answered.
+    pub fn pause(&self, port: u16) {
+        let node = self.nodes.iter().find(|node| node.port == port);
+        let child = node.and_then(|node| node.child.as_ref());
+        send_signal(child.expect("a live node on that port"), "STOP");
+    }
+
     /// Stalls replication from the master on `port` (see `redis_server::stall_replication`):
     /// its replicas frozen, and its links to them full. Their ports, to thaw with `resume`.
     pub fn stall_replication(&self, port: u16) -> Vec<u16> {

@@ -134,6 +134,16 @@ impl RedisSentinels {
         old
     }
 
+    /// Starts the killed server on `port` again, empty, as a master (a group without
+    /// replicas, whose Sentinels have nobody to promote, names it again).
+    pub fn restart_as_master(&mut self, port: u16) {
+        let Some(index) = self.servers.iter().position(|server| server.port == port) else {
+            panic!("no server of the group on port {port}");
+        };
+        self.servers[index].kill();
+        self.servers[index] = self.server(port, &[]);
+    }
+
     /// Waits until the Sentinels name a master other than the one on port `old`, and it
     /// answers as a master: its port.
     pub fn wait_for_another_master(&self, old: u16) -> u16 {

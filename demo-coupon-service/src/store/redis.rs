@@ -1,9 +1,8 @@
 use std::sync::LazyLock;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Script, Value};
-use tower_lock::backend::redis::SentinelConnection;
+use tower_lock::backend::redis::{ClusterLink, SentinelConnection};
 
 use super::{Stock, StoreError, Summary, duplicates};
 
@@ -11,7 +10,7 @@ static READ_STOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(
 static COMMIT_CLAIM: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("commit_claim.lua")));
 
-/// Coupons in Redis — one node (`ConnectionManager`) or a Redis Cluster (`ClusterConnection`):
+/// Coupons in Redis — one node (`ConnectionManager`) or a Redis Cluster (`ClusterLink`):
 /// `coupon:{<id>}` is a hash of `supply`, `remaining` and `fence` (the largest fencing token
 /// that has read it for a claim), `coupon:{<id>}:claims` a list with one user id per claim
 /// record (the braces keep a coupon's two keys in one hash slot, for the claim's script), and
@@ -27,7 +26,7 @@ pub enum RedisConnection {
     /// One Redis node.
     Node(ConnectionManager),
     /// A Redis Cluster.
-    Cluster(ClusterConnection),
+    Cluster(ClusterLink),
     /// The master Redis Sentinels name.
     Sentinel(SentinelConnection),
 }

@@ -2,8 +2,8 @@
 //! masters, each with a replica), with two cluster backends standing in for two processes.
 
 use integration_tests::RedisCluster;
-use redis::cluster_async::ClusterConnection;
 use tower_lock::RedisBackend;
+use tower_lock::backend::redis::ClusterLink;
 use tower_lock::conformance::Store;
 
 tower_lock::conformance_suite!(
@@ -19,7 +19,7 @@ tower_lock::conformance_suite!(
 struct RedisClusterStore(RedisCluster);
 
 impl Store for RedisClusterStore {
-    type Backend = RedisBackend<ClusterConnection>;
+    type Backend = RedisBackend<ClusterLink>;
 
     async fn start() -> Self {
         Self(
@@ -29,7 +29,7 @@ impl Store for RedisClusterStore {
         )
     }
 
-    async fn backend(&self) -> RedisBackend<ClusterConnection> {
+    async fn backend(&self) -> RedisBackend<ClusterLink> {
         RedisBackend::connect_cluster(self.0.urls())
             .await
             .expect("the test's cluster answers")

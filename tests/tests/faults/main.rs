@@ -14,5 +14,6 @@ mod redis_cluster;
 mod redis_sentinel;
 mod redlock;
 mod release_safety;
+mod store_down;
 mod store_outage;
 mod zookeeper_cleanup;

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use integration_tests::{RedisCluster, lockers_recover_from};
-use redis::cluster_async::ClusterConnection;
 use tokio::time::{Instant, sleep, timeout};
+use tower_lock::backend::redis::ClusterLink;
 use tower_lock::{Locker, RedisBackend};
 
 /// Long enough that a waiter left to the holder's lease would be seen.
@@ -17,7 +17,7 @@ async fn cluster(masters: usize, replicas: usize) -> RedisCluster {
         .expect("the cluster starts")
 }
 
-async fn locker(cluster: &RedisCluster, ttl: Duration) -> Locker<RedisBackend<ClusterConnection>> {
+async fn locker(cluster: &RedisCluster, ttl: Duration) -> Locker<RedisBackend<ClusterLink>> {
     let backend = RedisBackend::connect_cluster(cluster.urls()).await;
     let backend = backend.expect("the test's cluster answers");
     Locker::builder(backend)

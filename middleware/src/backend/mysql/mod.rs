@@ -10,7 +10,7 @@ use sqlx::query::Query;
 use sqlx::{MySql, MySqlPool, Row};
 
 use super::sql::tickets::release_through_queue;
-use super::sql::{AcquireSlots, acquire_detached, pool_options};
+use super::sql::{AcquireSlots, ReachablePool, acquire_detached, pool_options};
 use super::waiting::{Announcement, WaitingRoom};
 use super::{
     Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, Patience,
@@ -83,7 +83,7 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 /// ```
 #[derive(Clone)]
 pub struct MysqlBackend {
-    pool: MySqlPool,
+    pool: ReachablePool<MySql>,
     statements: Arc<Statements>,
     slots: AcquireSlots,
     room: Arc<WaitingRoom>,
@@ -120,7 +120,7 @@ impl MysqlBackend {
         add_new_columns(&pool, &statements, table).await?;
         Ok(Self {
             slots: AcquireSlots::of_pool(pool.options().get_max_connections()),
-            pool,
+            pool: ReachablePool::new(pool),
             statements: Arc::new(statements),
             room: WaitingRoom::silent(),
         })
@@ -150,7 +150,7 @@ impl MysqlBackend {
         };
         let done = args
             .bind(statement)
-            .execute(&self.pool)
+            .execute(&mut *self.pool.connection().await?)
             .await
             .map_err(BackendError::new)?;
         if let answer @ 1.. = done.last_insert_id() {
@@ -162,7 +162,7 @@ impl MysqlBackend {
         let left: Option<Option<i64>> = args
             .bind(&statements.holder_left)
             .try_map(|row: MySqlRow| row.try_get(0))
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.pool.connection().await?)
             .await
             .map_err(BackendError::new)?;
         let left = left.flatten().and_then(|micros| u64::try_from(micros).ok());
@@ -205,7 +205,7 @@ impl MysqlBackend {
         };
         let done = args
             .bind(statement)
-            .execute(&self.pool)
+            .execute(&mut *self.pool.connection().await?)
             .await
             .map_err(BackendError::new)?;
         Ok(done.rows_affected() == 1)

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use sqlx::MySqlConnection;
+use sqlx::{Connection, MySqlConnection};
 
 use super::MysqlBackend;
 use crate::backend::BackendError;
@@ -33,7 +33,11 @@ impl QueueRows for MysqlBackend {
     ) -> Result<T, BackendError> {
         let mut tries = 1;
         loop {
-            match self.decide_in_transaction(name, &decide).await {
+            let mut connection = self.pool.connection().await?;
+            match self
+                .decide_in_transaction(&mut connection, name, &decide)
+                .await
+            {
                 Err(error) if is_deadlock_victim(&error) && tries < DEADLOCK_TRIES => tries += 1,
                 Err(error) => return Err(BackendError::new(error)),
                 Ok((change, answer)) => {
@@ -63,11 +67,12 @@ impl MysqlBackend {
     /// One try of [`QueueRows::decide_on_row`]: the change written (if any) and the answer.
     async fn decide_in_transaction<T: Send>(
         &self,
+        connection: &mut MySqlConnection,
         name: &str,
         decide: &(impl Fn(RowState) -> (Option<RowChange>, T) + Send + Sync),
     ) -> Result<(Option<RowChange>, T), sqlx::Error> {
         let statements = &self.statements;
-        let mut transaction = self.pool.begin().await?;
+        let mut transaction = connection.begin().await?;
         let row = match lock_row(&mut transaction, &statements.lock_row, name).await? {
             Some(row) => row,
             None => {

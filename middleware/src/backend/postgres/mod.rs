@@ -5,10 +5,10 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::{PgPool, Postgres};
 
 use super::sql::tickets::release_through_queue;
-use super::sql::{AcquireSlots, acquire_detached, pool_options};
+use super::sql::{AcquireSlots, ReachablePool, acquire_detached, pool_options};
 use super::waiting::WaitingRoom;
 use super::{
     Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, Patience,
@@ -82,7 +82,7 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 /// ```
 #[derive(Clone)]
 pub struct PostgresBackend {
-    pool: PgPool,
+    pool: ReachablePool<Postgres>,
     statements: Arc<Statements>,
     slots: AcquireSlots,
     room: Arc<WaitingRoom>,
@@ -139,7 +139,7 @@ impl PostgresBackend {
         let connections = pool.options().get_max_connections().saturating_sub(1);
         Ok(Self {
             slots: AcquireSlots::of_pool(connections),
-            pool,
+            pool: ReachablePool::new(pool),
             statements: Arc::new(statements),
             room,
             channel: channel.into(),
@@ -172,14 +172,14 @@ impl PostgresBackend {
             sqlx::query(mark)
                 .bind(name)
                 .bind(request.token.to_string())
-                .execute(&self.pool)
+                .execute(&mut *self.pool.connection().await?)
                 .await
                 .map_err(BackendError::new)?;
         }
         if request.patience == Patience::Listens && !waited {
             let marked = sqlx::query(&statements.mark_waited)
                 .bind(name)
-                .execute(&self.pool)
+                .execute(&mut *self.pool.connection().await?)
                 .await
                 .map_err(BackendError::new)?;
             if marked.rows_affected() == 1 {
@@ -212,7 +212,7 @@ impl PostgresBackend {
             _ => query,
         };
         let (taken, holder_ms, waited): (Option<i64>, Option<i64>, Option<bool>) = query
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.pool.connection().await?)
             .await
             .map_err(BackendError::new)?;
         let answer = match taken {
@@ -260,7 +260,10 @@ impl PostgresBackend {
             Some(ttl) => query.bind(millis(ttl)),
             None => query,
         };
-        let done = query.execute(&self.pool).await.map_err(BackendError::new)?;
+        let done = query
+            .execute(&mut *self.pool.connection().await?)
+            .await
+            .map_err(BackendError::new)?;
         Ok(done.rows_affected() == 1)
     }
 }
@@ -277,7 +280,7 @@ impl PostgresBackend {
         let waited: Option<bool> = sqlx::query_scalar(statement)
             .bind(name)
             .bind(owner.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.pool.connection().await?)
             .await
             .map_err(BackendError::new)?;
         if waited == Some(true) {

@@ -38,7 +38,7 @@ impl QueueRows for PostgresBackend {
             let Some((row, version)) = self.read_row(name).await? else {
                 sqlx::query(&self.statements.ensure_row)
                     .bind(name)
-                    .execute(&self.pool)
+                    .execute(&mut *self.pool.connection().await?)
                     .await
                     .map_err(BackendError::new)?;
                 continue;
@@ -76,7 +76,7 @@ impl PostgresBackend {
     async fn read_row(&self, name: &str) -> Result<Option<(RowState, String)>, BackendError> {
         let row = sqlx::query(&self.statements.read_row)
             .bind(name)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.pool.connection().await?)
             .await
             .map_err(BackendError::new)?;
         let Some(row) = row else {
@@ -110,7 +110,7 @@ impl PostgresBackend {
             .bind(version)
             .bind(&*self.channel)
             .bind(announcement)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.pool.connection().await?)
             .await
             .map_err(BackendError::new)?;
         Ok(written == 1)
@@ -121,7 +121,7 @@ impl PostgresBackend {
         sqlx::query(&self.statements.notify)
             .bind(&*self.channel)
             .bind(payload(name, Announcement::Free))
-            .execute(&self.pool)
+            .execute(&mut *self.pool.connection().await?)
             .await
             .map_err(BackendError::new)?;
         Ok(())

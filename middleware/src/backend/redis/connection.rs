@@ -1,16 +1,16 @@
 //! The connections the Redis backend sends its commands on: one Redis node's, or a Redis
 //! Cluster's.
 
-use redis::aio::{ConnectionLike, ConnectionManager};
 #[cfg(feature = "redis-cluster")]
-use redis::cluster_async::ClusterConnection;
+use super::ClusterLink;
+use redis::aio::{ConnectionLike, ConnectionManager};
 
 #[cfg(feature = "redis-sentinel")]
 use super::SentinelConnection;
 
 /// A connection the Redis backend sends its commands on: a [`ConnectionManager`] (one Redis
-/// node: `RedisBackend::connect`), with the `redis-cluster` feature redis-rs's
-/// `ClusterConnection` (Redis Cluster: `RedisBackend::connect_cluster`), or with the
+/// node: `RedisBackend::connect`), with the `redis-cluster` feature a [`ClusterLink`] (Redis
+/// Cluster: `RedisBackend::connect_cluster`), or with the
 /// `redis-sentinel` feature a `SentinelConnection` (the master Sentinels name:
 /// `RedisBackend::connect_sentinel`). Sealed: the backend relies on how each one routes its
 /// commands.
@@ -27,7 +27,7 @@ impl RedisConnection for ConnectionManager {
 }
 
 #[cfg(feature = "redis-cluster")]
-impl RedisConnection for ClusterConnection {
+impl RedisConnection for ClusterLink {
     const SHARDED: bool = true;
 }
 
@@ -40,7 +40,7 @@ mod sealed {
     pub trait Sealed {}
     impl Sealed for redis::aio::ConnectionManager {}
     #[cfg(feature = "redis-cluster")]
-    impl Sealed for redis::cluster_async::ClusterConnection {}
+    impl Sealed for super::ClusterLink {}
     #[cfg(feature = "redis-sentinel")]
     impl Sealed for super::SentinelConnection {}
 }

@@ -4,6 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "redis-cluster")]
+pub use cluster_link::ClusterLink;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 #[cfg(feature = "redis-cluster")]
 use redis::cluster::ClusterClientBuilder;
@@ -33,6 +35,8 @@ pub use sentinel::SentinelConnection;
 
 mod acks;
 mod announcements;
+#[cfg(feature = "redis-cluster")]
+mod cluster_link;
 mod commands;
 mod connection;
 mod fair_line;
@@ -107,6 +111,17 @@ fn manager_config() -> ConnectionManagerConfig {
         .set_max_delay(MAX_RECONNECT_DELAY)
 }
 
+/// The settings of a connection that sends the locks' commands: one connection attempt per
+/// reconnection, so that a refused connection fails the call at once instead of holding it
+/// through a series of retries until the store timeout (the next call tries again), and no
+/// limit of its own on how long an answer may take (the locker's store timeout bounds every
+/// call, where the `redis` crate's default would cut answers off at 500 ms).
+fn commands_config() -> ConnectionManagerConfig {
+    manager_config()
+        .set_number_of_retries(0)
+        .set_response_timeout(None)
+}
+
 impl RedisBackend<ConnectionManager> {
     /// Connects to the Redis server at `url` (e.g. `redis://127.0.0.1:6379/0`), with a second
     /// connection for release announcements.
@@ -119,8 +134,7 @@ impl RedisBackend<ConnectionManager> {
     /// `redis` crate's own default would cut answers off at 500 ms whatever that timeout says.
     pub async fn connect(url: impl IntoConnectionInfo) -> Result<Self, RedisError> {
         let client = Client::open(url)?;
-        let commands = manager_config().set_response_timeout(None);
-        let manager = ConnectionManager::new_with_config(client.clone(), commands).await?;
+        let manager = ConnectionManager::new_with_config(client.clone(), commands_config()).await?;
         let room = announcements::waiting_room(&client).await?;
         Ok(Self {
             room,
@@ -144,14 +158,14 @@ impl RedisBackend<ConnectionManager> {
 }
 
 #[cfg(feature = "redis-cluster")]
-impl RedisBackend<ClusterConnection> {
+impl RedisBackend<ClusterLink> {
     /// Connects to the Redis Cluster that `nodes` belong to (any of its nodes: the others are
     /// found through them), with a second cluster connection for release announcements.
     ///
     /// Every key of a lock lives in the lock's hash slot (its name in braces is the hash tag,
     /// and the fencing counter of that slot is chosen to hash there too), so each script runs
     /// on one shard; the connection follows `MOVED` and `ASK` redirections, slot migrations and
-    /// failovers by itself. Releases are announced with sharded pub/sub (`SPUBLISH`) on the
+    /// failovers by itself, and is made afresh when it stalls ([`ClusterLink`]). Releases are announced with sharded pub/sub (`SPUBLISH`) on the
     /// lock's shard, and waiters subscribe there (`SSUBSCRIBE`, Redis 7 or later); a
     /// subscription the server drops when its slot moves is made again. Several keys in one
     /// slot are taken in one script; keys in different slots one by one, in sorted order, all
@@ -178,19 +192,16 @@ impl RedisBackend<ClusterConnection> {
             .into_iter()
             .map(IntoConnectionInfo::into_connection_info)
             .collect::<Result<Vec<_>, _>>()?;
-        let connection = cluster_client(nodes.clone())
-            .build()?
-            .get_async_connection()
-            .await?;
+        let connection = ClusterLink::connect(cluster_client(nodes.clone()).build()?).await?;
         let room = announcements::cluster_waiting_room(nodes).await?;
         Ok(Self::on(connection, room))
     }
 
     /// Uses a cluster connection you configured yourself. A backend made this way hears no
     /// release announcements: its waiters retry on timers (in fair mode, still in arrival
-    /// order).
+    /// order); its connection is not made afresh when it stalls.
     pub fn from_cluster_connection(connection: ClusterConnection) -> Self {
-        Self::on(connection, WaitingRoom::silent())
+        Self::on(ClusterLink::fixed(connection), WaitingRoom::silent())
     }
 }
 

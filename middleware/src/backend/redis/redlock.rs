@@ -9,7 +9,7 @@ use redis::aio::ConnectionManager;
 use redis::{Client, IntoConnectionInfo, RedisError};
 use tokio::time::{Instant, timeout};
 
-use super::{RedisBackend, manager_config};
+use super::{RedisBackend, commands_config};
 use crate::backend::request::drift_margin;
 use crate::backend::{Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, TokenLease};
 
@@ -71,7 +71,7 @@ impl RedlockBackend {
         for url in urls {
             let info = url.into_connection_info()?;
             let address = info.addr().to_string();
-            let config = manager_config().set_response_timeout(None);
+            let config = commands_config();
             let connection = ConnectionManager::new_lazy_with_config(Client::open(info)?, config)?;
             let backend = RedisBackend::from_connection(connection).fencing(false);
             masters.push(Master { address, backend });

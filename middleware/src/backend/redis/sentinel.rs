@@ -204,7 +204,9 @@ impl super::RedisBackend<SentinelConnection> {
         master_name: &str,
     ) -> Result<Self, RedisError> {
         let sentinels: Vec<T> = sentinels.into_iter().collect();
-        let config = super::manager_config().set_response_timeout(Some(MASTER_ANSWERS_WITHIN));
+        let config = super::manager_config()
+            .set_number_of_retries(0)
+            .set_response_timeout(Some(MASTER_ANSWERS_WITHIN));
         let connection = SentinelConnection::connect(sentinels, master_name, config).await?;
         let room = super::announcements::sentinel_waiting_room(&connection).await?;
         Ok(Self::on(connection, room))

@@ -15,8 +15,11 @@ use super::{
     Attempt, BackendError, Granted, LockBackend, LockRequest, QueuedAttempt, TokenLease, WaitQueue,
 };
 
+mod reachable_pool;
 pub(super) mod session;
 pub(super) mod tickets;
+
+pub(super) use reachable_pool::ReachablePool;
 
 /// How long a pooled connection may have been idle and still be handed out without a ping.
 const TRUSTED_IDLE: Duration = Duration::from_secs(1);

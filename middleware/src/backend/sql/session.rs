@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
 use sqlx::{Connection, Database, Pool};
+
+use super::ReachablePool;
 use tokio::sync::Mutex;
 
 use super::{AcquireSlots, acquire_detached};
@@ -72,7 +74,7 @@ impl<DB: Database> fmt::Debug for ConnectionLease<DB> {
 
 /// A backend of session locks of kind `K` on a pool: one connection per held lock.
 pub(in crate::backend) struct SessionLocks<K: SessionLock> {
-    pool: Pool<K::Db>,
+    pool: ReachablePool<K::Db>,
     kind: K,
     slots: AcquireSlots,
 }
@@ -90,6 +92,7 @@ impl<K: SessionLock> Clone for SessionLocks<K> {
 impl<K: SessionLock> SessionLocks<K> {
     pub(in crate::backend) fn new(pool: Pool<K::Db>, kind: K) -> Self {
         let slots = AcquireSlots::of_pool(pool.options().get_max_connections());
+        let pool = ReachablePool::new(pool);
         Self { pool, kind, slots }
     }
 
@@ -103,7 +106,7 @@ impl<K: SessionLock> SessionLocks<K> {
         &self,
         name: &str,
     ) -> Result<Attempt<Granted<ConnectionLease<K::Db>>>, BackendError> {
-        let mut connection = self.pool.acquire().await.map_err(BackendError::new)?;
+        let mut connection = self.pool.connection().await?;
         match self.kind.lock(&mut connection, name).await {
             Ok(true) => Ok(Attempt::Acquired(Granted {
                 lease: ConnectionLease::new(connection),
