@@ -121,6 +121,8 @@ pub mod memory;
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "zookeeper"))]
+mod reach;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod request;

@@ -26,7 +26,7 @@ async fn prove<B>(
 ) {
     let (short, patient) = outage::short_and_patient(mine, lockers);
     let other = lockers(theirs, outage::STORE_TIMEOUT);
-    outage::busy_while_another_process_holds(&short, &other).await;
+    outage::busy_while_another_process_holds(&patient, &other).await;
     outage::every_task_hears_the_store_fail(store, (&short, &patient), name).await;
 }
 

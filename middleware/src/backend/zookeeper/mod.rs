@@ -9,8 +9,8 @@
 //!
 //! * **Acquire** creates the node and lists the directory: the lock is taken if nothing is
 //!   ahead of the node, else the node is deleted again and the answer is busy. One such
-//!   attempt per lock is under way from a process at a time; another meanwhile is answered
-//!   busy at once (`in_flight.rs`).
+//!   attempt per lock is under way from a process at a time; another meanwhile waits for its
+//!   answer and answers as it was answered: busy, or the store's failure (`in_flight.rs`).
 //! * **Waiting** ([`WaitQueue`]): a queued waiter's node stays, in line by its sequence, and
 //!   watches only its predecessor (`watches.rs`): first come, first served across processes,
 //!   and each release wakes one waiter — Curator's `InterProcessMutex`.
@@ -31,13 +31,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError};
 
+use super::reach::{Dial, Reach};
 use crate::OwnerToken;
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{
     Attempt, BackendError, FencingToken, Granted, LockBackend, LockRequest, WaitQueue,
     lease_deadline,
 };
-use in_flight::InFlight;
+use in_flight::{InFlight, Landed, Start};
 use nodes::{Children, Kind, LockDir, Standing};
 use session::{Ensemble, Session};
 use watches::Watches;
@@ -137,6 +138,8 @@ struct Inner {
     root: String,
     in_flight: InFlight,
     session: Arc<Session>,
+    /// Whether every server refuses connections: the client itself waits to reconnect.
+    reach: Arc<Reach>,
     watches: Watches,
     room: Arc<WaitingRoom>,
 }
@@ -197,6 +200,7 @@ impl ZookeeperBackend {
             inner: Arc::new(Inner {
                 root: settings.root,
                 in_flight: InFlight::default(),
+                reach: Reach::new(dial_servers(cluster)),
                 session,
                 watches,
                 room,
@@ -233,7 +237,12 @@ impl ZookeeperBackend {
         let session = client.session_id().0;
         // The server deletes an empty directory on its own: it may go between two attempts.
         for _ in 0..3 {
-            match client.create(&prefix, &[], &node).await {
+            match self
+                .inner
+                .reach
+                .call(client.create(&prefix, &[], &node))
+                .await?
+            {
                 Ok((stat, sequence)) => {
                     return Ok(ZookeeperLease {
                         path: format!("{prefix}{sequence}"),
@@ -256,7 +265,10 @@ impl ZookeeperBackend {
 
     /// The children of `dir` (none when it does not exist).
     async fn children(&self, dir: &LockDir) -> Result<Children, BackendError> {
-        match self.client().list_children(dir.path()).await {
+        match (self.inner.reach)
+            .call(self.client().list_children(dir.path()))
+            .await?
+        {
             Ok(names) => Ok(Children::new(&names)),
             Err(ZkError::NoNode) => Ok(Children::default()),
             Err(error) => Err(BackendError::new(error)),
@@ -268,7 +280,12 @@ impl ZookeeperBackend {
     async fn delete(&self, path: &str) -> Result<bool, BackendError> {
         let prefix = nodes::owner_prefix(path).to_owned();
         let given_up = self.inner.session.disown_after(vec![prefix]);
-        let was_there = match self.client().delete(path, None).await {
+        let was_there = match self
+            .inner
+            .reach
+            .call(self.client().delete(path, None))
+            .await?
+        {
             Ok(()) => true,
             Err(ZkError::NoNode) => false,
             Err(error) => return Err(BackendError::new(error)),
@@ -324,6 +341,75 @@ impl ZookeeperBackend {
     }
 }
 
+/// Dials every server of the connect string `cluster` (`host:port,…[/chroot]`): connected
+/// when one of them takes a connection.
+fn dial_servers(cluster: &str) -> Dial {
+    let servers = cluster.split('/').next().unwrap_or_default();
+    let servers: Arc<[String]> = servers.split(',').map(str::to_owned).collect();
+    Box::new(move || {
+        let servers = Arc::clone(&servers);
+        Box::pin(async move {
+            let mut refusals = Vec::new();
+            for server in servers.iter() {
+                match tokio::net::TcpStream::connect(server.as_str()).await {
+                    Ok(_) => return Ok(()),
+                    Err(error) => refusals.push(format!("{server}: {error}")),
+                }
+            }
+            let refusals = refusals.join(", ");
+            Err(BackendError::new(format!(
+                "no ZooKeeper server takes a connection ({refusals})"
+            )))
+        })
+    })
+}
+
+impl ZookeeperBackend {
+    /// Runs `attempt` on `name` as this process's one exclusive attempt on it; while another
+    /// is under way, answers as that one was answered (`in_flight.rs`).
+    async fn exclusively<F>(
+        &self,
+        name: &str,
+        attempt: impl FnOnce() -> F,
+    ) -> Result<Attempt<Granted<ZookeeperLease>>, BackendError>
+    where
+        F: Future<Output = Result<Attempt<Granted<ZookeeperLease>>, BackendError>>,
+    {
+        let flight = loop {
+            match self.inner.in_flight.start(name) {
+                Start::Flies(flight) => break flight,
+                Start::Follows(follows) => match in_flight::landing(follows).await {
+                    Some(Landed::Busy) => return Ok(Attempt::Busy { holder_ttl: None }),
+                    Some(Landed::Failed(error)) => return Err(error),
+                    None => {}
+                },
+            }
+        };
+        let answer = attempt().await;
+        flight.landed(&answer);
+        answer
+    }
+
+    /// A mutex on `name`: our node created, kept if nothing is ahead of it.
+    async fn take_exclusive(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<ZookeeperLease>>, BackendError> {
+        let dir = self.dir(name);
+        let sent = Instant::now();
+        let mine = self.create(&dir, Kind::Exclusive, request.token).await?;
+        let children = self.children(&dir).await?;
+        if children.exclusive_standing(mine.sequence()) == Standing::Holds {
+            return Ok(Attempt::Acquired(
+                self.vouched(mine, sent, request.ttl).await?,
+            ));
+        }
+        self.delete(&mine.path).await?;
+        Ok(Attempt::Busy { holder_ttl: None })
+    }
+}
+
 impl LockBackend for ZookeeperBackend {
     type Lease = ZookeeperLease;
 
@@ -336,20 +422,8 @@ impl LockBackend for ZookeeperBackend {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<ZookeeperLease>>, BackendError> {
-        let Some(_flight) = self.inner.in_flight.start(name) else {
-            return Ok(Attempt::Busy { holder_ttl: None });
-        };
-        let dir = self.dir(name);
-        let sent = Instant::now();
-        let mine = self.create(&dir, Kind::Exclusive, request.token).await?;
-        let children = self.children(&dir).await?;
-        if children.exclusive_standing(mine.sequence()) == Standing::Holds {
-            return Ok(Attempt::Acquired(
-                self.vouched(mine, sent, request.ttl).await?,
-            ));
-        }
-        self.delete(&mine.path).await?;
-        Ok(Attempt::Busy { holder_ttl: None })
+        self.exclusively(name, || self.take_exclusive(name, request))
+            .await
     }
 
     async fn extend(

@@ -99,10 +99,9 @@ impl ZookeeperBackend {
                     continue;
                 }
             };
-            let (stat, watcher) = self
-                .client()
-                .check_and_watch_stat(&predecessor)
-                .await
+            let (stat, watcher) = (self.inner.reach)
+                .call(self.client().check_and_watch_stat(&predecessor))
+                .await?
                 .map_err(BackendError::new)?;
             if stat.is_none() {
                 // Gone between the listing and the watch: look again.

@@ -46,9 +46,20 @@ impl SharedLocks for ZookeeperBackend {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<ZookeeperLease>>, BackendError> {
-        let Some(_flight) = self.inner.in_flight.start(name) else {
-            return Ok(Attempt::Busy { holder_ttl: None });
-        };
+        self.exclusively(name, || self.take_write(name, request))
+            .await
+    }
+}
+
+impl ZookeeperBackend {
+    /// The write lock on `name`: taken as a mutex is while no reader's claim is there (unless
+    /// its own intent is); a writer that will wait leaves its intent when readers alone keep it
+    /// out.
+    async fn take_write(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<ZookeeperLease>>, BackendError> {
         let dir = self.dir(name);
         let sent = Instant::now();
         let mine = self.create(&dir, Kind::Exclusive, request.token).await?;
@@ -158,14 +169,18 @@ impl ZookeeperBackend {
         let client = self.client();
         let watcher = match watched {
             Watched::Node(blocker) => {
-                let (stat, watcher) = client
-                    .check_and_watch_stat(&dir.child(&blocker))
-                    .await
+                let blocker = dir.child(&blocker);
+                let (stat, watcher) = (self.inner.reach)
+                    .call(client.check_and_watch_stat(&blocker))
+                    .await?
                     .map_err(BackendError::new)?;
                 // Gone already: a watch on it would fire only when it is created again.
                 stat.map(|_| watcher)
             }
-            Watched::Permits(permits) => match client.list_and_watch_children(dir.path()).await {
+            Watched::Permits(permits) => match (self.inner.reach)
+                .call(client.list_and_watch_children(dir.path()))
+                .await?
+            {
                 Ok((names, watcher)) => {
                     let children = Children::new(&names);
                     let full = children.permit_blocker(i64::MAX, permits).is_some();
