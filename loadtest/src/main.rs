@@ -138,6 +138,13 @@ struct Args {
     /// default: all five, one after another.
     #[arg(long = "chaos-store")]
     chaos_stores: Vec<String>,
+    /// Chaos: the shapes its workers take (repeatable): mutex, read, write, permit, keys (two
+    /// at once); default: all five, mixed.
+    #[arg(long = "chaos-shape")]
+    chaos_shapes: Vec<String>,
+    /// Chaos: one fault at a time (by default a fault may begin while others still run).
+    #[arg(long)]
+    one_fault_at_a_time: bool,
     /// Chaos: holds per store (the run also injects each kind of fault at least once).
     #[arg(long, default_value_t = 100_000)]
     holds: u64,
@@ -314,7 +321,12 @@ fn main() {
     }
     let args = Args::parse();
     if args.scenario == Scenario::Chaos {
-        chaos::run(&args.chaos_stores, args.holds);
+        chaos::run(&chaos::ChaosArgs {
+            stores: &args.chaos_stores,
+            shapes: &args.chaos_shapes,
+            holds: args.holds,
+            overlapping: !args.one_fault_at_a_time,
+        });
         return;
     }
     measure(args);

@@ -5,3 +5,4 @@
 mod coupon_proof;
 mod fencing_proof;
 mod leader_loss;
+mod lock_store_down;

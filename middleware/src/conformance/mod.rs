@@ -174,6 +174,8 @@ macro_rules! __conformance_cases {
         $crate::__conformance_tests!(
             $store;
             a_silent_store_is_an_error_within_the_store_timeout,
+            every_task_in_line_hears_a_silent_store_fail,
+            the_same_line_on_a_held_lock_hears_busy,
         );
     };
 }

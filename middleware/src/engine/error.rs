@@ -11,10 +11,32 @@ use crate::backend::{BackendError, Hold};
 /// ([`Rejection`](crate::Rejection)); its `Display` is what the answer's detail says,
 /// and never contains store addresses or internal errors (a [`BackendError`] is its
 /// [`source`](std::error::Error::source), for logs).
+///
+/// # What a waiting caller is told
+///
+/// A caller that asks for a busy lock ends with the lock, or with one of two answers that
+/// never stand for each other:
+///
+/// * [`Busy`](Self::Busy) — a store said the lock is held: to the caller itself (at once with
+///   `reject()`, or at the end of its wait, when it asks once more), to the task of its locker
+///   that asked for it while the caller waited behind that task (the store said so within the
+///   store timeout before the wait ran out), or the lock is held by another task of the same
+///   locker, its lease not run out. A caller whose wait runs out while nobody heard from the
+///   store for longer than the store timeout asks the store itself before it answers.
+/// * [`StoreUnavailable`](Self::StoreUnavailable) — the store failed, or did not answer within
+///   the store timeout: for the caller's own attempt, or for the attempt of the task of its
+///   locker it was waiting behind. Every task waiting behind a failed attempt is told at once,
+///   with the same error, instead of asking the store in turn; a task that comes later asks
+///   for itself. A store that refuses connections is answered at once where its client says so
+///   (and, for the SQL stores and ZooKeeper, whose clients would wait to reconnect, once a
+///   direct connection to the store is refused); a silent one after the store timeout. A store
+///   that stops answering while a task sleeps until a release is noticed at that task's next
+///   attempt: when it is woken, when the holder's lease is due to end, or when its wait ends.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
-    /// Somebody else holds the lock (at once with `reject()`, or after the wait timed out).
+    /// A store said somebody else holds the lock (at once with `reject()`, or after the wait
+    /// timed out); never an answer for a store that could not be asked.
     #[error("lock `{key}` is held by another request")]
     Busy {
         /// The key that was busy (several keys joined with `, `).
@@ -28,7 +50,8 @@ pub enum LockError {
     /// The key cannot name a lock.
     #[error(transparent)]
     InvalidKey(#[from] KeyError),
-    /// The lock store did not answer, or not within the store timeout.
+    /// The lock store failed or did not answer within the store timeout — for this caller's
+    /// attempt, or for the attempt it waited behind in its locker's line.
     #[error("the lock store is unavailable")]
     StoreUnavailable(#[source] BackendError),
     /// The lease was lost while the work ran, and the work was stopped (`OnLost::Abort`).

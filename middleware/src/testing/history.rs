@@ -15,6 +15,8 @@
 //! * `{"lost":7,"pid":4711,"at":1764197412003000000}` when the store answers a renewal or the
 //!   release that the lock was no longer this hold's (the holder is told so).
 //!
+//! A permit's grant also says how many permits its semaphore has (`"hold":"permit","permits":2`).
+//!
 //! `grant` numbers the holds of the process; `task` is the Tokio task that took the lock (0
 //! outside a task); `at` is nanoseconds since the Unix epoch by the system clock, which every
 //! process on the machine shares. `fences` has one entry per name (`null` where the hold has
@@ -69,20 +71,24 @@ pub(crate) fn granted(guard: &LockGuard) -> Option<u64> {
     RECORD.get()?;
     let hold = HOLDS.fetch_add(1, Ordering::Relaxed) + 1;
     let task = tokio::task::try_id().map_or(0, |id| id.to_string().parse().unwrap_or(0));
-    let kind = match guard.hold() {
-        Hold::Mutex => "mutex",
-        Hold::Write => "write",
-        Hold::Read => "read",
-        Hold::Permit { .. } => "permit",
+    let (kind, permits) = match guard.hold() {
+        Hold::Mutex => ("mutex", None),
+        Hold::Write => ("write", None),
+        Hold::Read => ("read", None),
+        Hold::Permit { permits } => ("permit", Some(permits.get())),
     };
     let names: Vec<&str> = guard.names().collect();
     let fences: Vec<Option<u64>> = (guard.fences().iter())
         .map(|fence| fence.map(|fence| fence.get()))
         .collect();
-    append(&json!({
+    let mut event = json!({
         "grant": hold, "pid": std::process::id(), "task": task, "at": now(),
         "hold": kind, "names": names, "fences": fences,
-    }));
+    });
+    if let Some(permits) = permits {
+        event["permits"] = json!(permits);
+    }
+    append(&event);
     Some(hold)
 }
 

@@ -1,8 +1,9 @@
 //! Reads the holds processes recorded (`tower_lock::testing::history`) and checks them: every
-//! pair of holds of one lock that overlapped in time, split by whether fencing kept the stale
-//! holder's writes out.
+//! pair of holds of one lock that overlapped in time where one of them was exclusive (a mutex,
+//! a writer, several keys at once: readers share), split by whether fencing kept the stale
+//! holder's writes out; and every moment a semaphore had more holders than permits.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
@@ -15,6 +16,8 @@ struct Hold {
     pid: u64,
     number: u64,
     exclusive: bool,
+    /// A semaphore's permits, for a permit's hold.
+    permits: Option<u64>,
     fence: Option<u64>,
     /// Nanoseconds since the Unix epoch.
     granted: u128,
@@ -31,13 +34,21 @@ pub struct History {
     holds: Vec<Hold>,
     /// When the run ended, if known: the time since each name's last grant counts as a gap.
     ran_until: Option<u128>,
+    /// Grants by shape.
+    shapes: BTreeMap<String, usize>,
 }
 
 /// What [`History::check`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Verdict {
-    /// Holds granted (of every name, every shape).
+    /// Holds granted, of every shape (several keys at once count once).
     pub holds: usize,
+    /// Grants by shape: `mutex`, `read`, `write`, `permit`, and `keys` for several at once.
+    pub shapes: BTreeMap<String, usize>,
+    /// Moments a semaphore had more holders than permits (each counted in `unfenced_reported`
+    /// when one of the holders had been told its lease was lost, else in
+    /// `unfenced_unreported`).
+    pub permits_exceeded: usize,
     /// Pairs of holds of one name that overlapped in time with different fences: a store
     /// checking fences refuses the stale holder's (the smaller fence's) writes once the newer
     /// holder's were seen.
@@ -93,7 +104,11 @@ impl History {
             };
             if let Some(hold) = number("grant") {
                 let names = parse_names(&event).ok_or_else(|| format!("no names: {line:?}"))?;
-                let exclusive = matches!(event["hold"].as_str(), Some("mutex" | "write"));
+                let kind = event["hold"].as_str().unwrap_or("unknown");
+                let shape = if names.len() > 1 { "keys" } else { kind };
+                *self.shapes.entry(shape.to_owned()).or_default() += 1;
+                let exclusive = matches!(kind, "mutex" | "write");
+                let permits = number("permits");
                 let first = self.holds.len();
                 self.holds
                     .extend(names.into_iter().map(|(name, fence)| Hold {
@@ -101,6 +116,7 @@ impl History {
                         pid,
                         number: hold,
                         exclusive,
+                        permits,
                         fence,
                         granted: at,
                         ended: None,
@@ -145,7 +161,8 @@ impl History {
     /// counts as held to the end of time.
     pub fn check(&self, fenced_store: bool) -> Verdict {
         let mut verdict = Verdict {
-            holds: self.holds.len(),
+            holds: self.shapes.values().sum(),
+            shapes: self.shapes.clone(),
             ..Verdict::default()
         };
         let mut by_name: HashMap<&str, Vec<&Hold>> = HashMap::new();
@@ -169,6 +186,13 @@ impl History {
                     verdict.count(name, earlier, later, fenced_store);
                 }
                 open.push(later);
+                if let Some(permits) = later.permits {
+                    let holders = open.iter().filter(|it| it.permits.is_some());
+                    let holders: Vec<&Hold> = holders.copied().collect();
+                    if holders.len() as u64 > permits {
+                        verdict.count_excess(name, &holders, permits);
+                    }
+                }
             }
         }
         verdict
@@ -176,6 +200,26 @@ impl History {
 }
 
 impl Verdict {
+    /// Counts a moment when `holders` held a semaphore of `permits` on `name` at once.
+    fn count_excess(&mut self, name: &str, holders: &[&Hold], permits: u64) {
+        self.permits_exceeded += 1;
+        if holders.iter().any(|hold| hold.reported_lost) {
+            self.unfenced_reported += 1;
+            return;
+        }
+        self.unfenced_unreported += 1;
+        if self.examples.len() < 5 {
+            let who: Vec<String> = (holders.iter())
+                .map(|hold| format!("hold {} of process {}", hold.number, hold.pid))
+                .collect();
+            self.examples.push(format!(
+                "{name}: {} holders of {permits} permits at once, none told it was lost: {}",
+                holders.len(),
+                who.join(", ")
+            ));
+        }
+    }
+
     /// Whether nothing was found that fencing or a reported loss does not explain.
     pub fn holds_up(&self) -> bool {
         self.unfenced_unreported == 0
@@ -234,6 +278,16 @@ mod tests {
     fn grant(pid: u64, hold: u64, at: u64, fence: u64) -> String {
         format!(
             r#"{{"grant":{hold},"pid":{pid},"task":1,"at":{at},"hold":"mutex","names":["lock:k"],"fences":[{fence}]}}"#
+        )
+    }
+
+    fn grant_of(pid: u64, hold: u64, at: u64, kind: &str) -> String {
+        let permits = match kind {
+            "permit" => r#","permits":2"#,
+            _ => "",
+        };
+        format!(
+            r#"{{"grant":{hold},"pid":{pid},"task":1,"at":{at},"hold":"{kind}","names":["lock:k"],"fences":[null]{permits}}}"#
         )
     }
 
@@ -343,5 +397,40 @@ mod tests {
         assert_eq!(history.check(true).longest_gap, Duration::from_nanos(50));
         history.ran_until(1_000);
         assert_eq!(history.check(true).longest_gap, Duration::from_nanos(850));
+    }
+
+    #[test]
+    fn readers_share_and_a_writer_among_them_is_an_overlap() {
+        let a = [grant_of(1, 1, 100, "read"), end(1, 1, 400, true)];
+        let b = [grant_of(2, 1, 200, "read"), end(2, 1, 500, true)];
+        assert!(
+            verdict(&[&a, &b], true).holds_up(),
+            "readers overlap freely"
+        );
+        let c = [grant_of(3, 1, 300, "write"), end(3, 1, 350, true)];
+        let verdict = verdict(&[&a, &b, &c], true);
+        assert_eq!(
+            verdict.unfenced_unreported, 2,
+            "the writer overlapped both readers"
+        );
+        assert_eq!(verdict.shapes.get("read"), Some(&2));
+    }
+
+    #[test]
+    fn a_semaphore_of_two_may_have_two_holders_but_not_three() {
+        let a = [grant_of(1, 1, 100, "permit"), end(1, 1, 400, true)];
+        let b = [grant_of(2, 1, 200, "permit"), end(2, 1, 500, true)];
+        assert!(verdict(&[&a, &b], true).holds_up(), "two of two permits");
+        let c = [grant_of(3, 1, 300, "permit"), end(3, 1, 350, true)];
+        let verdict = verdict(&[&a, &b, &c], true);
+        assert_eq!(
+            (verdict.permits_exceeded, verdict.unfenced_unreported),
+            (1, 1)
+        );
+        assert!(
+            verdict.examples[0].contains("3 holders of 2 permits"),
+            "{:?}",
+            verdict.examples
+        );
     }
 }

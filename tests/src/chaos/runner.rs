@@ -1,10 +1,12 @@
-//! A chaos run: worker processes taking hot keys' locks on a store of the run's own while a
-//! schedule of random faults runs, then the check of every hold they recorded.
+//! A chaos run: worker processes taking hot keys' locks, in every shape, on a store of the run's
+//! own while a schedule of random faults runs — one after another, or overlapping, a fault
+//! beginning while others still run —, then the check of every hold they recorded.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;
 use std::process::{Child, Command};
+use std::sync::{Mutex, MutexGuard};
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -13,7 +15,7 @@ use super::proxy::CutProxy;
 use super::register::Tally;
 use super::stores::ChaosStore;
 use super::within;
-use super::worker::{WORKER_ENV, WorkerPlan};
+use super::worker::{ChaosShape, WORKER_ENV, WorkerPlan};
 use crate::RedisServer;
 use crate::private_server::ServerDir;
 
@@ -33,9 +35,12 @@ pub struct ChaosPlan {
     pub tasks: usize,
     /// Hot keys they share.
     pub keys: usize,
+    /// The shapes the workers' tasks take, one drawn at random for each hold.
+    pub shapes: Vec<ChaosShape>,
     /// The locks' TTL: a process paused longer loses its leases.
     pub ttl: Duration,
-    /// Run until this many holds reached the register, and every kind of fault ran…
+    /// Run until this many holds reached the register, every kind of fault ran (and, when
+    /// they may overlap, one began while another ran)…
     pub acquisitions: u64,
     /// …or this long at most.
     pub time_limit: Duration,
@@ -46,8 +51,13 @@ pub struct ChaosPlan {
     pub finish_after_loss: bool,
     /// The faults, taken in turn; the run injects each of them at least once.
     pub schedule: Vec<Fault>,
-    /// The time between two faults: from, to.
+    /// The time between two faults: from, to — from the end of one to the beginning of the
+    /// next, or, overlapping, between their beginnings.
     pub quiet: (Duration, Duration),
+    /// Whether a fault may begin while others still run (on a target none of them has: a
+    /// worker paused while a store member restarts, a worker cut off during a leader's loss;
+    /// one store member down at a time).
+    pub overlapping: bool,
     /// How long a paused worker stays frozen: from, to.
     pub pauses: (Duration, Duration),
     /// How long a task holds a lock between reading and writing the key's counter: from, to.
@@ -55,15 +65,17 @@ pub struct ChaosPlan {
 }
 
 impl ChaosPlan {
-    /// A run on `store`: 3 processes × 16 tasks on 4 hot keys with a TTL of 1 s, each hold 0–2
-    /// ms between read and write, fenced, faults 1–3 s apart, until `acquisitions` holds and
-    /// one of each fault, or 15 minutes.
+    /// A run on `store`: 3 processes × 16 tasks on 4 hot keys (and 4 semaphores) in every
+    /// shape with a TTL of 1 s, each hold 0–2 ms between read and write, fenced, overlapping
+    /// faults beginning 1–3 s apart, until `acquisitions` holds and one of each fault, or 15
+    /// minutes.
     pub fn new(store: ChaosStore, acquisitions: u64) -> Self {
         Self {
             store,
             processes: 3,
             tasks: 16,
             keys: 4,
+            shapes: ChaosShape::ALL.to_vec(),
             ttl: Duration::from_secs(1),
             acquisitions,
             time_limit: Duration::from_secs(15 * 60),
@@ -71,6 +83,7 @@ impl ChaosPlan {
             finish_after_loss: false,
             schedule: Fault::ALL.to_vec(),
             quiet: (Duration::from_secs(1), Duration::from_secs(3)),
+            overlapping: true,
             pauses: (Duration::from_millis(500), Duration::from_secs(3)),
             holds_for: (Duration::ZERO, Duration::from_millis(2)),
         }
@@ -121,6 +134,8 @@ pub struct ChaosReport {
     pub elapsed: Duration,
     /// Faults injected, by kind.
     pub faults: BTreeMap<Fault, usize>,
+    /// Faults that began while another still ran.
+    pub overlapped: usize,
     /// The faults that began from 3 s before the longest time without a grant until its end,
     /// each with when, in seconds from the gap's start (negative: before it): what caused it.
     pub longest_gap_faults: Vec<(Fault, f64)>,
@@ -155,17 +170,21 @@ impl fmt::Display for ChaosReport {
         let (verdict, register) = (&self.verdict, &self.register);
         write!(
             formatter,
-            "{}: {} holds in {:.0?}, {faults} faults {:?}; overlaps: {} fenced, {} unfenced \
-             (reported lost), {} unfenced (never told); register: {} reads, {} writes, {} \
+            "{}: {} holds {:?} in {:.0?}, {faults} faults {:?} ({} while another ran); \
+             overlaps: {} fenced, {} unfenced (reported lost), {} unfenced (never told), of \
+             which semaphores over their permits: {}; register: {} reads, {} writes, {} \
              refused for a stale fence, {} taken with one, {} updates lost; longest without a \
              grant: {:.2?}{}",
             self.store,
             verdict.holds,
+            verdict.shapes,
             self.elapsed,
             self.faults,
+            self.overlapped,
             verdict.fenced_overlaps,
             verdict.unfenced_reported,
             verdict.unfenced_unreported,
+            verdict.permits_exceeded,
             register.reads,
             register.writes,
             register.refused,
@@ -188,12 +207,12 @@ impl fmt::Display for ChaosReport {
 ///
 /// When a server the run needs is not installed (the message says how to install it), or a
 /// worker's history cannot be read.
-pub fn run(plan: &ChaosPlan, worker: &dyn Fn() -> Command) -> ChaosReport {
+pub fn run(plan: &ChaosPlan, worker: &(dyn Fn() -> Command + Sync)) -> ChaosReport {
     let register = RedisServer::start();
-    let mut store = plan.store.start();
+    let store = plan.store.start();
     let dir = ServerDir::create("chaos", None);
     let members = store.members();
-    let mut workers: Vec<Worker> = (0..plan.processes)
+    let workers: Vec<Worker> = (0..plan.processes)
         .map(|index| {
             let proxies: Vec<CutProxy> = members.iter().map(|&to| CutProxy::start(to)).collect();
             let addresses: Vec<_> = proxies.iter().map(CutProxy::address).collect();
@@ -204,6 +223,7 @@ pub fn run(plan: &ChaosPlan, worker: &dyn Fn() -> Command) -> ChaosReport {
                 finish_after_loss: plan.finish_after_loss,
                 holds_for: plan.holds_for,
                 keys: plan.keys,
+                shapes: plan.shapes.clone(),
                 tasks: plan.tasks,
                 ttl: plan.ttl,
                 history: dir.path().join(format!("p{index}")),
@@ -213,32 +233,60 @@ pub fn run(plan: &ChaosPlan, worker: &dyn Fn() -> Command) -> ChaosReport {
         .collect();
 
     let started = Instant::now();
-    let mut faults = BTreeMap::new();
-    // When each fault began, nanoseconds since the Unix epoch.
-    let mut schedule_log: Vec<(u128, Fault)> = Vec::new();
-    let mut schedule = plan.schedule.iter().cycle();
     let reads = || Tally::read(&register.url()).map_or(0, |tally| tally.reads);
-    let injected = |faults: &BTreeMap<Fault, usize>| faults.values().sum::<usize>();
-    while (reads() < plan.acquisitions || injected(&faults) < plan.schedule.len())
-        && started.elapsed() < plan.time_limit
-    {
-        sleep(within(plan.quiet));
-        let fault = *schedule.next().expect("a cycle never ends");
-        let target = fastrand::usize(..workers.len());
-        schedule_log.push((now(), fault));
-        match fault {
-            Fault::KillProcess => workers[target].kill_and_restart(worker),
-            Fault::PauseProcess => workers[target].pause(within(plan.pauses)),
-            Fault::CutOff => workers[target].cut_off(within(CUT_OFF)),
-            Fault::RestartStore => {
-                let member = fastrand::usize(..members.len());
-                store.kill(member);
-                sleep(within(STORE_DOWN));
-                store.restart(member);
+    let schedule = Schedule::new(plan);
+    let workers: Vec<Mutex<Worker>> = workers.into_iter().map(Mutex::new).collect();
+    let store = Mutex::new(store);
+    let (workers_struck, store_struck, schedule_kept) = (&workers, &store, &schedule);
+    let member_count = members.len();
+    std::thread::scope(|faults| {
+        while (reads() < plan.acquisitions || !schedule.complete(plan.overlapping))
+            && started.elapsed() < plan.time_limit
+        {
+            sleep(within(plan.quiet));
+            let Some((fault, target)) = schedule.next(workers.len()) else {
+                continue;
+            };
+            let inject = move || {
+                let (workers, store) = (workers_struck, store_struck);
+                match (fault, target) {
+                    (Fault::KillProcess, Target::Worker(index)) => {
+                        lock(&workers[index]).kill_and_restart(worker);
+                    }
+                    (Fault::PauseProcess, Target::Worker(index)) => {
+                        let paused = lock(&workers[index]).pause();
+                        sleep(within(plan.pauses));
+                        paused.resume();
+                    }
+                    (Fault::CutOff, Target::Worker(index)) => {
+                        lock(&workers[index]).cut_off(within(CUT_OFF));
+                    }
+                    (_, _) => {
+                        let member = fastrand::usize(..member_count);
+                        lock(store).kill(member);
+                        sleep(within(STORE_DOWN));
+                        lock(store).restart(member);
+                    }
+                }
+                schedule_kept.ended(target);
+            };
+            match plan.overlapping {
+                true => drop(faults.spawn(inject)),
+                false => inject(),
             }
         }
-        *faults.entry(fault).or_insert(0) += 1;
-    }
+    });
+    // The workers run on for two TTLs after the last fault: a holder that was paused past its
+    // lease hears of its loss before the run ends, as it would in a run that went on.
+    sleep(plan.ttl * 2);
+    let mut workers: Vec<Worker> = (workers.into_iter())
+        .map(|worker| {
+            worker
+                .into_inner()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+        })
+        .collect();
+    let (faults, overlapped, schedule_log) = schedule.log();
 
     let mut history = History::default();
     for worker in &mut workers {
@@ -261,6 +309,7 @@ pub fn run(plan: &ChaosPlan, worker: &dyn Fn() -> Command) -> ChaosReport {
         store: plan.store,
         elapsed: started.elapsed(),
         faults,
+        overlapped,
         longest_gap_faults,
         verdict,
         register: Tally::read(&register.url()).expect("the register answers"),
@@ -270,6 +319,95 @@ pub fn run(plan: &ChaosPlan, worker: &dyn Fn() -> Command) -> ChaosReport {
         eprintln!("{}: the histories are kept in {:?}", plan.store, dir.keep());
     }
     report
+}
+
+/// What a fault strikes: a worker, or the store (one of its members, one at a time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Target {
+    Worker(usize),
+    Store,
+}
+
+/// A run's faults: which comes next and on which target — none that a running fault has —,
+/// and what ran.
+struct Schedule<'p> {
+    order: &'p [Fault],
+    state: Mutex<Injected>,
+}
+
+#[derive(Default)]
+struct Injected {
+    next: usize,
+    running: BTreeSet<Target>,
+    counts: BTreeMap<Fault, usize>,
+    overlapped: usize,
+    /// When each fault began, nanoseconds since the Unix epoch.
+    log: Vec<(u128, Fault)>,
+}
+
+impl<'p> Schedule<'p> {
+    fn new(plan: &'p ChaosPlan) -> Self {
+        Self {
+            order: &plan.schedule,
+            state: Mutex::default(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, Injected> {
+        lock(&self.state)
+    }
+
+    /// Whether every fault of the order was injected, and one began while another ran when
+    /// faults may `overlap`.
+    fn complete(&self, overlap: bool) -> bool {
+        let state = self.state();
+        let injected: usize = state.counts.values().sum();
+        injected >= self.order.len() && (!overlap || state.overlapped > 0)
+    }
+
+    /// The next fault and its target, which is running from now on: `None` while every
+    /// target it could strike is struck by another (it comes next time).
+    fn next(&self, workers: usize) -> Option<(Fault, Target)> {
+        let mut state = self.state();
+        let fault = self.order[state.next % self.order.len()];
+        let targets: Vec<Target> = match fault {
+            Fault::RestartStore => vec![Target::Store],
+            _ => (0..workers).map(Target::Worker).collect(),
+        };
+        let free: Vec<Target> = (targets.into_iter())
+            .filter(|target| !state.running.contains(target))
+            .collect();
+        let target = *free.get(fastrand::usize(..free.len().max(1)))?;
+        state.next += 1;
+        if !state.running.is_empty() {
+            state.overlapped += 1;
+        }
+        state.running.insert(target);
+        state.log.push((now(), fault));
+        *state.counts.entry(fault).or_default() += 1;
+        Some((fault, target))
+    }
+
+    /// The fault on `target` ended.
+    fn ended(&self, target: Target) {
+        self.state().running.remove(&target);
+    }
+
+    /// Faults by kind, how many began while another ran, and when each began.
+    fn log(self) -> (BTreeMap<Fault, usize>, usize, Vec<(u128, Fault)>) {
+        let state = self
+            .state
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        (state.counts, state.overlapped, state.log)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A fault that panicked leaves what it held as it was: the run goes on to its end.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Nanoseconds since the Unix epoch: the clock the histories are recorded by.
@@ -316,16 +454,30 @@ impl Worker {
         self.started += 1;
     }
 
-    fn pause(&self, for_: Duration) {
+    /// Freezes it with SIGSTOP until the answer is resumed.
+    fn pause(&self) -> Paused {
         signal(&self.child, "STOP");
-        sleep(for_);
-        signal(&self.child, "CONT");
+        Paused(self.child.id())
     }
 
     fn cut_off(&self, for_: Duration) {
         self.proxies.iter().for_each(|proxy| proxy.set_cut(true));
         sleep(for_);
         self.proxies.iter().for_each(|proxy| proxy.set_cut(false));
+    }
+}
+
+/// A worker frozen by [`Worker::pause`].
+struct Paused(u32);
+
+impl Paused {
+    /// Thaws it with SIGCONT.
+    fn resume(self) {
+        let status = Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status()
+            .expect("`kill` runs");
+        assert!(status.success(), "kill -CONT {} failed", self.0);
     }
 }
 

@@ -1,21 +1,25 @@
 //! A chaos worker: a process whose tasks take hot keys' locks on the store under test, over and
-//! over, and under each lock read and write back the key's counter in the register with the
-//! lock's fencing token, recording every hold (`tower_lock::testing::history`).
+//! over, each time in a shape drawn from the plan's — a mutex, a read or write lock, a permit of
+//! a semaphore of [`PERMITS`], two keys at once —, recording every hold
+//! (`tower_lock::testing::history`). Under an exclusive hold a task reads and writes back each
+//! key's counter in the register with the key's fencing token; readers and permit holders only
+//! hold (readers share, and a semaphore's holders overlap by design).
 //!
 //! The runner starts it with its plan, as JSON, in [`WORKER_ENV`]; it runs until killed.
 
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tower_lock::backend::LockBackend;
 use tower_lock::backend::etcd::{EtcdBackend, EtcdSettings};
 use tower_lock::backend::mysql::MysqlBackend;
 use tower_lock::backend::postgres::PostgresBackend;
 use tower_lock::backend::redis::RedisBackend;
 use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
+use tower_lock::backend::{Semaphores, SharedLocks};
 use tower_lock::testing::history;
-use tower_lock::{LockGuard, Locker, OnLost};
+use tower_lock::{HeldLock, LockError, LockGuard, Locker, OnLost};
 
 use super::register::Register;
 use super::within;
@@ -28,6 +32,35 @@ pub const WORKER_ENV: &str = "TOWER_LOCK_CHAOS_WORKER";
 /// locks (the default, 15 s, would leave the hot keys held through most of a run whose faults
 /// come every few seconds).
 const SESSION: Duration = Duration::from_secs(3);
+
+/// The permits of the semaphores the workers take.
+pub const PERMITS: NonZeroU32 = NonZeroU32::new(2).expect("two");
+
+/// A shape of lock a chaos worker takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ChaosShape {
+    /// A mutex on one hot key.
+    Mutex,
+    /// A read lock on one hot key (the same keys as mutexes and writers).
+    Read,
+    /// The write lock on one hot key.
+    Write,
+    /// A permit of a semaphore of [`PERMITS`] (keys of their own).
+    Permit,
+    /// Two hot keys at once, all or none.
+    TwoKeys,
+}
+
+impl ChaosShape {
+    /// Every shape.
+    pub const ALL: [Self; 5] = [
+        Self::Mutex,
+        Self::Read,
+        Self::Write,
+        Self::Permit,
+        Self::TwoKeys,
+    ];
+}
 
 /// What a worker does.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -43,8 +76,10 @@ pub(crate) struct WorkerPlan {
     pub(crate) finish_after_loss: bool,
     /// How long a task holds a lock between reading and writing the counter: from, to.
     pub(crate) holds_for: (Duration, Duration),
-    /// How many hot keys the tasks share.
+    /// How many hot keys the tasks share (and as many semaphores).
     pub(crate) keys: usize,
+    /// The shapes its tasks take, one drawn at random for each hold.
+    pub(crate) shapes: Vec<ChaosShape>,
     /// How many tasks take locks at once.
     pub(crate) tasks: usize,
     /// The locks' TTL.
@@ -129,7 +164,11 @@ async fn retry<T, E: std::fmt::Display, F: Future<Output = Result<T, E>>>(
 }
 
 /// Runs the plan's tasks on `backend` until the process is killed.
-async fn take_locks<B: LockBackend>(backend: B, plan: &WorkerPlan, register: Register) {
+async fn take_locks<B: SharedLocks + Semaphores>(
+    backend: B,
+    plan: &WorkerPlan,
+    register: Register,
+) {
     let on_lost = match plan.finish_after_loss {
         true => OnLost::Continue,
         false => OnLost::Abort,
@@ -141,14 +180,15 @@ async fn take_locks<B: LockBackend>(backend: B, plan: &WorkerPlan, register: Reg
         .build()
         .expect("valid settings");
     let tasks = (0..plan.tasks).map(|_| {
-        let (locker, register, keys) = (locker.clone(), register.clone(), plan.keys);
-        let holds_for = plan.holds_for;
+        let (locker, register, plan) = (locker.clone(), register.clone(), plan.clone());
         tokio::spawn(async move {
             loop {
-                let key = format!("chaos:{}", fastrand::usize(..keys));
-                let hold = within(holds_for);
-                let claimed = locker.with_lock(&key, |lock| claim(&register, &key, lock, hold));
-                if claimed.await.is_err() {
+                let shape = plan.shapes[fastrand::usize(..plan.shapes.len())];
+                let hold = within(plan.holds_for);
+                if hold_once(&locker, shape, &plan, (&register, hold))
+                    .await
+                    .is_err()
+                {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
@@ -159,14 +199,72 @@ async fn take_locks<B: LockBackend>(backend: B, plan: &WorkerPlan, register: Reg
     }
 }
 
-/// Reads `key`'s counter and writes it back plus one with `lock`'s fence, `hold` apart.
-async fn claim(register: &Register, key: &str, lock: LockGuard, hold: Duration) {
-    let fence = lock.fence().map_or(0, |fence| fence.get());
-    let Ok(Some(value)) = register.read(key, fence).await else {
-        return;
+/// One hold of `shape` on random keys: exclusive, the keys' counters claimed `hold` apart; else
+/// held for `hold`. Its work stops when the lease is lost, unless the plan finishes after a
+/// loss.
+async fn hold_once<B: SharedLocks + Semaphores>(
+    locker: &Locker<B>,
+    shape: ChaosShape,
+    plan: &WorkerPlan,
+    (register, hold): (&Register, Duration),
+) -> Result<(), LockError> {
+    let key = |n: usize| format!("chaos:{n}");
+    let first = fastrand::usize(..plan.keys);
+    if shape == ChaosShape::Mutex {
+        let key = key(first);
+        let claimed = |lock| claim(register, vec![key.clone()], lock, hold);
+        return locker.with_lock(&key, claimed).await;
+    }
+    let held: HeldLock<B> = match shape {
+        ChaosShape::Read => locker.read(&key(first)).await?,
+        ChaosShape::Write => locker.write(&key(first)).await?,
+        ChaosShape::Permit => {
+            locker
+                .permit(&format!("chaos-permits:{first}"), PERMITS)
+                .await?
+        }
+        ChaosShape::TwoKeys | ChaosShape::Mutex => {
+            // Another key, when there is one.
+            let second = (first + 1 + fastrand::usize(..plan.keys.max(2) - 1)) % plan.keys;
+            locker.lock_all([key(first), key(second)]).await?
+        }
     };
+    let lock = held.guard().clone();
+    let work = async {
+        match shape {
+            ChaosShape::Write | ChaosShape::TwoKeys => {
+                let keys: Vec<String> = lock.keys().map(str::to_owned).collect();
+                claim(register, keys, lock.clone(), hold).await;
+            }
+            _ => tokio::time::sleep(hold).await,
+        }
+    };
+    match plan.finish_after_loss {
+        true => work.await,
+        false => {
+            tokio::select! {
+                () = work => {}
+                _ = lock.lost() => {}
+            }
+        }
+    }
+    held.release().await
+}
+
+/// Reads each of `keys`' counters and writes it back plus one with its fence, `hold` apart.
+async fn claim(register: &Register, keys: Vec<String>, lock: LockGuard, hold: Duration) {
+    let mut values = Vec::with_capacity(keys.len());
+    for key in &keys {
+        let fence = lock.fence_of(key).map_or(0, |fence| fence.get());
+        let Ok(Some(value)) = register.read(key, fence).await else {
+            return;
+        };
+        values.push((key, fence, value));
+    }
     if !hold.is_zero() {
         tokio::time::sleep(hold).await;
     }
-    register.write(key, fence, value + 1).await.ok();
+    for (key, fence, value) in values {
+        register.write(key, fence, value + 1).await.ok();
+    }
 }

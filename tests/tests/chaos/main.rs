@@ -1,9 +1,11 @@
 //! A short chaos run on every store several processes share (`integration_tests::chaos`): 3
-//! worker processes × 16 tasks on 4 hot keys, while workers are killed, paused past their
-//! TTL and cut off their store, and the store (a member of it) is killed and restarted.
-//! Every hold they recorded is checked: no two holders of a key overlap unless fencing
-//! refused the stale one's writes or it was told its lease was lost, and no update to the
-//! counters the locks protect is lost. The twin pair: holders paused past their TTL that finish
+//! worker processes × 16 tasks on 4 hot keys, taking mutexes, read and write locks, permits
+//! of semaphores of two and two keys at once, while workers are killed, paused past their TTL
+//! and cut off their store, and the store (a member of it) is killed and restarted — faults
+//! overlapping, one beginning while another still runs. Every hold they recorded is checked:
+//! no two holders of a key overlap where one is exclusive, and no semaphore has more holders
+//! than permits, unless fencing refused the stale one's writes or it was told its lease was
+//! lost; and no update to the counters the locks protect is lost. The twin pair: holders paused past their TTL that finish
 //! their work are refused by a store that checks fences; without the checks their stale
 //! writes land.
 
@@ -12,10 +14,12 @@ use std::time::Duration;
 
 use integration_tests::chaos::{self, ChaosPlan, ChaosStore, Fault};
 
-/// Holds per store: a few thousand, with each fault at least once.
-const SHORT: u64 = 2_000;
-/// The time between two faults, shorter than a long run's: CI's time is counted.
-const QUIET: (Duration, Duration) = (Duration::from_millis(300), Duration::from_secs(1));
+/// Exclusive holds per store (about two thousand holds of every shape), with each fault at
+/// least once and one beginning while another runs.
+const SHORT: u64 = 1_000;
+/// The time between the beginnings of two faults, shorter than a long run's: CI's time is
+/// counted.
+const QUIET: (Duration, Duration) = (Duration::from_millis(500), Duration::from_millis(1_500));
 
 fn worker() -> Command {
     Command::new(env!("CARGO_BIN_EXE_chaos-worker"))
@@ -24,7 +28,7 @@ fn worker() -> Command {
 fn short_run_holds_up(store: ChaosStore) {
     let plan = ChaosPlan {
         quiet: QUIET,
-        // About 15 s each on the CI machine; a store that stops granting fails in 2 minutes.
+        // 20–60 s each on the CI machine; a store that stops granting fails in 2 minutes.
         time_limit: Duration::from_secs(120),
         ..ChaosPlan::new(store, SHORT)
     };
@@ -33,6 +37,15 @@ fn short_run_holds_up(store: ChaosStore) {
     assert!(
         report.verdict.holds as u64 >= SHORT,
         "too few holds: {report}"
+    );
+    assert_eq!(
+        report.verdict.shapes.len(),
+        5,
+        "every shape was taken: {report}"
+    );
+    assert!(
+        report.overlapped > 0,
+        "a fault began while another ran: {report}"
     );
     assert!(report.holds_up(), "{report}");
 }

@@ -21,6 +21,13 @@
 //! no longer holds its waiters back: the first of them ends it and asks the store, as another
 //! process would.
 //!
+//! A store failure is every waiting task's answer: a contender the store failed (an error, or
+//! no answer within the store timeout) tells each task waiting in its queue the same failure at
+//! once, instead of letting them ask the store one after another, each after the last one's
+//! failure, until their waits run out. A task whose wait runs out calls the lock busy only on a
+//! store's word: the store said so to its queue's contender within the store timeout, or a run
+//! of the locker holds the lock; otherwise it asks the store once itself.
+//!
 //! Fences: a run's holds are numbered from 0, and a hold's fence is the store's fence times
 //! 256 plus its number ([`compose`]), so they increase strictly within a run, and every hold of
 //! a later store grant (larger store fence) is above all of them. Every fence the engine hands
