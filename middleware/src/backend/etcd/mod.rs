@@ -297,11 +297,8 @@ impl EtcdBackend {
         ];
         let mark = keys::given_up(&self.inner.namespace, token);
         let session = self.inner.session.term().lease;
-        for key in &ours {
-            self.inner.session.disown(key);
-        }
         self.inner.session.bury(&mark);
-        let deletion = self.inner.session.deleting();
+        let deletion = self.inner.session.deleting(&ours);
         let mut txn = vec![Self::put(mark, session)];
         txn.extend(ours.into_iter().map(|key| TxnOp::delete(key, None)));
         self.txn(Txn::new().and_then(txn)).await?;
@@ -312,10 +309,7 @@ impl EtcdBackend {
     /// Gives up `keys` and deletes them (the session's sweep does, if this cannot); the
     /// revision they were deleted at.
     async fn delete(&self, keys: &[Vec<u8>]) -> Result<i64, BackendError> {
-        for key in keys {
-            self.inner.session.disown(key);
-        }
-        let deletion = self.inner.session.deleting();
+        let deletion = self.inner.session.deleting(keys);
         let deletes: Vec<TxnOp> = keys
             .iter()
             .map(|key| TxnOp::delete(key.clone(), None))
@@ -448,8 +442,10 @@ impl LockBackend for EtcdBackend {
     async fn release(&self, _name: &str, lease: &EtcdLease) -> Result<bool, BackendError> {
         // The key is the holder's alone (its token is in it, and a released hold's token is
         // never used again): a plain delete, which says whether it was still there.
-        self.inner.session.disown(&lease.key);
-        let deletion = self.inner.session.deleting();
+        let deletion = self
+            .inner
+            .session
+            .deleting(std::slice::from_ref(&lease.key));
         let call = |client: etcd_client::Client| {
             let key = lease.key.clone();
             let options = DeleteOptions::new().with_prev_key();

@@ -15,7 +15,9 @@
 //! would hold its lock's line up for as long as the process lives: one whose deletion failed
 //! or was cut short (the cluster was unreachable), or one put by an attempt whose answer was
 //! lost and that reached the cluster only after the attempt was given up. So the session knows
-//! which keys it owns — a key is owned from before it is put until it is given up — and a
+//! which keys it owns — a key is owned from before it is put until it is given up, and one
+//! being deleted until its deletion ends (were it disowned before, a sweep could delete it
+//! first, and the release that deleted it would find nothing: a lock reported lost) — and a
 //! sweeper task asks the cluster every renewal period which keys its lease holds and deletes
 //! the others. After a deletion that failed or was given up (a release lost while the cluster
 //! elected a leader), it sweeps at once, and again every [`RETRY_PAUSE`] until a sweep
@@ -77,12 +79,16 @@ struct Shared {
     strays_suspected: AtomicBool,
 }
 
-/// A deletion on its way. Unless it is seen through ([`done`](Self::done)) — it failed, or its
-/// caller gave up on it (a store timeout) — the sweeper sweeps at once and then every
-/// [`RETRY_PAUSE`] until a sweep finishes: a lock whose release was lost while the cluster
-/// elected a leader is freed as soon as the cluster answers, not a renewal period later.
+/// A deletion of keys on its way. They stay owned until it ends — so the sweeper never deletes
+/// a key its own deletion is about to, which would leave that deletion finding nothing (a
+/// release then told the lock had been lost) — and are disowned when it does. Unless it is seen
+/// through ([`done`](Self::done)) — it failed, or its caller gave up on it (a store timeout) —
+/// the sweeper sweeps at once and then every [`RETRY_PAUSE`] until a sweep finishes: a lock
+/// whose release was lost while the cluster elected a leader is freed as soon as the cluster
+/// answers, not a renewal period later.
 pub(super) struct Deletion<'a> {
     shared: &'a Shared,
+    keys: Vec<Vec<u8>>,
     done: bool,
 }
 
@@ -95,6 +101,11 @@ impl Deletion<'_> {
 
 impl Drop for Deletion<'_> {
     fn drop(&mut self) {
+        let mut owned = self.shared.owned();
+        for key in &self.keys {
+            owned.remove(key);
+        }
+        drop(owned);
         if !self.done {
             self.shared.suspect_strays();
         }
@@ -182,10 +193,11 @@ impl Session {
         self.shared.owned().remove(key);
     }
 
-    /// A deletion of disowned keys begins: see [`Deletion`].
-    pub(super) fn deleting(&self) -> Deletion<'_> {
+    /// A deletion of `keys` begins; they are disowned once it ends: see [`Deletion`].
+    pub(super) fn deleting(&self, keys: &[Vec<u8>]) -> Deletion<'_> {
         Deletion {
             shared: &self.shared,
+            keys: keys.to_vec(),
             done: false,
         }
     }

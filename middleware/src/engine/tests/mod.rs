@@ -11,7 +11,6 @@ mod outage;
 mod reentry;
 mod shapes;
 mod telemetry;
-mod traces;
 mod waiting;
 
 const TTL: Duration = Duration::from_secs(30);

@@ -1,4 +1,6 @@
-//! The span of each acquisition, read back by a subscriber layer that keeps closed spans.
+//! The span of each acquisition, read back by a subscriber layer that keeps closed spans. A test
+//! binary of its own: whether a span is wanted is cached per call site for the whole process,
+//! and another test's thread, without this subscriber, could otherwise cache "never" for it.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,8 +11,7 @@ use tracing::{Subscriber, subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 
-use super::locker;
-use crate::{LockError, MemoryBackend};
+use tower_lock::{LockError, Locker, MemoryBackend};
 
 /// A span's fields as recorded, by name.
 #[derive(Clone, Debug, Default)]
@@ -72,15 +73,13 @@ fn each_acquisition_runs_in_a_span_naming_its_key_shape_wait_attempts_outcome_an
         .build()
         .unwrap();
     subscriber::with_default(subscriber, || {
-        // Whether a span is wanted is cached per call site for the whole process, asked of the
-        // subscriber of the thread that reached it first: another test's thread, without this
-        // subscriber, may have cached "never" (spans then go unseen here). Ask again.
-        tracing::callsite::rebuild_interest_cache();
         runtime.block_on(async {
             // Without handing on, the refused acquisition asks the store itself.
-            let locker = locker(MemoryBackend::new(), |builder| {
-                builder.wait(Duration::from_millis(300)).max_local_run(1)
-            });
+            let locker = Locker::builder(MemoryBackend::new())
+                .wait(Duration::from_millis(300))
+                .max_local_run(1)
+                .build()
+                .unwrap();
             let held = locker.lock("invoice:1").await.unwrap();
             let waited = locker.lock("invoice:1").await;
             assert!(matches!(waited, Err(LockError::Busy { .. })), "{waited:?}");
