@@ -394,19 +394,8 @@ impl<B: LockBackend> Locker<B> {
                 }
             }
         };
-        let line = ForLine {
-            called,
-            hears: &contender,
-        };
-        let asked = self.take_from_store((names, ask), deadline, (tally, Some(line)));
-        let obtained = match asked.await {
-            Ok(obtained) => obtained,
-            Err(NotObtained::Store(error)) => {
-                contender.failed(&error);
-                return Err(NotObtained::Store(error));
-            }
-            Err(busy) => return Err(busy),
-        };
+        let asked = self.contend(contender, (names, ask), deadline, (tally, called));
+        let (obtained, contender) = asked.await?;
         let store_fence = obtained.grants.first().and_then(|grant| grant.fence);
         let lease_ends = lease_deadline(obtained.sent, self.settings().ttl);
         let run = contender.won(store_fence, lease_ends);
@@ -414,6 +403,30 @@ impl<B: LockBackend> Locker<B> {
             run: Some(run),
             ..Taken::alone(obtained)
         })
+    }
+
+    /// Asks the store for `names` as `contender`, the task of this locker's line that asks for
+    /// it (`called` from the line, or not): a store failure is the answer of every task waiting
+    /// behind it too.
+    async fn contend<'a>(
+        &self,
+        contender: line::Contender<'a, B::Lease>,
+        (names, ask): (&LockNames, Ask<B>),
+        deadline: Instant,
+        (tally, called): (&Tally, bool),
+    ) -> Result<(Obtained<B::Lease>, line::Contender<'a, B::Lease>), NotObtained> {
+        let line = ForLine {
+            called,
+            hears: &contender,
+        };
+        match (self.take_from_store((names, ask), deadline, (tally, Some(line)))).await {
+            Ok(obtained) => Ok((obtained, contender)),
+            Err(NotObtained::Store(error)) => {
+                contender.failed(&error);
+                Err(NotObtained::Store(error))
+            }
+            Err(busy) => Err(busy),
+        }
     }
 
     /// A wait in this locker's line for lock `name` (of `names`, asked `ask`) ended as `told`:
@@ -473,19 +486,8 @@ impl<B: LockBackend> Locker<B> {
                 }
             }
         };
-        let line = ForLine {
-            called: false,
-            hears: &contender,
-        };
-        let asked = self.take_from_store((names, ask), deadline, (tally, Some(line)));
-        let obtained = match asked.await {
-            Ok(obtained) => obtained,
-            Err(NotObtained::Store(error)) => {
-                contender.failed(&error);
-                return Err(NotObtained::Store(error));
-            }
-            Err(busy) => return Err(busy),
-        };
+        let asked = self.contend(contender, (names, ask), deadline, (tally, false));
+        let (obtained, contender) = asked.await?;
         let sent = obtained.sent;
         let taken = Taken::alone(obtained);
         let lease = (sent, lease_deadline(sent, self.settings().ttl));

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use integration_tests::chaos::{self, ChaosPlan, ChaosStore, Fault};
 
-/// Exclusive holds per store (about two thousand holds of every shape), with each fault at
-/// least once and one beginning while another runs.
-const SHORT: u64 = 1_000;
+/// Exclusive holds per store (over a thousand holds of every shape), with each fault at least
+/// once and one beginning while another runs.
+const SHORT: u64 = 600;
 /// The time between the beginnings of two faults, shorter than a long run's: CI's time is
 /// counted.
 const QUIET: (Duration, Duration) = (Duration::from_millis(500), Duration::from_millis(1_500));
@@ -28,7 +28,7 @@ fn worker() -> Command {
 fn short_run_holds_up(store: ChaosStore) {
     let plan = ChaosPlan {
         quiet: QUIET,
-        // 20–60 s each on the CI machine; a store that stops granting fails in 2 minutes.
+        // 15–60 s each on the CI machine; a store that stops granting fails in 2 minutes.
         time_limit: Duration::from_secs(120),
         ..ChaosPlan::new(store, SHORT)
     };
