@@ -9,7 +9,7 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use super::SentinelConnection;
 
 /// A connection the Redis backend sends its commands on: a [`ConnectionManager`] (one Redis
-/// node: `RedisBackend::connect`), with the `redis-cluster` feature a [`ClusterLink`] (Redis
+/// node: `RedisBackend::connect`), with the `redis-cluster` feature a `ClusterLink` (Redis
 /// Cluster: `RedisBackend::connect_cluster`), or with the
 /// `redis-sentinel` feature a `SentinelConnection` (the master Sentinels name:
 /// `RedisBackend::connect_sentinel`). Sealed: the backend relies on how each one routes its
