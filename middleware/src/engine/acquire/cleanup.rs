@@ -6,8 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::join_all;
+
 use crate::OwnerToken;
-use crate::backend::{LockBackend, LockRequest};
+use crate::backend::{BackendError, LockBackend, LockRequest};
 use crate::background;
 use crate::engine::names::LockNames;
 
@@ -48,12 +50,10 @@ impl<'a, B: LockBackend> Abandon<'a, B> {
     /// must not find its intent, nor a writer a reader's claim), bounded by the store timeout.
     pub(super) async fn now(mut self) {
         self.armed = false;
-        let abandoned = tokio::time::timeout(self.store_timeout, async {
-            for name in self.names.iter() {
-                self.backend.abandon(name, self.request).await?;
-            }
-            Ok::<_, crate::backend::BackendError>(())
-        })
+        let abandoned = tokio::time::timeout(
+            self.store_timeout,
+            abandon_each(&**self.backend, self.names, self.request),
+        )
         .await;
         if !matches!(abandoned, Ok(Ok(()))) {
             tracing::warn!(
@@ -76,14 +76,21 @@ impl<B: LockBackend> Drop for Abandon<'_, B> {
             "abandon an attempt",
             names.joined_keys(),
             self.store_timeout,
-            async move {
-                for name in names.iter() {
-                    backend.abandon(name, request).await?;
-                }
-                Ok(())
-            },
+            async move { abandon_each(&*backend, &names, request).await },
         );
     }
+}
+
+/// Abandons `request` on each of `names` at once, each on its own: one that fails or does not
+/// answer holds up none of the others (a session store would otherwise keep the others' keys
+/// for as long as the session lives). The first failure, if any.
+async fn abandon_each<B: LockBackend>(
+    backend: &B,
+    names: &LockNames,
+    request: LockRequest,
+) -> Result<(), BackendError> {
+    let abandoned = names.iter().map(|name| backend.abandon(name, request));
+    join_all(abandoned).await.into_iter().collect()
 }
 
 /// A ticket in the store's queue: withdrawn in the background when the waiter gives up or is

@@ -5,6 +5,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{TTL, locker};
+use crate::backend::{Attempt, BackendError, Granted, LockBackend, LockRequest, TokenLease};
 use crate::engine::KeyError;
 use crate::test_support::{Fault, Hanging, MutexOnly, is_free};
 use crate::testing::CountingBackend;
@@ -195,6 +196,83 @@ async fn a_lost_answer_is_abandoned_so_the_lock_it_took_is_freed() {
     tokio::task::yield_now().await;
     // ...and the attempt's abandonment, run in the background, gave it back.
     assert!(is_free(&store, "lock:k").await);
+}
+
+/// The memory backend, losing the answer to every acquire after it acted on it, whose
+/// abandonment of `hangs_on` never answers.
+#[derive(Clone)]
+struct LostAnswersHangingOn {
+    memory: MemoryBackend,
+    hangs_on: &'static str,
+}
+
+impl LockBackend for LostAnswersHangingOn {
+    type Lease = TokenLease;
+
+    async fn acquire(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        self.memory.acquire(name, request).await?;
+        Err(BackendError::new(
+            "the connection dropped before the answer",
+        ))
+    }
+
+    async fn acquire_many(
+        &self,
+        names: &[&str],
+        request: LockRequest,
+    ) -> Result<Attempt<Vec<Granted<TokenLease>>>, BackendError> {
+        self.memory.acquire_many(names, request).await?;
+        Err(BackendError::new(
+            "the connection dropped before the answer",
+        ))
+    }
+
+    async fn extend(
+        &self,
+        name: &str,
+        lease: &TokenLease,
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        self.memory.extend(name, lease, ttl).await
+    }
+
+    async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
+        self.memory.release(name, lease).await
+    }
+
+    async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
+        if name == self.hangs_on {
+            std::future::pending().await
+        } else {
+            self.memory.abandon(name, request).await
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_abandoned_attempt_on_several_keys_gives_each_back_on_its_own() {
+    let memory = MemoryBackend::new();
+    let hangs_on = "lock:a";
+    let locker = Locker::new(LostAnswersHangingOn {
+        memory: memory.clone(),
+        hangs_on,
+    });
+
+    let failed = locker.lock_all(["a", "b"]).await;
+
+    assert!(
+        matches!(failed, Err(LockError::StoreUnavailable(_))),
+        "{failed:?}"
+    );
+    tokio::task::yield_now().await;
+    // The twin: the lock whose abandonment never answers stays taken...
+    assert!(!is_free(&memory, hangs_on).await, "the lost answer took it");
+    // ...and holds up no other: the attempt's other lock was given back beside it.
+    assert!(is_free(&memory, "lock:b").await);
 }
 
 #[tokio::test(start_paused = true)]
