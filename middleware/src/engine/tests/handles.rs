@@ -214,7 +214,7 @@ impl LockBackend for LostAnswersHangingOn {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        self.memory.acquire(name, request).await?;
+        let _lost = self.memory.acquire(name, request).await?;
         Err(BackendError::new(
             "the connection dropped before the answer",
         ))
@@ -225,7 +225,7 @@ impl LockBackend for LostAnswersHangingOn {
         names: &[&str],
         request: LockRequest,
     ) -> Result<Attempt<Vec<Granted<TokenLease>>>, BackendError> {
-        self.memory.acquire_many(names, request).await?;
+        let _lost = self.memory.acquire_many(names, request).await?;
         Err(BackendError::new(
             "the connection dropped before the answer",
         ))
