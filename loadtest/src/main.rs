@@ -987,6 +987,8 @@ async fn hot_key_once(
         utilization: figures.utilization,
         jain: figures.jain,
         process_jain: figures.process_jain,
+        process_acquisitions: figures.per_process.clone(),
+        waits_over_3s: HotKeySummary::waits_over_3s(&figures),
         max_local_run: figures.max_local_run,
         wait_p50_ms,
         wait_p99_ms,

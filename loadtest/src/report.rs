@@ -21,6 +21,11 @@ pub struct HotKeySummary {
     pub jain: f64,
     /// Jain's index over the processes' acquisitions (1.0 in one process).
     pub process_jain: f64,
+    /// The acquisitions of each process.
+    pub process_acquisitions: Vec<u64>,
+    /// Acquisitions that waited longer than 3 s: a caller with the demo's wait (3 s) would
+    /// have been answered busy (409) instead.
+    pub waits_over_3s: usize,
     /// The longest run of consecutive acquisitions inside one process.
     pub max_local_run: usize,
     pub wait_p50_ms: f64,
@@ -61,6 +66,7 @@ pub struct HotKeyFigures {
     pub utilization: f64,
     pub jain: f64,
     pub process_jain: f64,
+    pub per_process: Vec<u64>,
     pub max_local_run: usize,
     pub wait_us: Vec<u64>,
     /// `wait_us` of the shared holds alone, and of the exclusive ones.
@@ -112,6 +118,7 @@ pub fn hot_key_figures(
         utilization: held_us as f64 / 1e6 / seconds,
         jain: jain(&counts),
         process_jain: jain(&per_process),
+        per_process,
         max_local_run,
         wait_us,
         shared_wait_us,
@@ -163,6 +170,12 @@ impl HotKeySummary {
         )
     }
 
+    /// How many of the waits were longer than 3 s.
+    pub fn waits_over_3s(figures: &HotKeyFigures) -> usize {
+        let over = figures.wait_us.partition_point(|&wait| wait <= 3_000_000);
+        figures.wait_us.len() - over
+    }
+
     /// The p99 waits of shared and exclusive holds, NaN where there were none.
     pub fn wait_p99_by_hold_ms(figures: &HotKeyFigures) -> (f64, f64) {
         let p99 = |waits: &[u64]| {
@@ -179,10 +192,16 @@ impl HotKeySummary {
     }
 }
 
+/// Each process's acquisitions, `a/b/c`.
+fn per_process(counts: &[u64]) -> String {
+    let counts: Vec<String> = counts.iter().map(u64::to_string).collect();
+    counts.join("/")
+}
+
 /// Prints the hot-key table.
 pub fn print_hot_key_table(rows: &[HotKeySummary]) {
     println!(
-        "{:<20} {:<11} {:>7} {:>4} {:>4} {:>9} {:>6} {:>6} {:>6} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
+        "{:<20} {:<11} {:>7} {:>4} {:>4} {:>9} {:>6} {:>6} {:>6} {:>14} {:>5} {:>9} {:>9} {:>9} {:>5} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
         "impl",
         "shape",
         "variant",
@@ -192,10 +211,12 @@ pub fn print_hot_key_table(rows: &[HotKeySummary]) {
         "util",
         "jain",
         "p-jain",
+        "per process",
         "run",
         "wait p50",
         "wait p99",
         "wait max",
+        ">3s",
         "shar p99",
         "excl p99",
         "gap p50",
@@ -204,8 +225,28 @@ pub fn print_hot_key_table(rows: &[HotKeySummary]) {
         "cmd/acq"
     );
     println!(
-        "{:<20} {:<11} {:>7} {:>4} {:>4} {:>9} {:>6} {:>6} {:>6} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
-        "", "", "", "", "ms", "", "", "", "", "", "ms", "ms", "ms", "ms", "ms", "µs", "µs", "", ""
+        "{:<20} {:<11} {:>7} {:>4} {:>4} {:>9} {:>6} {:>6} {:>6} {:>14} {:>5} {:>9} {:>9} {:>9} {:>5} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
+        "",
+        "",
+        "",
+        "",
+        "ms",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "ms",
+        "ms",
+        "ms",
+        "",
+        "ms",
+        "ms",
+        "µs",
+        "µs",
+        "",
+        ""
     );
     let or_dash = |ms: f64| {
         if ms.is_nan() {
@@ -216,7 +257,7 @@ pub fn print_hot_key_table(rows: &[HotKeySummary]) {
     };
     for row in rows {
         println!(
-            "{:<20} {:<11} {:>7} {:>4} {:>4} {:>9.1} {:>6.3} {:>6.3} {:>6.3} {:>5} {:>9.2} {:>9.2} {:>9.2} {:>9} {:>9} {:>9.0} {:>9.0} {:>7} {:>7}",
+            "{:<20} {:<11} {:>7} {:>4} {:>4} {:>9.1} {:>6.3} {:>6.3} {:>6.3} {:>14} {:>5} {:>9.2} {:>9.2} {:>9.2} {:>5} {:>9} {:>9} {:>9.0} {:>9.0} {:>7} {:>7}",
             row.which,
             row.shape,
             if row.handoff { "handoff" } else { "default" },
@@ -226,10 +267,12 @@ pub fn print_hot_key_table(rows: &[HotKeySummary]) {
             row.utilization,
             row.jain,
             row.process_jain,
+            per_process(&row.process_acquisitions),
             row.max_local_run,
             row.wait_p50_ms,
             row.wait_p99_ms,
             row.wait_max_ms,
+            row.waits_over_3s,
             or_dash(row.shared_wait_p99_ms),
             or_dash(row.exclusive_wait_p99_ms),
             row.handoff_p50_us,

@@ -1,10 +1,12 @@
 //! Where a lock's keys live: one key per holder or waiter, bound to the process's session
 //! lease and ordered by their create revision — `<namespace><name>/x/<token>` for an
 //! exclusive hold (mutex, writer) or a place in line for one, `<namespace><name>/s/<token>`
-//! for a shared hold (reader, permit). A waiting writer's intent, which bars new readers and
-//! holds no place in line, lies outside the lock's prefix, `<namespace>%intent/<name>/<token>`,
-//! so that "nothing under the lock's prefix" means free for a mutex in one comparison; so does
-//! a waiting reader's claim on the next turn, `<namespace>%claim/<name>/<token>`.
+//! for a shared hold (reader, permit). A waiting writer's place among the writers,
+//! `<namespace>%writer/<name>/<token>` (writers take the lock in the order of their places'
+//! create revisions), and its intent, which bars new readers, hold no place in the line of
+//! holds and lie outside the lock's prefix, `<namespace>%intent/<name>/<token>`, so that
+//! "nothing under the lock's prefix" means free for a mutex in one comparison; so does a
+//! waiting reader's claim on the next turn, `<namespace>%claim/<name>/<token>`.
 //!
 //! The name is escaped (`%` as `%25`, `/` as `%2F`), so one lock's keys never fall under
 //! another lock's prefix (`a/` would otherwise hold the keys of lock `a/b`).
@@ -27,6 +29,8 @@ pub(super) struct LockKeys {
     intents: Vec<u8>,
     /// `<namespace>%claim/<escaped name>/`: every waiting reader's claim starts with it.
     claims: Vec<u8>,
+    /// `<namespace>%writer/<escaped name>/`: every waiting writer's place starts with it.
+    writers: Vec<u8>,
 }
 
 impl LockKeys {
@@ -44,10 +48,12 @@ impl LockKeys {
         let prefix = [namespace.as_bytes(), &escaped].concat();
         let intents = [namespace.as_bytes(), b"%intent/", &escaped].concat();
         let claims = [namespace.as_bytes(), b"%claim/", &escaped].concat();
+        let writers = [namespace.as_bytes(), b"%writer/", &escaped].concat();
         Self {
             prefix,
             intents,
             claims,
+            writers,
         }
     }
 
@@ -84,6 +90,16 @@ impl LockKeys {
     /// The key of `token`'s claim on the next turn, as a waiting reader.
     pub(super) fn claim(&self, token: OwnerToken) -> Vec<u8> {
         [self.claims.as_slice(), token.to_string().as_bytes()].concat()
+    }
+
+    /// The prefix of the waiting writers' places.
+    pub(super) fn writer_prefix(&self) -> &[u8] {
+        &self.writers
+    }
+
+    /// The key of `token`'s place among the writers.
+    pub(super) fn writer(&self, token: OwnerToken) -> Vec<u8> {
+        [self.writers.as_slice(), token.to_string().as_bytes()].concat()
     }
 
     /// The key of `token`'s exclusive hold or place in line.
@@ -151,6 +167,11 @@ mod tests {
         assert!(
             !keys.intent(token).starts_with(keys.prefix()),
             "intents lie outside"
+        );
+        assert!(keys.writer(token).starts_with(keys.writer_prefix()));
+        assert!(
+            !keys.writer(token).starts_with(keys.prefix()),
+            "writers' places lie outside"
         );
         assert!(exclusive.ends_with(token.to_string().as_bytes()));
     }

@@ -43,6 +43,7 @@ use crate::backend::{
 use keys::LockKeys;
 use members::Members;
 use session::Session;
+use shapes::WriterPlaces;
 use watches::Watches;
 
 mod key_line;
@@ -141,6 +142,7 @@ struct Inner {
     session: Arc<Session>,
     watches: Watches,
     room: Arc<WaitingRoom>,
+    writers: WriterPlaces,
 }
 
 impl std::fmt::Debug for Inner {
@@ -207,6 +209,7 @@ impl EtcdBackend {
                 session,
                 watches,
                 room,
+                writers: WriterPlaces::default(),
             }),
         })
     }
@@ -288,10 +291,12 @@ impl EtcdBackend {
     /// attempts marked as given up, so that a put of its still on the way does nothing.
     async fn give_up(&self, name: &str, token: OwnerToken) -> Result<(), BackendError> {
         self.inner.watches.forget(token);
+        self.inner.writers.leave(token);
         let keys = self.keys(name);
         let ours = [
             keys.exclusive(token),
             keys.shared(token),
+            keys.writer(token),
             keys.intent(token),
             keys.claim(token),
         ];

@@ -1,12 +1,12 @@
-//! One exclusive attempt (a mutex's, a writer's) per lock at a time from this process. An
-//! attempt creates a node before it knows whether the lock is free, and a busy one deletes it
-//! again (a writer's then creates its intent): a burst of N concurrent attempts on one lock
-//! costs the ensemble N creations, N listings of up to N nodes and N − 1 deletions, all but
-//! one for nothing, and leaves N − 1 intents that every later listing carries. So while one
-//! attempt of this process is taking a lock, another waits for its answer and answers as the
-//! store answered it: busy when the lock was taken (by this process) or busy, the store's
-//! failure when it failed — never busy from a store that did not answer. Only the head of a
-//! process's line asks the store in notified mode, for the same reason.
+//! One exclusive attempt per lock at a time from this process: a mutex's, or a writer's that
+//! asks once (a writer that waits asks for itself, to keep its own place among the writers,
+//! `shapes.rs`). An attempt creates a node before it knows whether the lock is free, and a busy
+//! one deletes it again: a burst of N concurrent attempts on one lock costs the ensemble N
+//! creations, N listings of up to N nodes and N − 1 deletions, all but one for nothing. So
+//! while one attempt of this process is taking a lock, another waits for its answer and
+//! answers as the store answered it: busy when the lock was taken (by this process) or busy,
+//! the store's failure when it failed — never busy from a store that did not answer. Only the
+//! head of a process's line asks the store in notified mode, for the same reason.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};

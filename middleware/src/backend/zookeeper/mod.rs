@@ -323,13 +323,19 @@ impl ZookeeperBackend {
         Ok(Granted { lease, fence })
     }
 
-    /// `token` gave up on `name`: its nodes there (a hold, a place in line, an intent, a claim) are
-    /// deleted. The session sends requests in order and the ensemble applies them in order, so
-    /// a creation of `token`'s sent earlier is listed here.
+    /// `token` gave up on `name`: its nodes there (a hold, a place in line or among the
+    /// writers, an intent, a claim) are deleted. The session sends requests in order and the
+    /// ensemble applies them in order, so a creation of `token`'s sent earlier is listed here.
     async fn give_up(&self, name: &str, token: OwnerToken) -> Result<(), BackendError> {
         self.inner.watches.forget(token);
         let dir = self.dir(name);
-        let kinds = [Kind::Exclusive, Kind::Shared, Kind::Intent, Kind::Claim];
+        let kinds = [
+            Kind::Exclusive,
+            Kind::Shared,
+            Kind::Writer,
+            Kind::Intent,
+            Kind::Claim,
+        ];
         let prefixes = kinds.map(|kind| dir.node_prefix(kind, token)).to_vec();
         let given_up = self.inner.session.disown_after(prefixes);
         let children = self.children(&dir).await?;

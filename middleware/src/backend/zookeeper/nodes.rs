@@ -4,8 +4,9 @@
 //! deletes it once its last child is gone, so no empty directory piles up per key). Every
 //! contender creates an ephemeral sequential child named `<kind>-<owner token>-<sequence>`:
 //! `x` for an exclusive hold (mutex, writer) or a place in line for one, `s` for a shared hold
-//! (reader, permit), `i` for a waiting writer's intent, `c` for a waiting reader's claim on the
-//! next turn. The server numbers the children of a
+//! (reader, permit), `w` for a waiting writer's place among the writers, `i` for a waiting
+//! writer's intent, `c` for a waiting reader's claim on the next turn. The server numbers the
+//! children of a
 //! directory in creation order, so the sequence orders them, as in Curator's recipes.
 
 use std::fmt::Write;
@@ -19,6 +20,9 @@ pub(super) enum Kind {
     Exclusive,
     /// A shared hold: a reader or a permit.
     Shared,
+    /// A waiting writer's place among the writers: they take the lock in the order of their
+    /// places. It holds no place in the line of holds (readers pass it).
+    Writer,
     /// A waiting writer's intent: it bars new readers and holds no place in line.
     Intent,
     /// A waiting reader's claim on the next turn: it holds back writers without an intent, and
@@ -31,6 +35,7 @@ impl Kind {
         match self {
             Kind::Exclusive => 'x',
             Kind::Shared => 's',
+            Kind::Writer => 'w',
             Kind::Intent => 'i',
             Kind::Claim => 'c',
         }
@@ -40,6 +45,7 @@ impl Kind {
         match letter {
             "x" => Some(Kind::Exclusive),
             "s" => Some(Kind::Shared),
+            "w" => Some(Kind::Writer),
             "i" => Some(Kind::Intent),
             "c" => Some(Kind::Claim),
             _ => None,
@@ -212,6 +218,16 @@ impl Children {
             && self.0.iter().all(|node| node.kind != Kind::Claim)
     }
 
+    /// The place of the writer that goes just before `token` among the writers, if any: the
+    /// latest place ahead of `token`'s own, or, while it has none, the latest of all.
+    pub(super) fn writer_ahead(&self, token: OwnerToken) -> Option<&Node> {
+        let place = |node: &&Node| node.kind == Kind::Writer;
+        match self.mine(Kind::Writer, token) {
+            Some(mine) => self.ahead_of(mine.sequence).rfind(place),
+            None => self.0.iter().rfind(place),
+        }
+    }
+
     /// A waiting reader's claim that holds back `token`'s write, if any: readers that waited
     /// go first, unless `token`'s intent bars readers already.
     pub(super) fn claim_ahead_of_writer(&self, token: OwnerToken) -> Option<&Node> {
@@ -377,6 +393,35 @@ mod tests {
         let writer = children(&[&format!("s-a-{}", seq(1)), &format!("x-w-{}", seq(2))]);
         assert!(!writer.only_readers_ahead(3), "a writer ahead");
         assert!(!writer.only_readers_ahead(1), "nothing ahead");
+    }
+
+    #[test]
+    fn a_writer_goes_after_the_writers_whose_places_came_before_its_own() {
+        let (first, second) = (OwnerToken::new(), OwnerToken::new());
+        let line = children(&[
+            &format!("w-{first}-{}", seq(2)),
+            &format!("x-h-{}", seq(1)),
+            &format!("w-{second}-{}", seq(4)),
+            &format!("s-r-{}", seq(3)),
+        ]);
+        assert_eq!(line.writer_ahead(first), None, "the first place");
+        assert_eq!(line.writer_ahead(second).unwrap().token, first.to_string());
+        let newcomer = OwnerToken::new();
+        assert_eq!(
+            line.writer_ahead(newcomer).unwrap().token,
+            second.to_string(),
+            "without a place, behind the last one"
+        );
+        assert_eq!(
+            line.exclusive_standing(1),
+            Standing::Holds,
+            "places hold no place in the line of holds"
+        );
+        assert_eq!(
+            line.reader_blocker(3).unwrap().token,
+            "h",
+            "readers pass places"
+        );
     }
 
     #[test]

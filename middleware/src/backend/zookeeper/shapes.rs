@@ -4,21 +4,27 @@
 //! * A reader holds once no exclusive node (a holder, a place in line) and no writer's intent
 //!   is ahead of its node; else its node is deleted again, and a reader that will wait leaves
 //!   a claim node on the next turn (deleted once it holds, or gives up).
-//! * A writer takes the lock as a mutex does (one attempt per lock from a process at a time,
-//!   `in_flight.rs`), and only while no reader's claim is there, unless its own intent is. A
-//!   writer that will wait leaves an intent node when readers alone keep it out (every
-//!   reader that claimed the turn came in): it bars readers
-//!   that come after it while the writer waits, and goes when the writer takes the lock or
-//!   gives up. So readers that waited for a writer come in before the next writer, and a
-//!   writer that waited for readers before the readers after it. Intents and claims hold no
-//!   place in line: each process's waiting writers line up in its waiting room, and a line in
-//!   the store as well would make two orders that can disagree.
+//! * A writer takes the lock as a mutex does, only while no reader's claim is there (unless its
+//!   own intent is) and no other writer's place came before its own. A writer that will wait
+//!   keeps a place among the writers (a `w` node, until it takes the lock or gives up), so
+//!   writers take turns across processes in the order they came, as Curator's keep their
+//!   nodes: a process whose run of holds ends asks again behind the writers of the others
+//!   that waited meanwhile. Only one writer of a locker asks the store at a time (the others
+//!   wait in its line, `engine/line/`), so each process has at most one place per lock, and
+//!   the store's order of processes never disagrees with a process's own order of its
+//!   writers. The first writer in line leaves an intent node when readers alone keep it out
+//!   (every reader that claimed the turn came in): it bars readers that come after it while
+//!   the writer waits, and goes when the writer takes the lock or gives up. So readers that
+//!   waited for a writer come in before the next writer, and a writer that waited for readers
+//!   before the readers after it. Places, intents and claims hold no place in the line of
+//!   holds. A writer that asks once (one attempt per lock from a process at a time,
+//!   `in_flight.rs`) leaves nothing, and goes after every writer that waits.
 //! * A permit is held by the first `permits` shared nodes with no exclusive node ahead.
 //!
 //! Shared holds are not fenced. A reader or writer that waits for announcements watches the
-//! node that kept it out (for a writer, the one just ahead of its node) and asks again when it
-//! goes; a permit holder watches the directory (any holder's release may free a permit) and
-//! asks again when a node comes or goes.
+//! node that kept it out (for a writer, the place of the writer just before it, else the node
+//! just ahead of its node) and asks again when it goes; a permit holder watches the directory
+//! (any holder's release may free a permit) and asks again when a node comes or goes.
 
 use std::num::NonZeroU32;
 
@@ -46,15 +52,21 @@ impl SharedLocks for ZookeeperBackend {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<ZookeeperLease>>, BackendError> {
-        self.exclusively(name, || self.take_write(name, request))
-            .await
+        // A writer that waits asks for itself, to keep its own place among the writers.
+        if request.patience == Patience::Once {
+            self.exclusively(name, || self.take_write(name, request))
+                .await
+        } else {
+            self.take_write(name, request).await
+        }
     }
 }
 
 impl ZookeeperBackend {
     /// The write lock on `name`: taken as a mutex is while no reader's claim is there (unless
-    /// its own intent is); a writer that will wait leaves its intent when readers alone keep it
-    /// out.
+    /// its own intent is) and no writer's place came before the caller's; a writer that will
+    /// wait keeps a place among the writers, and the first of them leaves its intent when
+    /// readers alone keep it out.
     async fn take_write(
         &self,
         name: &str,
@@ -65,25 +77,38 @@ impl ZookeeperBackend {
         let mine = self.create(&dir, Kind::Exclusive, request.token).await?;
         let children = self.children(&dir).await?;
         let intent = children.mine(Kind::Intent, request.token).cloned();
+        let place = children.mine(Kind::Writer, request.token).cloned();
+        let writer_ahead = children.writer_ahead(request.token).cloned();
         let claim = children.claim_ahead_of_writer(request.token);
-        let watched = match (children.exclusive_standing(mine.sequence()), claim) {
-            (Standing::Holds, None) => {
-                if let Some(intent) = intent {
-                    self.delete(&dir.child(&intent)).await?;
-                }
-                return Ok(Attempt::Acquired(
-                    self.vouched(mine, sent, request.ttl).await?,
-                ));
-            }
-            (Standing::Holds, Some(claim)) => Some(Watched::Node(claim.clone())),
-            (Standing::Behind { predecessor, .. }, _) => Some(Watched::Node(predecessor.clone())),
+        let watched = match (children.exclusive_standing(mine.sequence()), &writer_ahead) {
             (Standing::Gone, _) => None,
+            // The writers that waited longer go first.
+            (_, Some(writer)) => Some(Watched::Node(writer.clone())),
+            (Standing::Behind { predecessor, .. }, None) => {
+                Some(Watched::Node(predecessor.clone()))
+            }
+            (Standing::Holds, None) => match claim {
+                Some(claim) => Some(Watched::Node(claim.clone())),
+                None => {
+                    for mark in [intent, place].into_iter().flatten() {
+                        self.delete(&dir.child(&mark)).await?;
+                    }
+                    return Ok(Attempt::Acquired(
+                        self.vouched(mine, sent, request.ttl).await?,
+                    ));
+                }
+            },
         };
         self.delete(&mine.path).await?;
-        // A writer that asks once leaves no intent.
-        let waits = request.patience != Patience::Once;
-        if waits && intent.is_none() && children.only_readers_ahead(mine.sequence()) {
-            self.create(&dir, Kind::Intent, request.token).await?;
+        // A writer that asks once leaves nothing.
+        if request.patience != Patience::Once {
+            if place.is_none() {
+                self.create(&dir, Kind::Writer, request.token).await?;
+            }
+            let first = writer_ahead.is_none();
+            if first && intent.is_none() && children.only_readers_ahead(mine.sequence()) {
+                self.create(&dir, Kind::Intent, request.token).await?;
+            }
         }
         self.busy(name, request, &dir, watched).await
     }
