@@ -227,13 +227,16 @@ impl Verdict {
 
     /// Counts holds `a` and `b` of lock `name`, which overlapped (`a` recorded first). The
     /// stale one is the one with the smaller fence — not always the one recorded first: a
-    /// holder paused between the store's answer and its record was stale before it wrote it.
+    /// holder paused between the store's answer (or its process's handoff) and its record was
+    /// stale before it wrote it. Without two fences to tell (a reader or a permit holder has
+    /// none), the stale one is the one told its lease was lost, if only one was.
     fn count(&mut self, name: &str, a: &Hold, b: &Hold, fenced_store: bool) {
         let (stale, newer, fenced) = match (a.fence, b.fence) {
             (Some(one), Some(other)) if one != other => {
                 let (stale, newer) = if one < other { (a, b) } else { (b, a) };
                 (stale, newer, fenced_store)
             }
+            _ if b.reported_lost && !a.reported_lost => (b, a, false),
             _ => (a, b, false),
         };
         if fenced {
@@ -360,6 +363,22 @@ mod tests {
             verdict_unfenced.unfenced_reported, 1,
             "b, the stale one, was told"
         );
+    }
+
+    #[test]
+    fn a_writer_recorded_after_a_pause_beside_a_reader_is_the_stale_one_when_told() {
+        let reader = [grant_of(1, 1, 100, "read"), end(1, 1, 400, true)];
+        let stale_writer = [
+            grant(2, 1, 200, 256),
+            end(2, 1, 250, false),
+            r#"{"lost":1,"pid":2,"at":260}"#.to_owned(),
+        ];
+        let told = verdict(&[&reader, &stale_writer], true);
+        assert_eq!((told.unfenced_reported, told.unfenced_unreported), (1, 0));
+        // The twin: the same writer never told, both believed they held it.
+        let unaware_writer = [grant(2, 1, 200, 256), end(2, 1, 250, true)];
+        let unaware = verdict(&[&reader, &unaware_writer], true);
+        assert_eq!(unaware.unfenced_unreported, 1);
     }
 
     #[test]
