@@ -370,12 +370,15 @@ fn put_by_us(answer: &TxnResponse, ours: &[Vec<u8>]) -> Result<Option<i64>, Back
 
 /// Reads the key under `prefix` with the lowest create revision: the holder.
 fn first_under(prefix: &[u8]) -> TxnOp {
-    let options = GetOptions::new()
+    TxnOp::get(prefix, Some(in_creation_order().with_limit(1)))
+}
+
+/// A read of the keys under a prefix in the order they were created, keys only.
+fn in_creation_order() -> GetOptions {
+    GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(1)
-        .with_keys_only();
-    TxnOp::get(prefix, Some(options))
+        .with_keys_only()
 }
 
 /// No key lies under `prefix`: nobody holds the lock or waits for it.

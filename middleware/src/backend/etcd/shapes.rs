@@ -28,15 +28,13 @@ use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::{Mutex, MutexGuard};
 
-use etcd_client::{
-    Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
-    TxnResponse,
-};
+use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use tokio::time::Instant;
 
 use super::watches::Watch;
 use super::{
-    EtcdBackend, EtcdLease, LockKeys, first_under, occupied, present, read, revision, vacant,
+    EtcdBackend, EtcdLease, LockKeys, first_under, in_creation_order, occupied, present, read,
+    revision, vacant,
 };
 use crate::OwnerToken;
 use crate::backend::{
@@ -264,11 +262,7 @@ impl EtcdBackend {
         let keys = self.keys(name);
         let key = keys.shared(request.token);
         let session = self.inner.session.term().lease;
-        let first = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(i64::from(permits.get()))
-            .with_keys_only();
+        let first = in_creation_order().with_limit(i64::from(permits.get()));
         // Both branches read the permit holders: a first copy of this transaction may have put
         // the key, and a put again keeps its create revision.
         let holders = || TxnOp::get(keys.shared_prefix(), Some(first.clone()));
@@ -383,14 +377,6 @@ impl WriterPlaces {
     pub(super) fn leave(&self, token: OwnerToken) {
         self.places().remove(&token);
     }
-}
-
-/// A read of keys under a prefix, in the order they were created, keys only.
-fn in_creation_order() -> GetOptions {
-    GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_keys_only()
 }
 
 /// The keys the last operation of the branch `answer` took (a get) read.
