@@ -70,3 +70,35 @@ where
     );
     granted(backend.acquire_read("lock:k", reader).await);
 }
+
+/// On `backend`'s read-write lock `lock:w`: writers that wait keep their places in line, so
+/// when the holder leaves, the writers that came later are kept out until each writer before
+/// them has had its turn — not only the first waiting writer's.
+///
+/// # Panics
+///
+/// When any step answers otherwise, or the store fails.
+pub async fn waiting_writers_take_turns_in_the_order_they_came<B>(backend: &B)
+where
+    B: SharedLocks<Lease: std::fmt::Debug>,
+{
+    let ttl = Duration::from_secs(30);
+    let mut turn = granted(backend.acquire_write("lock:w", request(ttl)).await);
+    let writers = [(); 3].map(|()| request(ttl).patience(Patience::Polls));
+    for writer in writers {
+        let waiting = backend.acquire_write("lock:w", writer).await;
+        assert!(matches!(waiting, Ok(Attempt::Busy { .. })), "{waiting:?}");
+    }
+    for (place, writer) in writers.into_iter().enumerate() {
+        let released = backend.release("lock:w", &turn.lease).await;
+        assert!(matches!(released, Ok(true)), "{released:?}");
+        for later in &writers[place + 1..] {
+            let jumping = backend.acquire_write("lock:w", *later).await;
+            assert!(
+                matches!(jumping, Ok(Attempt::Busy { .. })),
+                "writer {place} came first and goes first: {jumping:?}"
+            );
+        }
+        turn = granted(backend.acquire_write("lock:w", writer).await);
+    }
+}

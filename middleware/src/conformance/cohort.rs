@@ -112,9 +112,9 @@ pub async fn another_process_waits_at_most_one_run_of_local_holds<S: Store>(stor
 /// process's runs of writes end one after another: each waiting writer keeps its place across
 /// processes, so each gets the lock within two runs (of 4 holds) of the first process — a
 /// process whose run ends asks again behind them, however soon. The twin: with runs of 32
-/// holds, they wait longer than that. Capability `writer_line`: a store that keeps one waiting
-/// writer's turn at a time (memory, Redis, the SQL stores) serves the first other process so,
-/// but the second may lose its turn to the busy process (PostgreSQL: 10 to 18 holds).
+/// holds, they wait longer than that. A store that kept one waiting writer's turn at a time
+/// served the first other process so, but the second could lose its turn to the busy process
+/// again and again (memory: 11 holds, PostgreSQL: 10 to 18, ZooKeeper: 104).
 pub async fn waiting_writers_keep_their_place_while_another_processs_runs_end<S: Store>(store: &S)
 where
     S::Backend: SharedLocks,

@@ -14,9 +14,8 @@
 //! The mutex cases always run; the others run for the capabilities named after the store:
 //! `leases` (a lock nobody releases frees itself when its TTL runs out — every store but those
 //! whose locks live in a database or etcd session, freed when the session ends), `read_write`
-//! ([`SharedLocks`]), `writer_line` (read-write locks whose waiting writers keep their place
-//! in line across processes, however many wait: etcd and ZooKeeper; memory, Redis and the SQL
-//! stores keep one waiting writer's turn at a time), `semaphore` ([`Semaphores`]),
+//! ([`SharedLocks`]: readers and writers take turns, and waiting writers keep their place in
+//! line across processes), `semaphore` ([`Semaphores`]),
 //! `shared_leases` (readers' and permit holders' leases run out on their own too: both shapes
 //! and `leases`), `wait_queue`
 //! ([`LockBackend::wait_queue`] offers one) and `outage` (the store can be made to stop
@@ -86,7 +85,7 @@ pub trait Outage: Store {
 
 /// Turns every conformance case into a named `#[tokio::test]` for the store type `$store`: the
 /// mutex cases, and those of each capability named after it (`leases`, `read_write`,
-/// `writer_line`, `semaphore`, `shared_leases`, `wait_queue`, `outage`). See the [module](crate::conformance)
+/// `semaphore`, `shared_leases`, `wait_queue`, `outage`). See the [module](crate::conformance)
 /// docs.
 #[macro_export]
 macro_rules! conformance_suite {
@@ -144,11 +143,6 @@ macro_rules! __conformance_cases {
             a_reader_comes_in_after_a_waiting_writer_of_any_process,
             readers_sharing_a_hold_keep_renewing_it,
             readers_and_writers_exclude_each_other_in_three_processes,
-        );
-    };
-    (writer_line, $store:ty) => {
-        $crate::__conformance_tests!(
-            $store;
             waiting_writers_keep_their_place_while_another_processs_runs_end,
         );
     };

@@ -10,14 +10,7 @@ use integration_tests::ZookeeperEnsemble;
 use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
 use tower_lock::conformance::{Outage, Store};
 
-tower_lock::conformance_suite!(
-    ZookeeperStore,
-    read_write,
-    writer_line,
-    semaphore,
-    wait_queue,
-    outage
-);
+tower_lock::conformance_suite!(ZookeeperStore, read_write, semaphore, wait_queue, outage);
 
 /// A fresh standalone server, killed when the case ends.
 struct ZookeeperStore(ZookeeperEnsemble);

@@ -36,8 +36,9 @@ pub(super) struct KeyState {
     holder: Option<Holder>,
     readers: Shared,
     permits: Shared,
-    /// A waiting writer's intent (see `take_write`), until it expires.
-    intent: Option<Intent>,
+    /// Waiting writers' intents in the order they came (see `take_write`), each until it
+    /// expires: the first is the next writer's turn.
+    writers: Vec<Intent>,
     /// Readers that found a writer in their way and wait: the next turn is theirs.
     claims: Shared,
     /// Tickets in arrival order (see `WaitQueue::acquire_queued`), on the clock that starts
@@ -130,19 +131,17 @@ impl KeyState {
                 .iter()
                 .all(|(_, expires_at)| *expires_at <= now)
             && self.claims.iter().all(|(_, expires_at)| *expires_at <= now)
-            && self.intent.is_none_or(|intent| intent.expires_at <= now)
+            && self.writers.iter().all(|intent| intent.expires_at <= now)
     }
 
-    /// Drops expired shared holds, readers' claims and tickets, and a lapsed writer intent.
+    /// Drops expired shared holds, readers' claims and tickets, and lapsed writers' intents.
     pub(super) fn forget_expired(&mut self, now: Instant) {
         let now_us = self.now_us(now);
         self.tickets.drop_expired(now_us);
         self.readers.retain(|(_, expires_at)| *expires_at > now);
         self.permits.retain(|(_, expires_at)| *expires_at > now);
         self.claims.retain(|(_, expires_at)| *expires_at > now);
-        if self.intent.is_some_and(|intent| intent.expires_at <= now) {
-            self.intent = None;
-        }
+        self.writers.retain(|intent| intent.expires_at > now);
     }
 
     /// How long an exclusive taker must wait: for the holder, else for the last reader.
@@ -179,7 +178,7 @@ impl KeyState {
         now: Instant,
     ) -> Taken {
         self.forget_expired(now);
-        let barred = self.intent.filter(|intent| intent.bars_readers);
+        let barred = self.writers.first().filter(|intent| intent.bars_readers);
         let wait = self
             .holder_ttl(now)
             .or_else(|| barred.map(|intent| intent.expires_at - now));
@@ -210,11 +209,13 @@ impl KeyState {
         busy(first_expiry(&self.permits, now).unwrap_or_default())
     }
 
-    /// A writer: free of holders, readers, other writers' intent, and — unless its own intent
-    /// bars readers — of readers' claims. A busy writer that will ask again leaves its intent:
-    /// the next writer's turn; once readers alone held it back (every reader that claimed a
-    /// turn came in), it bars new readers too (sticky until it takes the lock). So each side
-    /// waits for at most the other's current turn.
+    /// A writer: free of holders, readers, the writers that came before it, and — unless its
+    /// own intent bars readers — of readers' claims. A busy writer that will ask again keeps
+    /// its place among the waiting writers (its intent, renewed by each attempt); the first of
+    /// them has the next writer's turn, and once readers alone held it back (every reader that
+    /// claimed a turn came in), it bars new readers too (sticky until it takes the lock). So
+    /// each side waits for at most the other's current turn, and writers take turns in the
+    /// order they came.
     pub(super) fn take_write(
         &mut self,
         (token, ttl, patience): (OwnerToken, Duration, Patience),
@@ -222,29 +223,36 @@ impl KeyState {
         now: Instant,
     ) -> Taken {
         self.forget_expired(now);
-        let own = self.intent.filter(|intent| intent.token == token);
-        let others = self.intent.filter(|intent| intent.token != token);
-        let claims_hold_back = !own.is_some_and(|intent| intent.bars_readers);
+        let place = self.writers.iter().position(|intent| intent.token == token);
+        let ahead = &self.writers[..place.unwrap_or(self.writers.len())];
+        let own_bar = place.is_some_and(|place| self.writers[place].bars_readers);
         let wait = self
             .holder_ttl(now)
             .or_else(|| first_expiry(&self.readers, now))
-            .or_else(|| others.map(|intent| intent.expires_at - now))
+            .or_else(|| ahead.iter().map(|intent| intent.expires_at - now).min())
             .or_else(|| {
-                claims_hold_back
+                (!own_bar)
                     .then(|| first_expiry(&self.claims, now))
                     .flatten()
             });
         let Some(wait) = wait else {
-            self.intent = None;
+            if let Some(place) = place {
+                self.writers.remove(place);
+            }
             return Attempt::Acquired(Some(self.take(token, ttl, fences, now)));
         };
-        if others.is_none() && patience != Patience::Once {
+        if patience != Patience::Once {
+            let first = place.unwrap_or(self.writers.len()) == 0;
             let readers_alone = !self.readers.is_empty() && self.claims.is_empty();
-            self.intent = Some(Intent {
+            let intent = Intent {
                 token,
-                bars_readers: readers_alone || own.is_some_and(|intent| intent.bars_readers),
+                bars_readers: own_bar || (first && readers_alone),
                 expires_at: now + WAITER_MARK_TTL,
-            });
+            };
+            match place {
+                Some(place) => self.writers[place] = intent,
+                None => self.writers.push(intent),
+            }
         }
         busy(wait)
     }
@@ -300,10 +308,9 @@ impl KeyState {
         now: Instant,
     ) -> Option<Announcement> {
         // A withdrawn intent lets in the readers it barred; a withdrawn claim, the writers.
-        let intent = self.intent.is_some_and(|intent| intent.token == token);
-        if intent {
-            self.intent = None;
-        }
+        let before = self.writers.len();
+        self.writers.retain(|intent| intent.token != token);
+        let intent = self.writers.len() < before;
         let claim = remove_shared(&mut self.claims, token);
         let shared = self.release_shared(token, now);
         self.release_exclusive(token, fences, now)

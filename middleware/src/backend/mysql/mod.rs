@@ -37,7 +37,8 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 /// DUPLICATE KEY UPDATE` that takes the row only if it allows it and returns the new version
 /// through `LAST_INSERT_ID`; when the lock is busy, a second query asks how long until it may
 /// change. Readers and permit holders are kept in the same row (a JSON array with an expiry each),
-/// beside a waiting writer's intent and waiting readers' claims (readers and writers take turns),
+/// beside the waiting writers' places in line and waiting readers' claims (readers and writers
+/// take turns, and writers in the order they came),
 /// so read-write locks and semaphores are one statement too. Extending and releasing are one
 /// owner-checked `UPDATE` each. Expiry is measured by the server's UTC clock (`UTC_TIMESTAMP(6)`),
 /// never a client's, and whatever the session's time zone. Needs `JSON_TABLE`: MariaDB 10.6 or
@@ -54,15 +55,19 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 ///     fence          BIGINT UNSIGNED NOT NULL, -- the version: the last fencing token issued
 ///     shared         JSON NOT NULL,    -- readers or permit holders:
 ///                                      -- [{"t": owner token, "e": expiry, µs since the epoch}]
-///     intent         CHAR(32) NULL,    -- a waiting writer: the next writer's turn
-///     intent_expires DATETIME(6) NULL,
-///     intent_bars    BOOLEAN NOT NULL DEFAULT FALSE, -- it bars new readers too
 ///     claims         JSON NULL,        -- waiting readers, the next turn is theirs:
 ///                                      -- [{"t": owner token, "e": expiry, µs since the epoch}]
+///     writers        JSON NULL,        -- waiting writers, in line by arrival; the first has
+///                                      -- the next writer's turn, and may bar new readers:
+///                                      -- [{"t": owner token, "a": arrival, "e": expiry,
+///                                      --   µs since the epoch, "b": bars readers 0 | 1}]
 ///     waited         BOOLEAN NOT NULL DEFAULT FALSE, -- releases go through the queue
 ///     tickets        MEDIUMTEXT NULL   -- the queue of waiters' tickets
 /// ) ENGINE = InnoDB;
 /// ```
+///
+/// A table made by an earlier version keeps its columns `intent`, `intent_expires` and `intent_bars`,
+/// which nothing reads any more.
 ///
 /// Lock names are at most 512 bytes (a locker whose names could be longer is refused when it
 /// is built). MySQL has no `LISTEN`: waiters poll with backoff, in line — one per process
@@ -354,20 +359,23 @@ async fn add_new_columns(
 ) -> Result<(), BackendError> {
     const DUPLICATE_COLUMN: &str = "42S21";
     let table_name = table.rsplit('.').next().unwrap_or(table);
-    let present: i64 = sqlx::query_scalar(&statements.has_new_columns)
-        .bind(table_name)
-        .fetch_one(pool)
-        .await
-        .map_err(BackendError::new)?;
-    if present > 0 {
-        return Ok(());
-    }
-    match sqlx::query(&statements.add_columns).execute(pool).await {
-        Err(sqlx::Error::Database(error)) if error.code().as_deref() == Some(DUPLICATE_COLUMN) => {
-            Ok(())
+    for (column, add) in &statements.add_columns {
+        let present: i64 = sqlx::query_scalar(&statements.has_column)
+            .bind(table_name)
+            .bind(column)
+            .fetch_one(pool)
+            .await
+            .map_err(BackendError::new)?;
+        if present > 0 {
+            continue;
         }
-        added => added.map(drop).map_err(BackendError::new),
+        match sqlx::query(add).execute(pool).await {
+            Err(sqlx::Error::Database(error))
+                if error.code().as_deref() == Some(DUPLICATE_COLUMN) => {}
+            added => added.map(drop).map_err(BackendError::new)?,
+        }
     }
+    Ok(())
 }
 
 /// A duration in whole microseconds, as the statements take it.

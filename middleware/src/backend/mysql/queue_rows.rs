@@ -92,6 +92,7 @@ impl MysqlBackend {
                 .bind(action)
                 .bind(lease_us)
                 .bind(action)
+                .bind(owner.clone())
                 .bind(owner)
                 .bind(change.fence)
                 .bind(change.waited)

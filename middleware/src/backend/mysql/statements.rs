@@ -42,10 +42,11 @@ pub(super) struct Statement {
 pub(super) struct Statements {
     pub(super) table: String,
     pub(super) create_table: String,
-    /// `?` table name → whether it has the columns added since 0.1.
-    pub(super) has_new_columns: String,
-    /// Adds the columns added since 0.1 to a table made by an earlier version.
-    pub(super) add_columns: String,
+    /// `?` table name, `?` column → whether the table has the column (1 or 0).
+    pub(super) has_column: String,
+    /// The columns added since 0.1, each with the statement that adds it to a table made by
+    /// an earlier version.
+    pub(super) add_columns: Vec<(&'static str, String)>,
     pub(super) acquire: Statement,
     pub(super) acquire_read: Statement,
     pub(super) acquire_write: Statement,
@@ -69,8 +70,8 @@ pub(super) struct Statements {
     /// µs until the first shared hold ends, fence, tickets, whether readers wait.
     pub(super) lock_row: String,
     /// Writes a queue operation's change. `?`: action (0 keeps the holder, 1 makes the owner
-    /// the holder for the lease, 2 frees the lock), lease µs, action again, owner, fence,
-    /// waited, tickets, name. The holder's intent goes.
+    /// the holder for the lease, 2 frees the lock), lease µs, action again, owner, owner again
+    /// (its intent goes), fence, waited, tickets, name.
     pub(super) write_row: String,
 }
 
@@ -81,16 +82,6 @@ const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
 /// server's UTC clock whatever the session's time zone.
 const EXCLUSIVE_FREE: &str = "(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6))";
 
-/// No waiting writer's intent stands.
-const NO_INTENT: &str = "(intent IS NULL OR intent_expires <= UTC_TIMESTAMP(6))";
-
-/// No waiting writer's intent bars readers.
-const NO_BAR: &str = "(NOT intent_bars OR intent IS NULL OR intent_expires <= UTC_TIMESTAMP(6))";
-
-/// The caller's intent stands and bars readers: readers' claims do not hold it back.
-const OWN_BAR: &str = "(intent <=> VALUES(owner) AND intent_bars \
-    AND intent_expires > UTC_TIMESTAMP(6))";
-
 /// The row's shared holds as a table of (token, expiry µs).
 const HOLDERS: &str = "JSON_TABLE(shared, '$[*]' \
     COLUMNS (token CHAR(32) PATH '$.t', expiry BIGINT PATH '$.e')) AS holder";
@@ -98,6 +89,12 @@ const HOLDERS: &str = "JSON_TABLE(shared, '$[*]' \
 /// The row's readers' claims as a table of (token, expiry µs).
 const CLAIMS: &str = "JSON_TABLE(COALESCE(claims, JSON_ARRAY()), '$[*]' \
     COLUMNS (token CHAR(32) PATH '$.t', expiry BIGINT PATH '$.e')) AS claim";
+
+/// The row's waiting writers' intents, each a writer's place in line, as a table of (token,
+/// arrival µs, expiry µs, whether it bars readers).
+const WRITERS: &str = "JSON_TABLE(COALESCE(writers, JSON_ARRAY()), '$[*]' \
+    COLUMNS (token CHAR(32) PATH '$.t', arrival BIGINT PATH '$.a', expiry BIGINT PATH '$.e', \
+        bars INT PATH '$.b')) AS writer";
 
 /// Whether the statement's first assignment took the lock.
 const TAKEN: &str = "LAST_INSERT_ID() > 0";
@@ -125,6 +122,28 @@ impl Statements {
              FROM {CLAIMS} WHERE expiry > {NOW_US} AND token <> ?)"
         );
         let claim_us = WAITER_MARK_TTL.as_micros();
+        // When the owner (`?`) came to the line of waiting writers, if its intent stands.
+        let own_arrival =
+            format!("(SELECT arrival FROM {WRITERS} WHERE token = ? AND expiry > {NOW_US})");
+        // Whether writers whose intents stand came before the owner (`?` ×3): all of them, if
+        // it has no place.
+        let writers_ahead = format!(
+            "EXISTS (SELECT 1 FROM {WRITERS} WHERE expiry > {NOW_US} AND token <> ? \
+                AND (arrival, token) < (COALESCE({own_arrival}, {FOREVER}), ?))"
+        );
+        let no_bar =
+            format!("NOT EXISTS (SELECT 1 FROM {WRITERS} WHERE expiry > {NOW_US} AND bars)");
+        // The owner's (`?`) intent stands and bars readers: readers' claims do not hold it
+        // back.
+        let own_bar = format!(
+            "EXISTS (SELECT 1 FROM {WRITERS} WHERE token = ? AND expiry > {NOW_US} AND bars)"
+        );
+        // The standing intents but the owner's (`?`, which may be `NULL`).
+        let writers_but = format!(
+            "(SELECT COALESCE(JSON_ARRAYAGG(JSON_OBJECT(\
+                't', token, 'a', arrival, 'e', expiry, 'b', bars)), JSON_ARRAY()) \
+             FROM {WRITERS} WHERE expiry > {NOW_US} AND NOT token <=> ?)"
+        );
         let exclusive = |condition: &str, also: &str, params: &'static [Param]| Statement {
             sql: format!(
                 "INSERT INTO {table} (name, owner, expires_at, fence, shared) \
@@ -166,51 +185,52 @@ impl Statements {
                     expires_at DATETIME(6) NULL, \
                     fence BIGINT UNSIGNED NOT NULL, \
                     shared JSON NOT NULL, \
-                    intent CHAR(32) NULL, \
-                    intent_expires DATETIME(6) NULL, \
-                    intent_bars BOOLEAN NOT NULL DEFAULT FALSE, \
                     claims JSON NULL, \
+                    writers JSON NULL, \
                     waited BOOLEAN NOT NULL DEFAULT FALSE, \
                     tickets MEDIUMTEXT NULL) ENGINE = InnoDB"
             ),
-            has_new_columns: format!(
+            has_column: format!(
                 "SELECT COUNT(*) FROM information_schema.COLUMNS \
-                 WHERE TABLE_SCHEMA = {} AND TABLE_NAME = ? AND COLUMN_NAME = 'claims'",
+                 WHERE TABLE_SCHEMA = {} AND TABLE_NAME = ? AND COLUMN_NAME = ?",
                 table
                     .split_once('.')
                     .map_or("DATABASE()".to_owned(), |(database, _)| format!(
                         "'{database}'"
                     ))
             ),
-            add_columns: format!(
-                "ALTER TABLE {table} \
-                    ADD COLUMN intent_bars BOOLEAN NOT NULL DEFAULT FALSE AFTER intent_expires, \
-                    ADD COLUMN claims JSON NULL AFTER intent_bars"
-            ),
+            add_columns: ["claims", "writers"]
+                .map(|column| {
+                    (
+                        column,
+                        format!("ALTER TABLE {table} ADD COLUMN {column} JSON NULL"),
+                    )
+                })
+                .into(),
             acquire: exclusive(&free, "", &[Name, Owner, Ttl]),
-            // `intent_bars` is assigned before `intent`, and `intent` before `intent_expires`:
-            // each then reads whether the intent is the caller's. A waiting writer's intent
-            // bars readers once readers alone held it back (every claim came in).
+            // A busy writer that will ask again keeps its place in line (when it came); the
+            // first of the line bars readers once readers alone held it back (every claim came
+            // in). Taken, its intent goes.
             acquire_write: exclusive(
+                &format!("{free} AND NOT {writers_ahead} AND ({no_claims} OR {own_bar})"),
                 &format!(
-                    "{free} AND ({NO_INTENT} OR intent = VALUES(owner)) \
-                     AND ({no_claims} OR {OWN_BAR})"
+                    ", writers = IF({TAKEN}, {writers_but}, IF(?, \
+                        JSON_ARRAY_APPEND({writers_but}, '$', JSON_OBJECT('t', ?, \
+                            'a', COALESCE({own_arrival}, {NOW_US}), 'e', {NOW_US} + {claim_us}, \
+                            'b', {own_bar} OR (NOT {writers_ahead} AND {live_count} > 0 \
+                                AND {no_claims}))), \
+                        writers))"
                 ),
-                &format!(
-                    ", intent_bars = IF({TAKEN}, FALSE, \
-                        IF(? AND ({NO_INTENT} OR intent = VALUES(owner)), \
-                            {OWN_BAR} OR ({live_count} > 0 AND {no_claims}), intent_bars)), \
-                     intent = IF({TAKEN}, NULL, \
-                        IF(? AND ({NO_INTENT} OR intent = VALUES(owner)), VALUES(owner), intent)), \
-                     intent_expires = IF({TAKEN}, NULL, IF(intent <=> VALUES(owner), \
-                        UTC_TIMESTAMP(6) + INTERVAL {} MICROSECOND, intent_expires))",
-                    WAITER_MARK_TTL.as_micros()
-                ),
-                &[Name, Owner, Ttl, Patient, Patient],
+                &[
+                    Name, Owner, Ttl, // the row
+                    Owner, Owner, Owner, Owner, // taken
+                    Owner, Patient, Owner, Owner, Owner, Owner, Owner, Owner,
+                    Owner, // the line
+                ],
             ),
             // A reader that waits claims the next turn; once in, its claim goes.
             acquire_read: shared(
-                &format!("{EXCLUSIVE_FREE} AND {NO_BAR}"),
+                &format!("{EXCLUSIVE_FREE} AND {no_bar}"),
                 &format!(
                     ", claims = IF({TAKEN}, {claims_but}, IF(?, JSON_ARRAY_APPEND({claims_but}, \
                         '$', JSON_OBJECT('t', ?, 'e', {NOW_US} + {claim_us})), claims))"
@@ -224,14 +244,15 @@ impl Statements {
             ),
             holder_left: Statement {
                 sql: format!(
-                    "SELECT NULLIF(LEAST({}, {}, \
+                    "SELECT NULLIF(LEAST({}, \
+                        COALESCE((SELECT MIN(expiry) FROM {WRITERS} WHERE expiry > {NOW_US}) \
+                            - {NOW_US}, {FOREVER}), \
                         COALESCE((SELECT MIN(expiry) FROM {HOLDERS} WHERE expiry > {NOW_US}) \
                             - {NOW_US}, {FOREVER}), \
                         COALESCE((SELECT MIN(expiry) FROM {CLAIMS} WHERE expiry > {NOW_US}) \
                             - {NOW_US}, {FOREVER})), {FOREVER}) \
                      FROM {table} WHERE name = ?",
                     left("expires_at"),
-                    left("intent_expires"),
                 ),
                 params: &[Name],
             },
@@ -271,8 +292,8 @@ impl Statements {
                 ),
                 params: &[Owner, Name, Owner],
             },
-            // `expires_at` is assigned before `owner`, and `intent_bars` and `intent_expires`
-            // before `intent`: each still reads whether the old value was the caller's.
+            // `expires_at` is assigned before `owner`: it still reads whether the old owner was
+            // the caller.
             abandon: Statement {
                 sql: format!(
                     "UPDATE {table} SET \
@@ -283,12 +304,10 @@ impl Statements {
                                 JSON_ARRAY()) \
                             FROM {HOLDERS} WHERE token <> ?), \
                         claims = {claims_but}, \
-                        intent_bars = intent_bars AND NOT intent <=> ?, \
-                        intent_expires = IF(intent <=> ?, NULL, intent_expires), \
-                        intent = IF(intent <=> ?, NULL, intent) \
+                        writers = {writers_but} \
                      WHERE name = ?"
                 ),
-                params: &[Owner, Owner, Owner, Owner, Owner, Owner, Owner, Name],
+                params: &[Owner, Owner, Owner, Owner, Owner, Name],
             },
             ensure_row: format!(
                 "INSERT INTO {table} (name, fence, shared) VALUES (?, 0, JSON_ARRAY()) \
@@ -308,9 +327,7 @@ impl Statements {
                     expires_at = CASE ? WHEN 0 THEN expires_at \
                         WHEN 1 THEN UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND END, \
                     owner = CASE ? WHEN 0 THEN owner WHEN 1 THEN ? END, \
-                    intent_bars = intent_bars AND NOT intent <=> owner, \
-                    intent_expires = IF(intent <=> owner, NULL, intent_expires), \
-                    intent = IF(intent <=> owner, NULL, intent), \
+                    writers = {writers_but}, \
                     fence = ?, waited = ?, tickets = ? \
                  WHERE name = ?"
             ),

@@ -31,10 +31,11 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 ///
 /// Each lock name that was ever taken has one row holding all of its state: the exclusive holder's
 /// owner token and the lease's expiry (both `NULL` when free), a fencing counter that survives
-/// releases, the readers or permit holders with an expiry each, a waiting writer's intent and
-/// waiting readers' claims. Every acquire is one statement: an `INSERT … ON CONFLICT (name) DO
+/// releases, the readers or permit holders with an expiry each, the waiting writers' places in
+/// line and waiting readers' claims. Every acquire is one statement: an `INSERT … ON CONFLICT (name) DO
 /// UPDATE … WHERE` the row allows it (free or expired for a mutex; no writer nor barring intent for
-/// a reader; no reader and no readers' claim for a writer, unless its intent bars readers; fewer
+/// a reader; no reader, no writer that came before it and no readers' claim for a writer, unless
+/// its intent bars readers; fewer
 /// holders than permits for a semaphore), which PostgreSQL checks with the row locked; a mutex or
 /// writer gets the bumped counter as its fencing token, and a busy acquire learns from the same
 /// statement how long until the lock may change. Extending and releasing are one owner-checked
@@ -52,15 +53,18 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 ///     fence          bigint NOT NULL,  -- the last fencing token issued for this name
 ///     shared         jsonb NOT NULL DEFAULT '{}', -- readers or permit holders:
 ///                                      -- owner token -> expiry, ms since the epoch
-///     intent         text,             -- a waiting writer: the next writer's turn
-///     intent_expires timestamptz,
-///     intent_bars    boolean NOT NULL DEFAULT false, -- it bars new readers too
 ///     claims         jsonb NOT NULL DEFAULT '{}', -- waiting readers: the next turn is theirs
 ///                                      -- owner token -> expiry, ms since the epoch
+///     writers        jsonb NOT NULL DEFAULT '{}', -- waiting writers, in line by arrival; the
+///                                      -- first has the next writer's turn, may bar readers:
+///                                      -- owner token -> [arrival µs, expiry ms, bars readers]
 ///     waited         boolean NOT NULL DEFAULT false, -- releases go through the queue
 ///     tickets        text NOT NULL DEFAULT ''       -- the queue of waiters' tickets
 /// );
 /// ```
+///
+/// A table made by an earlier version keeps its columns `intent`, `intent_expires` and `intent_bars`,
+/// which nothing reads any more.
 ///
 /// Rows stay after release, so fencing tokens keep increasing per name: one small row per
 /// lock name in use. Waiters are woken by `LISTEN/NOTIFY` (one listening connection of the

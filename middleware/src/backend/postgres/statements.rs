@@ -27,8 +27,9 @@ pub(super) struct Statements {
     pub(super) has_new_columns: String,
     /// Adds the columns added since 0.1 to a table made by an earlier version.
     pub(super) add_columns: String,
-    /// A busy writer that will ask again leaves its intent, unless another writer's stands:
-    /// the next writer's turn, barring new readers once readers alone held it back.
+    /// A busy writer that will ask again keeps its place among the waiting writers (its
+    /// intent: when it came, until when it stands); the first of them has the next writer's
+    /// turn, and bars new readers once readers alone held it back.
     pub(super) write_intent: String,
     /// A busy reader that will ask again claims the next turn for readers.
     pub(super) claim: String,
@@ -73,17 +74,6 @@ const NOW_US: &str = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 /// Nobody holds the lock exclusively (never taken, released, or the lease expired).
 const EXCLUSIVE_FREE: &str = "(lease.owner IS NULL OR lease.expires_at <= clock_timestamp())";
 
-/// No waiting writer's intent stands.
-const NO_INTENT: &str = "(lease.intent IS NULL OR lease.intent_expires <= clock_timestamp())";
-
-/// No waiting writer's intent bars readers.
-const NO_BAR: &str = "(NOT lease.intent_bars OR lease.intent IS NULL \
-    OR lease.intent_expires <= clock_timestamp())";
-
-/// `$2`'s intent stands and bars readers: readers' claims do not hold it back.
-const OWN_BAR: &str = "(lease.intent = $2 AND lease.intent_bars \
-    AND lease.intent_expires > clock_timestamp())";
-
 impl Statements {
     /// The statements on `table`: one or two plain identifiers (`name` or `schema.name`).
     pub(super) fn for_table(table: &str) -> Result<Self, BackendError> {
@@ -102,17 +92,35 @@ impl Statements {
         let no_claims = format!(
             "NOT EXISTS (SELECT FROM jsonb_each(lease.claims) WHERE value::bigint > {NOW_MS})"
         );
-        // The intent of `$3`, given the lock by a queue operation, goes.
-        let intent_goes_to_3 = "intent_bars = intent_bars AND intent IS DISTINCT FROM $3, \
-            intent_expires = CASE WHEN intent = $3 THEN NULL ELSE intent_expires END, \
-            intent = CASE WHEN intent = $3 THEN NULL ELSE intent END";
+        // Waiting writers' intents in `writers`: token → `[arrival µs, expiry ms, bars readers]`.
+        let stands = format!("(writer.value ->> 1)::bigint > {NOW_MS}");
+        // When `$2` came to the line of waiting writers, if its intent stands.
+        let own_arrival = format!(
+            "(SELECT (writer.value ->> 0)::bigint FROM jsonb_each(lease.writers) AS writer \
+             WHERE writer.key = $2 AND {stands})"
+        );
+        // Writers whose intents stand; those that came before `$2` (all, if it has no place).
+        let live_writers = format!(
+            "(SELECT coalesce(jsonb_object_agg(writer.key, writer.value), '{{}}') \
+             FROM jsonb_each(lease.writers) AS writer WHERE {stands})"
+        );
+        let writers_ahead = format!(
+            "EXISTS (SELECT FROM jsonb_each(lease.writers) AS writer \
+             WHERE {stands} AND writer.key <> $2 AND ((writer.value ->> 0)::bigint, writer.key) \
+                < (coalesce({own_arrival}, 9223372036854775807), $2::text))"
+        );
+        let no_bar = format!(
+            "NOT EXISTS (SELECT FROM jsonb_each(lease.writers) AS writer \
+             WHERE {stands} AND (writer.value ->> 2)::boolean)"
+        );
+        // `$2`'s intent stands and bars readers: readers' claims do not hold it back.
+        let own_bar = format!(
+            "EXISTS (SELECT FROM jsonb_each(lease.writers) AS writer \
+             WHERE writer.key = $2 AND {stands} AND (writer.value ->> 2)::boolean)"
+        );
         let live_claims = format!(
             "(SELECT coalesce(jsonb_object_agg(key, value), '{{}}') FROM jsonb_each(lease.claims) \
              WHERE value::bigint > {NOW_MS})"
-        );
-        let intent_expiry = format!(
-            "clock_timestamp() + interval '{} milliseconds'",
-            WAITER_MARK_TTL.as_millis()
         );
         let exclusive = |condition: &str, also: &str| {
             acquire(
@@ -148,36 +156,34 @@ impl Statements {
                     expires_at timestamptz, \
                     fence bigint NOT NULL, \
                     shared jsonb NOT NULL DEFAULT '{{}}', \
-                    intent text, \
-                    intent_expires timestamptz, \
-                    intent_bars boolean NOT NULL DEFAULT false, \
                     claims jsonb NOT NULL DEFAULT '{{}}', \
+                    writers jsonb NOT NULL DEFAULT '{{}}', \
                     waited boolean NOT NULL DEFAULT false, \
                     tickets text NOT NULL DEFAULT '')"
             ),
             has_new_columns: format!(
                 "SELECT EXISTS (SELECT FROM pg_attribute \
-                 WHERE attrelid = to_regclass('{table}') AND attname = 'claims' \
+                 WHERE attrelid = to_regclass('{table}') AND attname = 'writers' \
                     AND NOT attisdropped)"
             ),
             add_columns: format!(
                 "ALTER TABLE {table} \
-                    ADD COLUMN IF NOT EXISTS intent_bars boolean NOT NULL DEFAULT false, \
-                    ADD COLUMN IF NOT EXISTS claims jsonb NOT NULL DEFAULT '{{}}'"
+                    ADD COLUMN IF NOT EXISTS claims jsonb NOT NULL DEFAULT '{{}}', \
+                    ADD COLUMN IF NOT EXISTS writers jsonb NOT NULL DEFAULT '{{}}'"
             ),
             acquire: exclusive(&free, ""),
             acquire_write: exclusive(
-                &format!(
-                    "{free} AND ({NO_INTENT} OR lease.intent = $2) AND ({no_claims} OR {OWN_BAR})"
-                ),
-                ", intent = NULL, intent_expires = NULL, intent_bars = false",
+                &format!("{free} AND NOT {writers_ahead} AND ({no_claims} OR {own_bar})"),
+                &format!(", writers = {live_writers} - $2::text"),
             ),
-            acquire_read: shared(&format!("{EXCLUSIVE_FREE} AND {NO_BAR}")),
+            acquire_read: shared(&format!("{EXCLUSIVE_FREE} AND {no_bar}")),
             acquire_permit: shared(&format!("{EXCLUSIVE_FREE} AND {live_count} < $4")),
             write_intent: format!(
-                "UPDATE {table} AS lease SET intent = $2, intent_expires = {intent_expiry}, \
-                    intent_bars = {OWN_BAR} OR (NOT {no_shared} AND {no_claims}) \
-                 WHERE name = $1 AND ({NO_INTENT} OR lease.intent = $2)"
+                "UPDATE {table} AS lease SET writers = {live_writers} || jsonb_build_object(\
+                    $2::text, jsonb_build_array(coalesce({own_arrival}, {NOW_US}), {NOW_MS} + {}, \
+                        {own_bar} OR (NOT {writers_ahead} AND NOT {no_shared} AND {no_claims}))) \
+                 WHERE name = $1",
+                WAITER_MARK_TTL.as_millis()
             ),
             claim: format!(
                 "UPDATE {table} AS lease \
@@ -210,12 +216,9 @@ impl Statements {
                     expires_at = CASE WHEN lease.owner = $2 THEN NULL ELSE lease.expires_at END, \
                     shared = lease.shared - $2::text, \
                     claims = lease.claims - $2::text, \
-                    intent = CASE WHEN lease.intent = $2 THEN NULL ELSE lease.intent END, \
-                    intent_expires = \
-                        CASE WHEN lease.intent = $2 THEN NULL ELSE lease.intent_expires END, \
-                    intent_bars = lease.intent_bars AND lease.intent IS DISTINCT FROM $2 \
+                    writers = lease.writers - $2::text \
                  WHERE name = $1 AND (lease.owner = $2 OR lease.shared ? $2 \
-                    OR lease.claims ? $2 OR lease.intent = $2) \
+                    OR lease.claims ? $2 OR lease.writers ? $2) \
                  RETURNING waited"
             ),
             mark_waited: format!("UPDATE {table} SET waited = true WHERE name = $1 AND NOT waited"),
@@ -240,7 +243,8 @@ impl Statements {
                         expires_at = CASE $2::int WHEN 0 THEN expires_at \
                             WHEN 1 THEN clock_timestamp() + $4::bigint * interval '1 microsecond' \
                         END, \
-                        fence = $5, waited = $6, tickets = $7, {intent_goes_to_3} \
+                        fence = $5, waited = $6, tickets = $7, \
+                        writers = writers - coalesce($3::text, '') \
                     WHERE name = $1 AND xmin = $8::text::xid \
                     RETURNING 1), \
                  announced AS (\
@@ -273,7 +277,8 @@ fn acquire(table: &str, condition: &str, insert: &str, update: &str, returning: 
          SELECT (SELECT * FROM taken), \
                 (SELECT ceil(extract(epoch FROM least(\
                     CASE WHEN expires_at > clock_timestamp() THEN expires_at END, \
-                    CASE WHEN intent_expires > clock_timestamp() THEN intent_expires END, \
+                    (SELECT to_timestamp(min((value ->> 1)::bigint) / 1000.0) FROM jsonb_each(writers) \
+                     WHERE (value ->> 1)::bigint > {NOW_MS}), \
                     (SELECT to_timestamp(min(value::bigint) / 1000.0) FROM jsonb_each(shared) \
                      WHERE value::bigint > {NOW_MS}), \
                     (SELECT to_timestamp(min(value::bigint) / 1000.0) FROM jsonb_each(claims) \

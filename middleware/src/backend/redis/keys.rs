@@ -30,12 +30,12 @@ impl<'a> LockKey<'a> {
         }
     }
 
-    /// A waiting writer's intent: its token, the next writer's turn; followed by `!` once
-    /// readers alone held it back, when it also bars new readers.
-    pub(super) fn intent(name: &'a str) -> Self {
+    /// Waiting writers: a hash of token → `<arrival µs> <expiry ms>`, followed by `!` once
+    /// readers alone held the first of them back, when it also bars new readers.
+    pub(super) fn writers(name: &'a str) -> Self {
         Self {
             name,
-            suffix: ":intent",
+            suffix: ":writers",
         }
     }
 

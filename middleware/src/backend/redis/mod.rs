@@ -350,7 +350,7 @@ impl<C: RedisConnection> RedisBackend<C> {
         let keys = [
             LockKey::lock(name).into(),
             LockKey::shared(name).into(),
-            LockKey::intent(name).into(),
+            LockKey::writers(name).into(),
             FenceCounter::of_lock(name).into(),
             LockKey::claims(name).into(),
         ];

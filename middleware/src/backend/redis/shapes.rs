@@ -50,11 +50,11 @@ impl<C: RedisConnection> SharedLocks for RedisBackend<C> {
 
     /// Like a mutex, a plain `SET NX PX` (readers hold the lock key too, so it fails while anybody
     /// holds the lock), pipelined with the fencing counter's `INCR` (trusted as in `take`) and a
-    /// look at the waiting writers' intent and readers' claims. Only a writer that finds its own
-    /// intent standing (it waited) or readers waiting sends a second command: it withdraws the
-    /// intent and has its release announced to the readers it held back, or gives the lock back
-    /// when it is the waiting readers' turn. A busy writer that will ask again goes to
-    /// `shared.lua`, which queues its intent; one that asks once only reads how long the lock is
+    /// look at the waiting writers and readers' claims. Only a writer that finds writers or
+    /// readers waiting sends a second command: it withdraws its own intent and has its release
+    /// announced to those it held back, or gives the lock back when it is the turn of the
+    /// writers that came before it or of the waiting readers. A busy writer that will ask again
+    /// goes to `shared.lua`, which keeps its place in line; one that asks once only reads how long the lock is
     /// held. While this process has waiters for the lock (it is contended), a waiting writer asks
     /// `shared.lua` straight away: one round trip instead of a pipeline that fails first.
     async fn acquire_write(
@@ -97,8 +97,8 @@ impl<C: RedisConnection> RedisBackend<C> {
         request: LockRequest,
     ) -> Result<Option<Option<FencingToken>>, BackendError> {
         let (token, ttl) = (request.token, request.ttl);
-        let mut intent = Cmd::with_capacity(2, 16 + name.len());
-        intent.arg("GET").arg(LockKey::intent(name));
+        let mut writers = Cmd::with_capacity(2, 16 + name.len());
+        writers.arg("HLEN").arg(LockKey::writers(name));
         let mut claims = Cmd::with_capacity(2, 16 + name.len());
         claims.arg("ZCARD").arg(LockKey::claims(name));
         let mut pipeline = redis::Pipeline::with_capacity(4);
@@ -108,14 +108,14 @@ impl<C: RedisConnection> RedisBackend<C> {
         }
         let sent = Instant::now();
         let replies: Vec<Value> = pipeline
-            .add_command(intent)
+            .add_command(writers)
             .add_command(claims)
             .query_async(&mut self.connection.clone())
             .await
             .map_err(BackendError::new)?;
-        let (taken, fence, intent, claims) = match &replies[..] {
-            [taken, intent, claims] => (taken, None, intent, claims),
-            [taken, fence, intent, claims] => (taken, Some(fence), intent, claims),
+        let (taken, fence, writers, claims) = match &replies[..] {
+            [taken, writers, claims] => (taken, None, writers, claims),
+            [taken, fence, writers, claims] => (taken, Some(fence), writers, claims),
             _ => return Err(BackendError::new("unexpected reply to the write acquire")),
         };
         if matches!(taken, Value::Nil) {
@@ -129,11 +129,9 @@ impl<C: RedisConnection> RedisBackend<C> {
             }
             None => None,
         };
-        let mut buf = [0; 32];
-        let own_intent = matches!(intent, Value::BulkString(intent)
-            if intent.starts_with(token.encode(&mut buf).as_bytes()));
+        let writers_wait = !matches!(writers, Value::Int(0));
         let readers_wait = !matches!(claims, Value::Int(0));
-        if (own_intent || readers_wait)
+        if (writers_wait || readers_wait)
             && self.run_shared::<i64>(name, "wrote", token, &[]).await? == 0
         {
             return Ok(None);

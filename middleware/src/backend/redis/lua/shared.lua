@@ -3,8 +3,10 @@
 --          readers hold the lock, expiring with the last of them; so a plain `SET NX`, which is
 --          how a writer first asks (no script), fails while anybody holds the lock
 -- KEYS[2]  shared holders: a sorted set of owner token -> lease expiry (ms, Redis server time)
--- KEYS[3]  a waiting writer's intent: its token, the next writer's turn (other writers wait for
---          it); followed by '!' once readers alone held the writer back: it then bars new readers
+-- KEYS[3]  waiting writers' intents, each writer's place in line: a hash of token ->
+--          '<arrival µs> <expiry ms>' (Redis server time); the first to come has the next
+--          writer's turn (the others wait for it), and its intent is followed by '!' once readers
+--          alone held it back: it then bars new readers
 -- KEYS[4]  the fencing counter of the lock's slot (writers only)
 -- KEYS[5]  readers' claims on the next turn: a sorted set of waiting reader's token -> expiry
 --          (ms); while one lives, a writer waits unless its intent bars readers
@@ -19,10 +21,11 @@
 --          once never comes here)
 -- returns  read / permit / write: {1, fence} when held (fence 0 for shared holds);
 --                                 {0, ms} when busy: wait at most ms before asking again
---          wrote:                 1 when a writer that took KEYS[1] with `SET NX` (finding its
---                                 own intent or readers' claims) keeps it: its intent is
---                                 withdrawn, and the readers it held back hear its release;
---                                 0 when readers' claims come first: KEYS[1] is given back
+--          wrote:                 1 when a writer that took KEYS[1] with `SET NX` (finding
+--                                 writers' intents or readers' claims) keeps it: its intent is
+--                                 withdrawn, and those it held back hear its release; 0 when
+--                                 writers that came before it, or readers' claims, come first:
+--                                 KEYS[1] is given back
 --          extend / release:      1 when the caller's shared hold was extended / released, else 0
 --          abandon:               1 when the caller's shared hold, intent or claim was dropped,
 --                                 else 0
@@ -41,6 +44,7 @@ end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
 
@@ -53,11 +57,46 @@ local function first_expiry(key)
   return 0
 end
 
--- the caller's intent, whether it bars readers, and whether another writer's stands instead
-local function intents()
-  local intent = redis.call('GET', KEYS[3])
-  local own = intent == token or intent == token .. '!'
-  return own, own and string.sub(intent, -1) == '!', intent and not own
+-- the live waiting writers, first come first (expired ones dropped): {token, arrival, expiry,
+-- bars}; and the caller's place among them, if it has one
+local function writers()
+  local fields = redis.call('HGETALL', KEYS[3])
+  local live, lapsed, place = {}, {}, nil
+  for i = 1, #fields, 2 do
+    local arrival, expiry, bar = string.match(fields[i + 1], '^(%d+) (%d+)(!?)$')
+    if tonumber(expiry) > now then
+      live[#live + 1] = {fields[i], tonumber(arrival), tonumber(expiry), bar == '!'}
+    else
+      lapsed[#lapsed + 1] = fields[i]
+    end
+  end
+  if #lapsed > 0 then
+    redis.call('HDEL', KEYS[3], unpack(lapsed))
+  end
+  table.sort(live, function(a, b)
+    return a[2] < b[2] or (a[2] == b[2] and a[1] < b[1])
+  end)
+  for i, writer in ipairs(live) do
+    if writer[1] == token then
+      place = i
+    end
+  end
+  return live, place
+end
+
+-- how long until the first of the writers before `place` (all, without one) lapses, if any
+local function ahead_expiry(live, place)
+  local wait
+  for i = 1, (place or #live + 1) - 1 do
+    wait = math.min(wait or live[i][3], live[i][3])
+  end
+  return wait and math.max(wait - now, 1)
+end
+
+-- the first waiting writer's bar on readers: how long it stands, if it does
+local function bar_expiry(live)
+  local first = live[1]
+  return first and first[4] and math.max(first[3] - now, 1)
 end
 
 -- puts the caller in sorted set `key` for `ttl` ms (a hold, or a claim), the set living as
@@ -113,8 +152,8 @@ if op == 'read' then
       mark_waited(holder)
     end
     wait = redis.call('PTTL', KEYS[1])
-  elseif string.sub(redis.call('GET', KEYS[3]) or '', -1) == '!' then
-    wait = redis.call('PTTL', KEYS[3])
+  else
+    wait = bar_expiry(writers())
   end
   if wait then
     if ARGV[4] ~= 'once' then
@@ -140,16 +179,22 @@ elseif op == 'write' then
   local holder = redis.call('GET', KEYS[1])
   local writer = holder and not is_readers(holder)
   local readers = redis.call('ZCARD', KEYS[2])
-  local own, bars, others = intents()
+  local live, place = writers()
+  local bars = place and live[place][4]
+  local ahead = ahead_expiry(live, place)
   local claimed = not bars and redis.call('ZCARD', KEYS[5]) > 0
-  if writer or readers > 0 or others or claimed then
-    -- the first waiting writer takes the next writer's turn; once readers alone hold it back
-    -- (every reader that claimed the turn came in), it bars new readers, so a stream of them
-    -- cannot starve it
-    if not others then
-      local readers_alone = readers > 0 and redis.call('ZCARD', KEYS[5]) == 0
-      local mark = (bars or readers_alone) and '!' or ''
-      redis.call('SET', KEYS[3], token .. mark, 'PX', ARGV[4])
+  if writer or readers > 0 or ahead or claimed then
+    -- the writer keeps its place in line (its arrival) while it waits; the first of the line
+    -- has the next writer's turn, and once readers alone hold it back (every reader that
+    -- claimed the turn came in), it bars new readers, so a stream of them cannot starve it
+    local first = not ahead
+    local readers_alone = readers > 0 and redis.call('ZCARD', KEYS[5]) == 0
+    local mark = (bars or (first and readers_alone)) and '!' or ''
+    local arrival = place and live[place][2] or now_us
+    local intent_ttl = tonumber(ARGV[4])
+    redis.call('HSET', KEYS[3], token, string.format('%d %d', arrival, now + intent_ttl) .. mark)
+    if redis.call('PTTL', KEYS[3]) < intent_ttl then
+      redis.call('PEXPIRE', KEYS[3], intent_ttl)
     end
     if writer then
       if ARGV[6] == 'listens' then
@@ -160,21 +205,26 @@ elseif op == 'write' then
     if readers > 0 then
       return {0, first_expiry(KEYS[2])}
     end
-    if others then
-      return {0, redis.call('PTTL', KEYS[3])}
+    if ahead then
+      return {0, ahead}
     end
     return {0, first_expiry(KEYS[5])}
   end
-  -- readers held back by our intent wait for this writer's release: have it announced
-  local announce = own and '*' or ''
-  redis.call('DEL', KEYS[3])
+  -- the readers our intent held back, and the writers behind us, wait for this writer's
+  -- release: have it announced
+  local announce = #live > 0 and '*' or ''
+  if place then
+    redis.call('HDEL', KEYS[3], token)
+  end
   redis.call('SET', KEYS[1], token .. announce, 'PX', ARGV[3])
   return {1, fence()}
 elseif op == 'wrote' then
-  local own, bars = intents()
+  local live, place = writers()
+  local bars = place and live[place][4]
   local holder = redis.call('GET', KEYS[1])
-  if not bars and redis.call('ZCARD', KEYS[5]) > 0 then
-    -- waiting readers' turn: give the lock back, and wake whoever found it taken meanwhile
+  if ahead_expiry(live, place) or (not bars and redis.call('ZCARD', KEYS[5]) > 0) then
+    -- the turn of writers that came first, or of waiting readers: give the lock back, and
+    -- wake whoever found it taken meanwhile
     if holder and string.sub(holder, 1, #token) == token then
       redis.call('DEL', KEYS[1])
       if holder ~= token then
@@ -183,11 +233,11 @@ elseif op == 'wrote' then
     end
     return 0
   end
-  if own then
-    redis.call('DEL', KEYS[3])
-    if holder == token then
-      redis.call('APPEND', KEYS[1], '*')
-    end
+  if place then
+    redis.call('HDEL', KEYS[3], token)
+  end
+  if #live > 0 and holder == token then
+    redis.call('APPEND', KEYS[1], '*')
   end
   return 1
 elseif op == 'extend' then
@@ -205,12 +255,9 @@ elseif op == 'release' then
   return drop_shared()
 elseif op == 'abandon' then
   local dropped = drop_shared()
-  local own = intents()
-  if own or redis.call('ZREM', KEYS[5], token) == 1 then
+  local intent = redis.call('HDEL', KEYS[3], token) == 1
+  if redis.call('ZREM', KEYS[5], token) == 1 or intent then
     -- a writer or reader that stopped waiting: those it held back may come in
-    if own then
-      redis.call('DEL', KEYS[3])
-    end
     redis.call('PUBLISH', KEYS[1] .. ':free', '')
     dropped = 1
   end
