@@ -48,8 +48,8 @@ pub(super) struct KeyState {
     epoch: Option<Instant>,
 }
 
-/// A waiting writer's intent: the next writer's turn is its own; once readers alone held it
-/// back, it also bars new readers.
+/// A waiting writer's intent: its place in line (the writers that came before it go first);
+/// once readers alone held the first of them back, its intent also bars new readers.
 #[derive(Clone, Copy, Debug)]
 struct Intent {
     token: OwnerToken,

@@ -147,6 +147,13 @@ impl<B: LockBackend> Attempts<'_, B> {
             };
             if let (How::Queued(_), Some(place)) = (how, place) {
                 place.enqueued();
+                // A handover heard by now may have been made before the store answered busy,
+                // and have lapsed in between: its announcement came late (this process stalled
+                // past the handed lease, or its subscription lagged). Asked again at once, the
+                // store says whether the lock is this ticket's — with a fresh lease if it is.
+                if place.handed().is_some() {
+                    continue;
+                }
             }
             let live = place.is_some_and(Place::announcements_live);
             let Some(delay) = self.delay(attempt, live, holder_ttl, deadline) else {
@@ -160,7 +167,8 @@ impl<B: LockBackend> Attempts<'_, B> {
                 None => sleep(delay).await,
             }
             // A release handed the lock over to our ticket, after the busy answer to the
-            // attempt made at `asked`: the lease started later than that.
+            // attempt made at `asked` (one heard before that answer was asked about again, just
+            // above): the lease started later than that.
             if let Some(fence) = place.and_then(Place::handed)
                 && let Some(lease) = handover.take()
             {

@@ -196,10 +196,11 @@ async fn wait_queued_ahead<B: LockBackend>(
 /// busy enters the waiting room (which subscribes to the lock's announcements); its first wait
 /// attempt asks again, so no release between the two is missed.
 ///
-/// A writer's intent (the next writer's turn; once readers alone held it back, a bar to new
-/// readers) is only ever left by the one writer of its locker that keeps asking: a writer's
-/// first look leaves nothing, since a writer that then queued behind another would leave its
-/// intent standing, unrenewed, barring the other until it lapsed (2 s). A writer `called` from
+/// A writer's intent (its place among the waiting writers; the first of them, once readers
+/// alone held it back, bars new readers) is only ever left by the one writer of its locker
+/// that keeps asking: a writer's first look leaves nothing, since a writer that then queued
+/// behind another of its locker would leave its place standing, unrenewed, holding up the
+/// others until it lapsed (2 s). A writer `called` from
 /// its locker's line skips that look. A reader that waits claims the next turn for readers. A
 /// writer or reader that gives up withdraws its intent or claim before it answers, so that
 /// nobody is held back by a caller that left.

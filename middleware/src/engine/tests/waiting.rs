@@ -1,14 +1,21 @@
 //! Waiting for a busy lock: woken by releases, one contender per lock in the process, first
 //! come first served.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::{TTL, locker};
-use crate::backend::{LockBackend, LockRequest, QueuedAttempt, TokenLease};
+use crate::backend::waiting::{Announcement, WaitingRoom};
+use crate::backend::{
+    Attempt, BackendError, FencingToken, Granted, LockBackend, LockRequest, OwnerToken,
+    QueuedAttempt, TokenLease, WaitQueue,
+};
 use crate::engine::HEAD_TICKET_TTL;
 use crate::test_support::hold;
 use crate::testing::CountingBackend;
@@ -220,4 +227,133 @@ async fn a_waiter_gives_up_at_its_deadline_and_its_place_is_forgotten() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let room = backend.wait_queue().unwrap().room();
     assert_eq!(room.waiting_names(), 0);
+}
+
+/// The memory store, whose queue hears a handover that was never made (or made and lapsed)
+/// for the ticket of the first queued attempt: `during_the_attempt`, while the store answers
+/// it busy — as a handover made before that answer and lapsed in between is heard when its
+/// announcement comes late (the waiter's process stalled past the handed lease, or its
+/// subscription lagged) —, else a moment after the answer, while the waiter sleeps, as a
+/// handover made then is heard.
+#[derive(Clone)]
+struct HandoverHeard {
+    memory: MemoryBackend,
+    during_the_attempt: bool,
+    queued: Arc<AtomicU32>,
+}
+
+impl LockBackend for HandoverHeard {
+    type Lease = TokenLease;
+
+    async fn acquire(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        self.memory.acquire(name, request).await
+    }
+
+    async fn extend(
+        &self,
+        name: &str,
+        lease: &TokenLease,
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        self.memory.extend(name, lease, ttl).await
+    }
+
+    async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
+        self.memory.release(name, lease).await
+    }
+
+    async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
+        self.memory.abandon(name, request).await
+    }
+
+    async fn acquire_many(
+        &self,
+        names: &[&str],
+        request: LockRequest,
+    ) -> Result<Attempt<Vec<Granted<TokenLease>>>, BackendError> {
+        self.memory.acquire_many(names, request).await
+    }
+
+    fn wait_queue(&self) -> Option<&dyn WaitQueue<TokenLease>> {
+        Some(self)
+    }
+}
+
+impl WaitQueue<TokenLease> for HandoverHeard {
+    fn room(&self) -> &Arc<WaitingRoom> {
+        self.memory.room()
+    }
+
+    fn acquire_queued<'a>(
+        &'a self,
+        name: &'a str,
+        request: LockRequest,
+        ticket_ttl: Duration,
+    ) -> BoxFuture<'a, Result<QueuedAttempt<TokenLease>, BackendError>> {
+        Box::pin(async move {
+            let queue = self.memory.wait_queue().expect("the memory store queues");
+            let answer = queue.acquire_queued(name, request, ticket_ttl).await?;
+            if self.queued.fetch_add(1, Ordering::Relaxed) == 0 {
+                let (room, name) = (Arc::clone(self.memory.room()), name.to_owned());
+                let handed = Announcement::Handed {
+                    to: request.token,
+                    fence: Some(FencingToken::new(7)),
+                };
+                match self.during_the_attempt {
+                    true => room.announce(&name, handed),
+                    false => drop(tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        room.announce(&name, handed);
+                    })),
+                }
+            }
+            Ok(answer)
+        })
+    }
+
+    fn leave_queue<'a>(
+        &'a self,
+        name: &'a str,
+        token: OwnerToken,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        let queue = self.memory.wait_queue().expect("the memory store queues");
+        queue.leave_queue(name, token)
+    }
+}
+
+/// What a waiter for lock `k`, held by another process all along, makes of a handover heard
+/// `during_the_attempt` or after it (see [`HandoverHeard`]): its answer, and how many queued
+/// attempts it made.
+async fn waiter_hearing_a_handover(during_the_attempt: bool) -> (Result<(), LockError>, u32) {
+    let memory = MemoryBackend::new();
+    let _holder = hold(&memory, "lock:k", TTL).await;
+    let backend = HandoverHeard {
+        memory,
+        during_the_attempt,
+        queued: Arc::default(),
+    };
+    let locker = locker(backend.clone(), |builder| {
+        builder.wait(Duration::from_secs(5))
+    });
+    let answer = locker.lock("k").await.map(drop);
+    (answer, backend.queued.load(Ordering::Relaxed))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handover_heard_before_the_busy_answer_is_asked_about_again() {
+    let (answer, queued) = waiter_hearing_a_handover(true).await;
+    assert!(
+        matches!(answer, Err(LockError::Busy { .. })),
+        "the store, asked again, said it is not ours: {answer:?}"
+    );
+    assert!(queued >= 2, "asked again: {queued} queued attempts");
+    // The twin: the same handover heard while the waiter sleeps after the busy answer was
+    // made after it, and is taken without asking the store.
+    let (answer, queued) = waiter_hearing_a_handover(false).await;
+    assert!(answer.is_ok(), "{answer:?}");
+    assert_eq!(queued, 1);
 }
