@@ -187,9 +187,9 @@ async fn an_uncontended_write_lock_costs_one_pipeline_and_one_script_and_subscri
     let commands = client_commands(&lines);
     assert_eq!(
         commands,
-        ["SET", "INCR", "GET", "ZCARD", "EVALSHA"].repeat(REQUESTS),
+        ["SET", "INCR", "HLEN", "ZCARD", "EVALSHA"].repeat(REQUESTS),
         "per request: the write acquire (SET NX PX, the fencing counter, a look at waiting \
-         writers' intent and readers' claims, pipelined: no script), then the release; a \
+         writers and readers' claims, pipelined: no script), then the release; a \
          request that finds the lock free does not enter the waiting room, so nothing \
          subscribes: {lines:#?}"
     );
@@ -216,7 +216,7 @@ async fn a_waiting_writer_asks_with_one_script_not_a_failing_transaction_first()
         .unwrap();
     let started = std::time::Instant::now();
     while !redis::cmd("EXISTS")
-        .arg("{lock:coupon:7}:intent")
+        .arg("{lock:coupon:7}:writers")
         .query_async::<bool>(&mut connection)
         .await
         .unwrap()

@@ -1,6 +1,7 @@
 //! Read-write locks and semaphores against real Redis, with two backends standing in for two
 //! replicas.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
@@ -182,8 +183,9 @@ async fn without_fencing_a_writer_gets_no_token_and_no_counter_is_made() {
     assert!(counters.is_empty(), "no fencing counter: {counters:?}");
 }
 
-/// The store's view of lock `w`: its key's value and remaining lease, and the writer intent.
-async fn lock_w(redis: &RedisServer) -> (Option<String>, i64, Option<String>) {
+/// The store's view of lock `w`: its key's value and remaining lease, and the waiting writers'
+/// intents (token → `<arrival µs> <expiry ms>`, `!` appended to one that bars readers).
+async fn lock_w(redis: &RedisServer) -> (Option<String>, i64, HashMap<String, String>) {
     let mut connection = redis
         .client()
         .get_multiplexed_async_connection()
@@ -192,7 +194,7 @@ async fn lock_w(redis: &RedisServer) -> (Option<String>, i64, Option<String>) {
     redis::pipe()
         .get("{lock:w}")
         .pttl("{lock:w}")
-        .get("{lock:w}:intent")
+        .hgetall("{lock:w}:writers")
         .query_async(&mut connection)
         .await
         .unwrap()
@@ -235,21 +237,22 @@ async fn a_writer_that_waited_withdraws_its_intent_when_it_gets_in() {
     let writer = request(TTL).patience(Patience::Polls);
 
     let waited = store.acquire_write("lock:w", writer).await.unwrap();
-    let (_, _, intent) = lock_w(&redis).await;
+    let (_, _, writers) = lock_w(&redis).await;
     assert!(matches!(waited, Attempt::Busy { .. }), "{waited:?}");
-    assert_eq!(
-        intent,
-        Some(format!("{}!", writer.token)),
-        "new readers are barred (`!`: readers alone keep the writer out)"
+    let intent = writers.get(&writer.token.to_string());
+    assert!(
+        writers.len() == 1 && intent.is_some_and(|intent| intent.ends_with('!')),
+        "its place in line, barring new readers (`!`: readers alone keep the writer out): \
+         {writers:?}"
     );
     store.release("lock:w", &reader.lease).await.unwrap();
 
     granted(store.acquire_write("lock:w", writer).await);
 
-    let (value, _, intent) = lock_w(&redis).await;
-    assert_eq!(
-        intent, None,
-        "readers are no longer barred once the writer is in"
+    let (value, _, writers) = lock_w(&redis).await;
+    assert!(
+        writers.is_empty(),
+        "readers are no longer barred once the writer is in: {writers:?}"
     );
     assert_eq!(
         value,

@@ -223,9 +223,9 @@ impl Statements {
                 ),
                 &[
                     Name, Owner, Ttl, // the row
-                    Owner, Owner, Owner, Owner, // taken
+                    Owner, Owner, Owner, Owner, // taken: nobody ahead, or its bar
                     Owner, Patient, Owner, Owner, Owner, Owner, Owner, Owner,
-                    Owner, // the line
+                    Owner, // its place
                 ],
             ),
             // A reader that waits claims the next turn; once in, its claim goes.
