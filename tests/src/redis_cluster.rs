@@ -155,10 +155,8 @@ impl RedisCluster {
     /// way `redis-cli --cluster reshard` does: importing, migrating, the keys, then the new
     /// owner told to every master.
     pub fn migrate_slot(&self, slot: u16, from: u16, to: u16) {
-        let slot = slot.to_string();
-        let (from_id, to_id) = (node_id(from), node_id(to));
-        query(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]);
-        query(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]);
+        self.begin_migration(slot, from, to);
+        let (slot, to_id) = (slot.to_string(), node_id(to));
         loop {
             let keys = query(from, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
             let keys: Vec<&str> = keys.lines().filter(|key| !key.is_empty()).collect();
@@ -175,6 +173,16 @@ impl RedisCluster {
             query(master, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
         }
         self.wait_until_settled();
+    }
+
+    /// Starts moving hash `slot` from the master on port `from` to the one on `to`, and leaves
+    /// it half moved: importing on `to`, migrating on `from`, every key still on `from`. A
+    /// command for a key of the slot that `from` lacks is sent on to `to` (`ASK`).
+    pub fn begin_migration(&self, slot: u16, from: u16, to: u16) {
+        let slot = slot.to_string();
+        let (from_id, to_id) = (node_id(from), node_id(to));
+        query(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]);
+        query(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]);
     }
 
     /// Kills the node on `port` with SIGKILL.
@@ -258,6 +266,32 @@ impl RedisCluster {
             assert!(
                 Instant::now() < deadline,
                 "the cluster did not settle within {SETTLE_TIMEOUT:?}"
+            );
+            sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until the other nodes name a master other than the frozen one on `port` for every
+    /// slot it served (its replica took over), asking only them: a frozen node answers nobody.
+    pub fn wait_until_replaced(&self, port: u16) {
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        let others: Vec<u16> = (self.live())
+            .map(|node| node.port)
+            .filter(|&other| other != port)
+            .collect();
+        loop {
+            let replaced = others.iter().all(|&other| {
+                let ok = try_query(other, &["CLUSTER", "INFO"])
+                    .is_some_and(|info| info.contains("cluster_state:ok"));
+                let shards = try_query(other, &["CLUSTER", "SHARDS"]).unwrap_or_default();
+                ok && !shard_masters(&shards).contains(&port)
+            });
+            if replaced {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no replica took over from the master on port {port} within {SETTLE_TIMEOUT:?}"
             );
             sleep(Duration::from_millis(50));
         }

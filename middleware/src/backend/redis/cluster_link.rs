@@ -1,113 +1,305 @@
-//! The connection the backend sends its commands on in a Redis Cluster: redis-rs's cluster
-//! connection, replaced by a fresh one when it stops answering.
+//! The connection the backend sends its commands on in a Redis Cluster: each command straight
+//! to the master of its key's hash slot, on that master's own multiplexed connection.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use redis::aio::ConnectionLike;
-use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
-use tokio::time::Instant;
+use redis::{
+    Cmd, ConnectionInfo, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
+    ServerErrorKind, Value,
+};
 
-/// How long commands may wait with nothing answered at all before the connection counts as
-/// stalled.
-const STALLED_AFTER: Duration = Duration::from_secs(1);
-/// How often the watch looks for a stall.
-const WATCH_EVERY: Duration = Duration::from_millis(250);
-/// How long a fresh connection may take to be made.
-const CONNECT_WITHIN: Duration = Duration::from_secs(5);
+use super::cluster_topology::{Node, Topology};
+use super::command_slot;
 
-/// A connection to a Redis Cluster: redis-rs's `ClusterConnection`, which follows `MOVED` and
-/// `ASK`, slot migrations and failovers by itself, watched for stalls. After every node of a
-/// cluster was down, that connection can stop answering anything for good once the nodes are
-/// back (redis-rs 1.8); while commands wait and nothing at all has been answered for a second,
-/// a fresh connection is made from the cluster's nodes and takes the next commands (those
-/// already sent end on the old one).
+/// How many redirections and waits one command may go through before its last answer is
+/// the caller's.
+const MOST_TRIES: u32 = 8;
+/// The first wait after a `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN` or `LOADING`; each next one
+/// is twice as long, up to [`LONGEST_WAIT`].
+const FIRST_WAIT: Duration = Duration::from_millis(10);
+const LONGEST_WAIT: Duration = Duration::from_millis(200);
+
+/// A connection to a Redis Cluster that sends each command to the master serving its first
+/// key's hash slot, on one multiplexed connection per master (redis-rs's
+/// [`ConnectionManager`](redis::aio::ConnectionManager), as for one node): a lock's commands
+/// cost the client what they cost on one node, and the masters' traffic does not queue through
+/// one task.
 ///
-/// Made by [`RedisBackend::connect_cluster`](super::RedisBackend::connect_cluster); one made
-/// from a connection you configured yourself
-/// ([`from_cluster_connection`](super::RedisBackend::from_cluster_connection)) is not replaced.
+/// It learns which master serves which slot from `CLUSTER SLOTS`, and again when a master
+/// answers `MOVED`, a connection is refused or dropped, or a master answers nothing for a
+/// second while commands wait (frozen, or failed over with its connection still open). It
+/// follows `ASK` with `ASKING` during a slot's migration, and waits and sends again after
+/// `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN` and `LOADING`, at most eight times in all. A command
+/// whose connection broke after it was sent is not sent again (it may have run): its error is
+/// the caller's.
+///
+/// Commands without a key (`WAIT`, `SCRIPT LOAD`, `PING`, …) go to every master, and their
+/// answer is the smallest of the masters' numbers, or the first master's answer. A pipeline
+/// goes whole to the master of its first key's slot, and a transaction (`MULTI`/`EXEC`) is not
+/// sent again after a redirection: for commands spanning slots, use redis-rs's own
+/// [`ClusterConnection`](redis::cluster_async::ClusterConnection).
+///
+/// Made by [`RedisBackend::connect_cluster`](super::RedisBackend::connect_cluster).
 #[derive(Clone)]
 pub struct ClusterLink {
-    shared: Arc<Shared>,
+    topology: Arc<Topology>,
 }
 
 impl std::fmt::Debug for ClusterLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let masters = self.topology.masters();
+        let masters: Vec<&str> = masters.iter().map(Node::address).collect();
         f.debug_struct("ClusterLink")
-            .field("replaced", &self.shared.replaced.load(Ordering::Relaxed))
-            .finish_non_exhaustive()
+            .field("masters", &masters)
+            .finish()
     }
 }
 
-struct Shared {
-    current: Mutex<ClusterConnection>,
-    /// Where a fresh connection comes from; none for a connection configured by the user.
-    client: Option<ClusterClient>,
-    /// Commands sent and not answered yet.
-    waiting: AtomicUsize,
-    /// When the connection last answered anything, or commands started waiting (ms since
-    /// `epoch`).
-    progress: AtomicU64,
-    epoch: Instant,
-    replacing: AtomicBool,
-    /// How many times the connection was replaced.
-    replaced: AtomicU64,
+/// What a redirection or failure asks of the link.
+#[derive(Debug, PartialEq)]
+enum Redirect {
+    /// `MOVED`: the slot is served by `to` from now on.
+    Moved { slot: u16, to: String },
+    /// `ASK`: this once, ask `to`, after `ASKING`.
+    Ask { to: String },
+    /// The cluster or the master cannot answer yet: wait, then send again.
+    Wait,
+    /// The connection was refused: nothing was sent.
+    Refused,
+    /// The connection broke: the command may have run.
+    Dropped,
+}
+
+/// What the link does next with a command.
+enum Next {
+    /// The answer is the caller's.
+    Answer,
+    /// Send to the slot's master again.
+    Again,
+    /// Send to this node after `ASKING`.
+    Ask(Node),
 }
 
 impl ClusterLink {
-    /// A connection made by `client`, replaced through it when it stalls.
-    pub(super) async fn connect(client: ClusterClient) -> RedisResult<Self> {
-        let connection = client.get_async_connection().await?;
-        let link = Self::on(connection, Some(client));
-        let watched = Arc::downgrade(&link.shared);
-        tokio::spawn(watch(watched));
-        Ok(link)
+    /// A link to the cluster `nodes` belong to (any of its nodes: the others are found
+    /// through them).
+    pub(super) async fn connect(nodes: Vec<ConnectionInfo>) -> RedisResult<Self> {
+        Ok(Self {
+            topology: Topology::discover(nodes).await?,
+        })
     }
 
-    /// `connection`, never replaced.
-    pub(super) fn fixed(connection: ClusterConnection) -> Self {
-        Self::on(connection, None)
-    }
-
-    fn on(connection: ClusterConnection, client: Option<ClusterClient>) -> Self {
-        let shared = Shared {
-            current: Mutex::new(connection),
-            client,
-            waiting: AtomicUsize::new(0),
-            progress: AtomicU64::new(0),
-            epoch: Instant::now(),
-            replacing: AtomicBool::new(false),
-            replaced: AtomicU64::new(0),
+    async fn command(&self, command: &Cmd) -> RedisResult<Value> {
+        let Some(slot) = command_slot::of_command(command) else {
+            return self.everywhere(command).await;
         };
-        Self {
-            shared: Arc::new(shared),
+        let mut tries = 0;
+        let mut asked = None;
+        loop {
+            let (node, asking) = match asked.take() {
+                Some(node) => (node, true),
+                None => match self.master_of(slot, &mut tries).await? {
+                    Some(node) => (node, false),
+                    None => continue,
+                },
+            };
+            let answer = node
+                .send(async |connection| match asking {
+                    true => asking_first(connection, command).await,
+                    false => connection.req_packed_command(command).await,
+                })
+                .await;
+            let redirect = match &answer {
+                Ok(value) => redirect_of_value(value),
+                Err(error) => redirect_of_error(error),
+            };
+            match self.follow(redirect, &mut tries).await {
+                Next::Answer => return answer,
+                Next::Again => {}
+                Next::Ask(to) => asked = Some(to),
+            }
         }
     }
 
-    /// Sends on the current connection, counting the command as waiting until it is answered
-    /// (or dropped).
-    fn send<'a, T: Send + 'a>(
+    async fn pipeline(
         &self,
-        command: impl FnOnce(ClusterConnection) -> RedisFuture<'a, T> + Send + 'a,
-    ) -> RedisFuture<'a, T> {
-        let waiting = Waiting::start(&self.shared);
-        let connection = self.shared.current().clone();
-        Box::pin(async move {
-            let answer = command(connection).await;
-            waiting.answered();
-            answer
-        })
+        pipeline: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        let slot = command_slot::of_pipeline(pipeline).unwrap_or(0);
+        let mut tries = 0;
+        loop {
+            let Some(node) = self.master_of(slot, &mut tries).await? else {
+                continue;
+            };
+            let answer = node
+                .send(async |connection| {
+                    connection
+                        .req_packed_commands(pipeline, offset, count)
+                        .await
+                })
+                .await;
+            let redirect = match &answer {
+                Ok(values) if offset == 0 => match self.asked_again(pipeline, values).await {
+                    Some(answered) => return answered,
+                    None => redirect_of_values(values),
+                },
+                Ok(values) => redirect_of_values(values),
+                Err(error) => redirect_of_error(error),
+            };
+            match self.follow(redirect, &mut tries).await {
+                Next::Answer => return answer,
+                Next::Again | Next::Ask(_) => {}
+            }
+        }
+    }
+
+    /// The master serving `slot`; `None` after a wait for the slots to be learned again when
+    /// no master serves it, and an error once that was tried too often.
+    async fn master_of(&self, slot: u16, tries: &mut u32) -> RedisResult<Option<Node>> {
+        if let Some(node) = self.topology.master_of(slot) {
+            return Ok(Some(node));
+        }
+        *tries += 1;
+        if *tries >= MOST_TRIES {
+            return Err(RedisError::from((
+                ErrorKind::Server(ServerErrorKind::ClusterDown),
+                "no master serves hash slot",
+                slot.to_string(),
+            )));
+        }
+        let _ = self.topology.refresh().await;
+        tokio::time::sleep(wait_before(*tries)).await;
+        Ok(None)
+    }
+
+    /// Acts on `redirect`: learns a moved slot, waits, or asks for the slots again; says
+    /// whether to send again, and where.
+    async fn follow(&self, redirect: Option<Redirect>, tries: &mut u32) -> Next {
+        let Some(redirect) = redirect else {
+            return Next::Answer;
+        };
+        *tries += 1;
+        if *tries >= MOST_TRIES {
+            return Next::Answer;
+        }
+        match redirect {
+            Redirect::Moved { slot, to } => match self.topology.moved(slot, &to) {
+                Ok(()) => Next::Again,
+                Err(_) => Next::Answer,
+            },
+            Redirect::Ask { to } => match self.topology.node(&to) {
+                Ok(node) => Next::Ask(node),
+                Err(_) => Next::Answer,
+            },
+            Redirect::Wait => {
+                tokio::time::sleep(wait_before(*tries)).await;
+                Next::Again
+            }
+            Redirect::Refused => match self.topology.refresh().await {
+                Ok(()) => {
+                    tokio::time::sleep(wait_before(*tries)).await;
+                    Next::Again
+                }
+                Err(_) => Next::Answer,
+            },
+            Redirect::Dropped => {
+                self.topology.refresh_soon();
+                Next::Answer
+            }
+        }
+    }
+
+    /// The pipeline's answers with those its master sent on with `ASK` asked of the node they
+    /// were sent to (after `ASKING` each): each command runs where its key is, once. `None`
+    /// when no answer was an `ASK`.
+    async fn asked_again(
+        &self,
+        pipeline: &Pipeline,
+        values: &[Value],
+    ) -> Option<RedisResult<Vec<Value>>> {
+        let to = values
+            .iter()
+            .find_map(|value| match redirect_of_value(value) {
+                Some(Redirect::Ask { to }) => Some(to),
+                _ => None,
+            })?;
+        let asked: Vec<usize> = (values.iter().enumerate())
+            .filter(|(_, value)| redirect_of_value(value) == Some(Redirect::Ask { to: to.clone() }))
+            .map(|(index, _)| index)
+            .collect();
+        let mut again = Pipeline::with_capacity(2 * asked.len());
+        for command in pipeline
+            .cmd_iter()
+            .enumerate()
+            .filter(|(i, _)| asked.contains(i))
+        {
+            again.cmd("ASKING").add_command(command.1.clone());
+        }
+        let node = match self.topology.node(&to) {
+            Ok(node) => node,
+            Err(error) => return Some(Err(error)),
+        };
+        let answers = node
+            .send(async |connection| {
+                connection
+                    .req_packed_commands(&again, 0, 2 * asked.len())
+                    .await
+            })
+            .await;
+        Some(answers.map(|answers| {
+            let mut values = values.to_vec();
+            for (index, answer) in asked
+                .into_iter()
+                .zip(answers.into_iter().skip(1).step_by(2))
+            {
+                values[index] = answer;
+            }
+            values
+        }))
+    }
+
+    /// Sends a command without a key to every master: the smallest of their numbers, or the
+    /// first master's answer; the first error if any failed.
+    async fn everywhere(&self, command: &Cmd) -> RedisResult<Value> {
+        let mut masters = self.topology.masters();
+        if masters.is_empty() {
+            self.topology.refresh().await?;
+            masters = self.topology.masters();
+        }
+        let answers = join_all(masters.iter().map(|master| {
+            master.send(async |connection| connection.req_packed_command(command).await)
+        }))
+        .await;
+        let answers = answers.into_iter().collect::<RedisResult<Vec<Value>>>()?;
+        if let Some(failed) = answers
+            .iter()
+            .find(|value| matches!(value, Value::ServerError(_)))
+        {
+            return Ok(failed.clone());
+        }
+        let numbers: Option<Vec<i64>> = (answers.iter())
+            .map(|value| match value {
+                Value::Int(number) => Some(*number),
+                _ => None,
+            })
+            .collect();
+        match numbers.and_then(|numbers| numbers.into_iter().min()) {
+            Some(smallest) => Ok(Value::Int(smallest)),
+            None => answers.into_iter().next().ok_or_else(|| {
+                RedisError::from((ErrorKind::Server(ServerErrorKind::ClusterDown), "no master"))
+            }),
+        }
     }
 }
 
 impl ConnectionLike for ClusterLink {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        self.send(move |mut connection| {
-            Box::pin(async move { connection.req_packed_command(cmd).await })
-        })
+        Box::pin(self.command(cmd))
     }
 
     fn req_packed_commands<'a>(
@@ -116,9 +308,7 @@ impl ConnectionLike for ClusterLink {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        self.send(move |mut connection| {
-            Box::pin(async move { (connection.req_packed_commands(pipeline, offset, count)).await })
-        })
+        Box::pin(self.pipeline(pipeline, offset, count))
     }
 
     fn get_db(&self) -> i64 {
@@ -126,87 +316,107 @@ impl ConnectionLike for ClusterLink {
     }
 }
 
-impl Shared {
-    fn current(&self) -> MutexGuard<'_, ClusterConnection> {
-        // One assignment changes it: a poisoned lock is still consistent.
-        self.current
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
+/// `ASKING`, then `command`, in one write: `ASKING` holds for the next command only.
+async fn asking_first(
+    connection: &mut redis::aio::ConnectionManager,
+    command: &Cmd,
+) -> RedisResult<Value> {
+    let mut asking = Pipeline::with_capacity(2);
+    asking.cmd("ASKING").add_command(command.clone());
+    let mut answers = connection.req_packed_commands(&asking, 1, 1).await?;
+    answers
+        .pop()
+        .ok_or_else(|| RedisError::from((ErrorKind::Parse, "no answer after ASKING")))
+}
 
-    fn now(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
+/// How long to wait before try `tries`.
+fn wait_before(tries: u32) -> Duration {
+    FIRST_WAIT
+        .saturating_mul(1 << tries.saturating_sub(1).min(8))
+        .min(LONGEST_WAIT)
+}
 
-    /// Whether commands wait and nothing was answered for [`STALLED_AFTER`].
-    fn stalled(&self) -> bool {
-        let quiet = self
-            .now()
-            .saturating_sub(self.progress.load(Ordering::Relaxed));
-        self.waiting.load(Ordering::Relaxed) > 0 && quiet >= STALLED_AFTER.as_millis() as u64
-    }
+fn redirect_of_value(value: &Value) -> Option<Redirect> {
+    let Value::ServerError(error) = value else {
+        return None;
+    };
+    redirect_of_server(error.kind()?, error.details())
+}
 
-    /// Makes a fresh connection and sends the next commands on it, unless one is being made.
-    fn replace(self: &Arc<Self>) {
-        let Some(client) = self.client.clone() else {
-            return;
-        };
-        if self.replacing.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        tracing::warn!("the Redis Cluster connection answers nothing; connecting afresh");
-        let shared = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let fresh = tokio::time::timeout(CONNECT_WITHIN, client.get_async_connection()).await;
-            let Some(shared) = shared.upgrade() else {
-                return;
-            };
-            match fresh {
-                Ok(Ok(connection)) => {
-                    *shared.current() = connection;
-                    shared.replaced.fetch_add(1, Ordering::Relaxed);
-                    shared.progress.store(shared.now(), Ordering::Relaxed);
-                }
-                Ok(Err(error)) => tracing::warn!(%error, "connecting afresh failed"),
-                Err(_) => tracing::warn!(timeout = ?CONNECT_WITHIN, "connecting afresh timed out"),
-            }
-            shared.replacing.store(false, Ordering::Release);
-        });
+/// The redirection of a pipeline's answers when all of them are the same one: none of its
+/// commands ran, so the whole pipeline may be sent again.
+fn redirect_of_values(values: &[Value]) -> Option<Redirect> {
+    let first = redirect_of_value(values.first()?)?;
+    let same = values
+        .iter()
+        .skip(1)
+        .all(|value| redirect_of_value(value).as_ref() == Some(&first));
+    same.then_some(first)
+}
+
+fn redirect_of_error(error: &RedisError) -> Option<Redirect> {
+    match error.kind() {
+        ErrorKind::Server(kind) => redirect_of_server(kind, error.detail()),
+        _ if error.is_connection_refusal() => Some(Redirect::Refused),
+        _ if error.is_io_error() || error.is_connection_dropped() => Some(Redirect::Dropped),
+        _ => None,
     }
 }
 
-/// Looks for a stall every [`WATCH_EVERY`] while the link lives.
-async fn watch(shared: Weak<Shared>) {
-    loop {
-        tokio::time::sleep(WATCH_EVERY).await;
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        if shared.stalled() {
-            shared.replace();
-        }
+/// A server error's redirection: `MOVED <slot> <host:port>`, `ASK <slot> <host:port>`, or one
+/// to wait out.
+fn redirect_of_server(kind: ServerErrorKind, details: Option<&str>) -> Option<Redirect> {
+    let target = || {
+        let mut words = details?.split_ascii_whitespace();
+        let slot = words.next()?.parse().ok()?;
+        Some((slot, words.next()?.to_owned()))
+    };
+    match kind {
+        ServerErrorKind::Moved => target().map(|(slot, to)| Redirect::Moved { slot, to }),
+        ServerErrorKind::Ask => target().map(|(_, to)| Redirect::Ask { to }),
+        ServerErrorKind::TryAgain
+        | ServerErrorKind::ClusterDown
+        | ServerErrorKind::MasterDown
+        | ServerErrorKind::BusyLoading => Some(Redirect::Wait),
+        _ => None,
     }
 }
 
-/// A command waiting for its answer: counted among the waiting until answered or dropped.
-struct Waiting(Arc<Shared>);
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Waiting {
-    fn start(shared: &Arc<Shared>) -> Self {
-        if shared.waiting.fetch_add(1, Ordering::Relaxed) == 0 {
-            shared.progress.store(shared.now(), Ordering::Relaxed);
-        }
-        Self(Arc::clone(shared))
+    #[test]
+    fn moved_and_ask_name_where_to_go() {
+        assert_eq!(
+            redirect_of_server(ServerErrorKind::Moved, Some("3999 127.0.0.1:6381")),
+            Some(Redirect::Moved {
+                slot: 3999,
+                to: "127.0.0.1:6381".to_owned()
+            })
+        );
+        assert_eq!(
+            redirect_of_server(ServerErrorKind::Ask, Some("3999 127.0.0.1:6382")),
+            Some(Redirect::Ask {
+                to: "127.0.0.1:6382".to_owned()
+            })
+        );
+        assert_eq!(
+            redirect_of_server(ServerErrorKind::Moved, Some("garbled")),
+            None
+        );
+        assert_eq!(
+            redirect_of_server(ServerErrorKind::TryAgain, None),
+            Some(Redirect::Wait)
+        );
+        assert_eq!(redirect_of_server(ServerErrorKind::NoScript, None), None);
     }
 
-    /// Any answer, an error included, shows that the connection works.
-    fn answered(self) {
-        self.0.progress.store(self.0.now(), Ordering::Relaxed);
-    }
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+    #[test]
+    fn waits_double_up_to_the_longest() {
+        let waits: Vec<u128> = (1..=7)
+            .map(|tries| wait_before(tries).as_millis())
+            .collect();
+        assert_eq!(waits, [10, 20, 40, 80, 160, 200, 200]);
     }
 }

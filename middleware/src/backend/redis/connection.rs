@@ -10,7 +10,8 @@ use super::SentinelConnection;
 
 /// A connection the Redis backend sends its commands on: a [`ConnectionManager`] (one Redis
 /// node: `RedisBackend::connect`), with the `redis-cluster` feature a `ClusterLink` (Redis
-/// Cluster: `RedisBackend::connect_cluster`), or with the
+/// Cluster: `RedisBackend::connect_cluster`) or redis-rs's `ClusterConnection`
+/// (`RedisBackend::from_cluster_connection`), or with the
 /// `redis-sentinel` feature a `SentinelConnection` (the master Sentinels name:
 /// `RedisBackend::connect_sentinel`). Sealed: the backend relies on how each one routes its
 /// commands.
@@ -31,6 +32,11 @@ impl RedisConnection for ClusterLink {
     const SHARDED: bool = true;
 }
 
+#[cfg(feature = "redis-cluster")]
+impl RedisConnection for redis::cluster_async::ClusterConnection {
+    const SHARDED: bool = true;
+}
+
 #[cfg(feature = "redis-sentinel")]
 impl RedisConnection for SentinelConnection {
     const SHARDED: bool = false;
@@ -41,6 +47,8 @@ mod sealed {
     impl Sealed for redis::aio::ConnectionManager {}
     #[cfg(feature = "redis-cluster")]
     impl Sealed for super::ClusterLink {}
+    #[cfg(feature = "redis-cluster")]
+    impl Sealed for redis::cluster_async::ClusterConnection {}
     #[cfg(feature = "redis-sentinel")]
     impl Sealed for super::SentinelConnection {}
 }

@@ -9,22 +9,22 @@
 use std::sync::LazyLock;
 
 /// How many hash slots Redis Cluster has.
-const SLOTS: usize = 16384;
+pub(super) const SLOTS: usize = 16384;
 
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag — the part between
 /// the first `{` and the next `}`, when that part is not empty — or of the whole key.
-pub(super) fn of_key(key: &str) -> usize {
-    slot_of_tag(hash_tag(key))
+pub(super) fn of_key(key: impl AsRef<[u8]>) -> usize {
+    slot_of_tag(hash_tag(key.as_ref()))
 }
 
 /// The hash slot of lock `name`'s key, `{name}` (see `LockKey`), without writing the key out.
 pub(super) fn of_lock_key(name: &str) -> usize {
     match name.find('}') {
         // `{}…` or `{}`: an empty tag, so the whole key is hashed.
-        Some(0) => of_key(&format!("{{{name}}}")),
+        Some(0) => of_key(format!("{{{name}}}")),
         None if name.is_empty() => of_key("{}"),
-        Some(end) => slot_of_tag(&name[..end]),
-        None => slot_of_tag(name),
+        Some(end) => slot_of_tag(&name.as_bytes()[..end]),
+        None => slot_of_tag(name.as_bytes()),
     }
 }
 
@@ -33,15 +33,15 @@ pub(super) fn counter_tag(slot: usize) -> u32 {
     TAG_OF_SLOT[slot]
 }
 
-fn slot_of_tag(tag: &str) -> usize {
-    usize::from(crc16(tag.as_bytes())) % SLOTS
+fn slot_of_tag(tag: &[u8]) -> usize {
+    usize::from(crc16(tag)) % SLOTS
 }
 
-fn hash_tag(key: &str) -> &str {
-    let Some(open) = key.find('{') else {
+fn hash_tag(key: &[u8]) -> &[u8] {
+    let Some(open) = key.iter().position(|&byte| byte == b'{') else {
         return key;
     };
-    match key[open + 1..].find('}') {
+    match key[open + 1..].iter().position(|&byte| byte == b'}') {
         Some(0) | None => key,
         Some(len) => &key[open + 1..open + 1 + len],
     }
@@ -81,7 +81,7 @@ static TAG_OF_SLOT: LazyLock<Box<[u32]>> = LazyLock::new(|| {
     let mut missing = SLOTS;
     let mut candidate: u32 = 0;
     while missing > 0 {
-        let slot = of_key(&candidate.to_string());
+        let slot = of_key(candidate.to_string());
         if tags[slot] == u32::MAX {
             tags[slot] = candidate;
             missing -= 1;
@@ -120,16 +120,12 @@ mod tests {
     #[test]
     fn a_lock_keys_slot_is_found_without_writing_the_key() {
         for name in ["lock:coupon:42", "lock:a", "", "a}b", "}a", "{a"] {
-            assert_eq!(
-                of_lock_key(name),
-                of_key(&format!("{{{name}}}")),
-                "{name:?}"
-            );
+            assert_eq!(of_lock_key(name), of_key(format!("{{{name}}}")), "{name:?}");
         }
     }
 
     #[test]
     fn every_slot_has_a_counter_tag_that_hashes_to_it() {
-        assert!((0..SLOTS).all(|slot| of_key(&counter_tag(slot).to_string()) == slot));
+        assert!((0..SLOTS).all(|slot| of_key(counter_tag(slot).to_string()) == slot));
     }
 }

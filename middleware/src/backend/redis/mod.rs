@@ -37,6 +37,10 @@ mod acks;
 mod announcements;
 #[cfg(feature = "redis-cluster")]
 mod cluster_link;
+#[cfg(feature = "redis-cluster")]
+mod cluster_topology;
+#[cfg(feature = "redis-cluster")]
+mod command_slot;
 mod commands;
 mod connection;
 mod fair_line;
@@ -160,13 +164,14 @@ impl RedisBackend<ConnectionManager> {
 #[cfg(feature = "redis-cluster")]
 impl RedisBackend<ClusterLink> {
     /// Connects to the Redis Cluster that `nodes` belong to (any of its nodes: the others are
-    /// found through them), with a second cluster connection for release announcements.
+    /// found through them), with a cluster connection of its own for release announcements.
     ///
     /// Every key of a lock lives in the lock's hash slot (its name in braces is the hash tag,
     /// and the fencing counter of that slot is chosen to hash there too), so each script runs
-    /// on one shard; the connection follows `MOVED` and `ASK` redirections, slot migrations and
-    /// failovers by itself, and is made afresh when it stalls ([`ClusterLink`]). Releases are announced with sharded pub/sub (`SPUBLISH`) on the
-    /// lock's shard, and waiters subscribe there (`SSUBSCRIBE`, Redis 7 or later); a
+    /// on one shard. Each command goes straight to the master serving its slot, on a
+    /// connection of its own to each master ([`ClusterLink`]), which follows `MOVED` and
+    /// `ASK` redirections, slot migrations and failovers. Releases are announced with sharded
+    /// pub/sub (`SPUBLISH`) on the lock's shard, and waiters subscribe there (`SSUBSCRIBE`, Redis 7 or later); a
     /// subscription the server drops when its slot moves is made again. Several keys in one
     /// slot are taken in one script; keys in different slots one by one, in sorted order, all
     /// or none.
@@ -192,16 +197,20 @@ impl RedisBackend<ClusterLink> {
             .into_iter()
             .map(IntoConnectionInfo::into_connection_info)
             .collect::<Result<Vec<_>, _>>()?;
-        let connection = ClusterLink::connect(cluster_client(nodes.clone()).build()?).await?;
+        let connection = ClusterLink::connect(nodes.clone()).await?;
         let room = announcements::cluster_waiting_room(nodes).await?;
         Ok(Self::on(connection, room))
     }
+}
 
-    /// Uses a cluster connection you configured yourself. A backend made this way hears no
+#[cfg(feature = "redis-cluster")]
+impl RedisBackend<ClusterConnection> {
+    /// Uses redis-rs's cluster connection, configured by you. A backend made this way hears no
     /// release announcements: its waiters retry on timers (in fair mode, still in arrival
-    /// order); its connection is not made afresh when it stalls.
+    /// order); every command goes through that connection's one task, which costs the client
+    /// more per lock than [`connect_cluster`](RedisBackend::connect_cluster)'s link.
     pub fn from_cluster_connection(connection: ClusterConnection) -> Self {
-        Self::on(ClusterLink::fixed(connection), WaitingRoom::silent())
+        Self::on(connection, WaitingRoom::silent())
     }
 }
 
