@@ -162,6 +162,10 @@ struct Args {
     /// meanwhile reach none of them.
     #[arg(long, default_value_t = 0)]
     lag_ms: u64,
+    /// Redis Cluster (hot key, distinct keys): replicas per master of the three-master cluster
+    /// lockbench starts (0: masters alone, as the one node beside them).
+    #[arg(long, default_value_t = 1)]
+    cluster_replicas: usize,
     /// Internal: run one process's share of a run (a JSON plan) and print what it measured.
     #[arg(long, hide = true)]
     worker: Option<String>,
@@ -447,7 +451,7 @@ async fn measure(args: Args) {
             hot_key_grid(&args, &urls, &hot_key_impls).await;
         }
         (Scenario::HotKey, Some(Backend::RedisCluster)) => {
-            let cluster = RedisCluster::start(3, 1);
+            let cluster = RedisCluster::start(3, args.cluster_replicas);
             let urls = Urls {
                 redis: url.clone(),
                 other: Some(cluster.urls().join(",")),
@@ -496,9 +500,13 @@ async fn measure(args: Args) {
             zookeeper_distinct_keys_grid(&args, &url, &zookeeper_pairs).await;
         }
         (Scenario::DistinctKeys, Some(Backend::RedisCluster)) => {
-            let cluster = RedisCluster::start(3, 1);
-            let title = "Redis Cluster (3 masters, 3 replicas)";
-            redis_distinct_keys_grid(&args, (title, &cluster.urls()), &url, &redis_pairs).await;
+            let cluster = RedisCluster::start(3, args.cluster_replicas);
+            let title = format!(
+                "Redis Cluster (3 masters, {} replicas)",
+                3 * args.cluster_replicas
+            );
+            let nodes = cluster.urls();
+            redis_distinct_keys_grid(&args, (&title, &nodes), &url, &redis_pairs).await;
         }
         (Scenario::DistinctKeys, Some(Backend::RedisSentinel)) => {
             let group = RedisSentinels::start(2);
