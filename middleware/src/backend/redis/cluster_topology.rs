@@ -119,6 +119,13 @@ impl Topology {
         });
         let connection =
             ConnectionManager::new_lazy_with_config(Client::open(info)?, super::commands_config())?;
+        // Connected now, whoever waits for it: a connection made by a command alone stops half
+        // made when that command is dropped (a refresh takes the first node's answer and drops
+        // the others), and the timeout it started fails the next command at once.
+        let mut connecting = connection.clone();
+        tokio::spawn(async move {
+            let _: RedisResult<Value> = redis::cmd("PING").query_async(&mut connecting).await;
+        });
         let node = Node(Arc::new(NodeLink {
             address: address.to_owned(),
             connection,
