@@ -171,10 +171,10 @@ impl RedisBackend<ClusterLink> {
     /// on one shard. Each command goes straight to the master serving its slot, on a
     /// connection of its own to each master ([`ClusterLink`]), which follows `MOVED` and
     /// `ASK` redirections, slot migrations and failovers. Releases are announced with sharded
-    /// pub/sub (`SPUBLISH`) on the lock's shard, and waiters subscribe there (`SSUBSCRIBE`, Redis 7 or later); a
-    /// subscription the server drops when its slot moves is made again. Several keys in one
-    /// slot are taken in one script; keys in different slots one by one, in sorted order, all
-    /// or none.
+    /// pub/sub (`SPUBLISH`) on the lock's shard, and waiters subscribe there (`SSUBSCRIBE`,
+    /// Redis 7 or later); a subscription the server drops when its slot moves is made again.
+    /// Several keys in one slot are taken in one script; keys in different slots one by one, in
+    /// sorted order, all or none.
     ///
     /// Redis Cluster replicates asynchronously: a master that fails over before its replica
     /// received a lock can grant that lock again (see the Redis store's page).
