@@ -27,6 +27,18 @@ async fn locker(cluster: &RedisCluster, ttl: Duration) -> Locker<RedisBackend<Cl
         .expect("valid settings")
 }
 
+/// The hash slot of lock `k`, the master serving it, and another master.
+fn slot_of_k_and_two_masters(cluster: &RedisCluster) -> (u16, u16, u16) {
+    let slot = cluster.slot_of(&RedisBackend::lock_key("lock:k"));
+    let from = cluster.master_of(slot);
+    let to = *cluster
+        .masters()
+        .iter()
+        .find(|&&port| port != from)
+        .expect("another master");
+    (slot, from, to)
+}
+
 /// A waiter whose lock's hash slot moves to another master while it waits is woken by the
 /// release on the new master, not by the holder's lease running out: its sharded subscription,
 /// which the old master drops (`SUNSUBSCRIBE`), is made again on the new one. The twin, the
@@ -39,13 +51,7 @@ async fn a_waiter_is_woken_after_its_locks_slot_moved() {
     let waiting = tokio::spawn(async move { waiter.lock("k").await });
     sleep(Duration::from_millis(300)).await;
 
-    let slot = cluster.slot_of(&RedisBackend::lock_key("lock:k"));
-    let from = cluster.master_of(slot);
-    let to = *cluster
-        .masters()
-        .iter()
-        .find(|&&port| port != from)
-        .expect("another master");
+    let (slot, from, to) = slot_of_k_and_two_masters(&cluster);
     let cluster = tokio::task::spawn_blocking(move || {
         cluster.migrate_slot(slot, from, to);
         cluster
@@ -93,13 +99,7 @@ async fn a_lock_is_taken_and_given_back_while_its_slot_moves() {
     let last_fence = first.fence().expect("fenced");
     first.release().await.expect("released");
 
-    let slot = cluster.slot_of(&RedisBackend::lock_key("lock:k"));
-    let from = cluster.master_of(slot);
-    let to = *cluster
-        .masters()
-        .iter()
-        .find(|&&port| port != from)
-        .expect("another master");
+    let (slot, from, to) = slot_of_k_and_two_masters(&cluster);
     cluster.begin_migration(slot, from, to);
 
     let held = mine
