@@ -79,6 +79,9 @@ enum Next {
     Answer,
     /// Send to the slot's master again.
     Again,
+    /// Send to this node, which serves the slot now (`MOVED`): whatever a refresh running
+    /// meanwhile heard from a node that has not learned the move yet.
+    Moved(Node),
     /// Send to this node after `ASKING`.
     Ask(Node),
 }
@@ -97,10 +100,10 @@ impl ClusterLink {
             return self.everywhere(command).await;
         };
         let mut tries = 0;
-        let mut asked = None;
+        let mut sent_on = None;
         loop {
-            let (node, asking) = match asked.take() {
-                Some(node) => (node, true),
+            let (node, asking) = match sent_on.take() {
+                Some(to) => to,
                 None => match self.master_of(slot, &mut tries).await? {
                     Some(node) => (node, false),
                     None => continue,
@@ -119,7 +122,8 @@ impl ClusterLink {
             match self.follow(redirect, &mut tries).await {
                 Next::Answer => return answer,
                 Next::Again => {}
-                Next::Ask(to) => asked = Some(to),
+                Next::Moved(to) => sent_on = Some((to, false)),
+                Next::Ask(to) => sent_on = Some((to, true)),
             }
         }
     }
@@ -132,9 +136,14 @@ impl ClusterLink {
     ) -> RedisResult<Vec<Value>> {
         let slot = command_slot::of_pipeline(pipeline).unwrap_or(0);
         let mut tries = 0;
+        let mut moved_to = None;
         loop {
-            let Some(node) = self.master_of(slot, &mut tries).await? else {
-                continue;
+            let node = match moved_to.take() {
+                Some(node) => node,
+                None => match self.master_of(slot, &mut tries).await? {
+                    Some(node) => node,
+                    None => continue,
+                },
             };
             let answer = node
                 .send(async |connection| {
@@ -153,6 +162,7 @@ impl ClusterLink {
             };
             match self.follow(redirect, &mut tries).await {
                 Next::Answer => return answer,
+                Next::Moved(to) => moved_to = Some(to),
                 Next::Again | Next::Ask(_) => {}
             }
         }
@@ -189,7 +199,14 @@ impl ClusterLink {
         }
         match redirect {
             Redirect::Moved { slot, to } => match self.topology.moved(slot, &to) {
-                Ok(()) => Next::Again,
+                Ok(node) => {
+                    // Moved again: the move is under way (the new master, still importing,
+                    // sends back to the old one until it is told the slot is its own).
+                    if *tries > 1 {
+                        tokio::time::sleep(wait_before(*tries - 1)).await;
+                    }
+                    Next::Moved(node)
+                }
                 Err(_) => Next::Answer,
             },
             Redirect::Ask { to } => match self.topology.node(&to) {

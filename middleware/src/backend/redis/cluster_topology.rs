@@ -52,6 +52,9 @@ pub(super) struct NodeLink {
     waiting: AtomicUsize,
     /// When the node last answered anything, or commands started waiting (ms since `epoch`).
     progress: AtomicU64,
+    /// A command was given up on (its caller's timeout) before the node answered it, and
+    /// nothing was answered since: the stall it may show is not forgotten when nothing waits.
+    unanswered: AtomicBool,
     epoch: Instant,
 }
 
@@ -131,6 +134,7 @@ impl Topology {
             connection,
             waiting: AtomicUsize::new(0),
             progress: AtomicU64::new(0),
+            unanswered: AtomicBool::new(false),
             epoch: self.epoch,
         }));
         nodes.insert(address.to_owned(), node.clone());
@@ -138,8 +142,9 @@ impl Topology {
     }
 
     /// `slot` is served by the node at `address` (a `MOVED` said so): the next commands for it
-    /// go there, and the whole map is asked for again (a moved slot seldom moves alone).
-    pub(super) fn moved(self: &Arc<Self>, slot: u16, address: &str) -> RedisResult<()> {
+    /// go there, and the whole map is asked for again (a moved slot seldom moves alone). The
+    /// node, for the command that was told.
+    pub(super) fn moved(self: &Arc<Self>, slot: u16, address: &str) -> RedisResult<Node> {
         let node = self.node(address)?;
         {
             let mut slots = self.slots.write().unwrap_or_else(PoisonError::into_inner);
@@ -151,7 +156,7 @@ impl Topology {
             {
                 Some(index) => index,
                 None => {
-                    slots.masters.push(node);
+                    slots.masters.push(node.clone());
                     slots.masters.len() - 1
                 }
             };
@@ -160,7 +165,7 @@ impl Topology {
             }
         }
         self.refresh_soon();
-        Ok(())
+        Ok(node)
     }
 
     /// Asks for the slots again in the background, unless that is already asked for.
@@ -226,10 +231,10 @@ impl Topology {
     /// What the node at `address` says of the slots (`CLUSTER SLOTS`).
     async fn slots_of(&self, address: &str) -> RedisResult<SlotMap> {
         let node = self.node(address)?;
-        let mut connection = node.0.connection.clone();
         let mut cluster_slots = redis::cmd("CLUSTER");
         cluster_slots.arg("SLOTS");
-        let asked = cluster_slots.query_async(&mut connection);
+        // Through `send`: an answer shows the node is there, a silence adds to its stall.
+        let asked = node.send(async |connection| cluster_slots.query_async(connection).await);
         let reply: Value = tokio::time::timeout(ASK_SLOTS_WITHIN, asked)
             .await
             .map_err(|_| {
@@ -288,13 +293,16 @@ impl Node {
         answer
     }
 
-    /// Whether commands wait and nothing was answered for [`STALLED_AFTER`].
+    /// Whether commands wait, or one was given up on unanswered, and nothing was answered for
+    /// [`STALLED_AFTER`].
     fn stalled(&self) -> bool {
         let link = &self.0;
         let quiet = link
             .now()
             .saturating_sub(link.progress.load(Ordering::Relaxed));
-        link.waiting.load(Ordering::Relaxed) > 0 && quiet >= STALLED_AFTER.as_millis() as u64
+        let asked =
+            link.waiting.load(Ordering::Relaxed) > 0 || link.unanswered.load(Ordering::Relaxed);
+        asked && quiet >= STALLED_AFTER.as_millis() as u64
     }
 }
 
@@ -328,25 +336,37 @@ async fn watch(topology: Weak<Topology>) {
 }
 
 /// A command waiting for its answer: counted among the waiting until answered or dropped.
-struct Waiting<'a>(&'a NodeLink);
+struct Waiting<'a> {
+    link: &'a NodeLink,
+    answered: bool,
+}
 
 impl<'a> Waiting<'a> {
     fn start(link: &'a NodeLink) -> Self {
-        if link.waiting.fetch_add(1, Ordering::Relaxed) == 0 {
+        let first = link.waiting.fetch_add(1, Ordering::Relaxed) == 0;
+        if first && !link.unanswered.load(Ordering::Relaxed) {
             link.progress.store(link.now(), Ordering::Relaxed);
         }
-        Self(link)
+        Self {
+            link,
+            answered: false,
+        }
     }
 
     /// Any answer, an error included, shows that the node is there.
-    fn answered(self) {
-        self.0.progress.store(self.0.now(), Ordering::Relaxed);
+    fn answered(mut self) {
+        self.answered = true;
+        self.link.progress.store(self.link.now(), Ordering::Relaxed);
+        self.link.unanswered.store(false, Ordering::Relaxed);
     }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+        if !self.answered {
+            self.link.unanswered.store(true, Ordering::Relaxed);
+        }
+        self.link.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
