@@ -77,6 +77,7 @@
 //! assert_eq!(rows, 42);
 //! # Ok(()) }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -85,7 +86,7 @@ mod background;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 mod engine;
-#[doc = include_str!("../../docs/fencing.md")]
+#[doc = include_str!("../docs/fencing.md")]
 pub mod fencing {}
 pub mod key;
 mod layer;

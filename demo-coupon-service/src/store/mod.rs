@@ -81,7 +81,7 @@ impl CouponStore {
     /// coupon remembers the largest token that has read it, and from then on refuses the
     /// writes of every older one. Registering on read, not only on write, is what stops a
     /// stale holder whose lease ran out from writing after a newer holder has read but before
-    /// that one writes (see `docs/fencing.md`).
+    /// that one writes (see `middleware/docs/fencing.md`).
     pub async fn stock(&self, id: &str, fence: Option<u64>) -> Result<Option<Stock>, StoreError> {
         match self {
             Self::Memory(store) => Ok(store.stock(id, fence)),

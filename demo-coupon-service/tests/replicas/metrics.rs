@@ -86,7 +86,7 @@ async fn the_metrics_count_a_known_sequence_of_claims() {
 
 #[test]
 fn the_docs_table_names_every_metric_with_its_type() {
-    let docs = include_str!("../../../docs/OBSERVABILITY.md");
+    let docs = include_str!("../../../middleware/docs/OBSERVABILITY.md");
     let metrics = [
         (Metric::AcquireSeconds.name(), "histogram"),
         (Metric::WaitSeconds.name(), "histogram"),
@@ -101,7 +101,7 @@ fn the_docs_table_names_every_metric_with_its_type() {
         let row = format!("| `{name}` | {kind} |");
         assert!(
             docs.contains(&row),
-            "docs/OBSERVABILITY.md lacks the row {row}"
+            "middleware/docs/OBSERVABILITY.md lacks the row {row}"
         );
     }
 }

@@ -113,6 +113,13 @@ use std::future::Future;
 use std::time::Duration;
 
 mod attempt;
+#[cfg(any(
+    feature = "redis",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "zookeeper"
+))]
+mod connect;
 mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd;

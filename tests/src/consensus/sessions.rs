@@ -114,7 +114,7 @@ pub async fn a_holder_cut_off_past_its_session_loses_the_lock<S: ConsensusStore>
         "the holder was told by the time the lock passed on"
     );
     // The store's own token; a guard's is composed with its hold's number in its run: the
-    // store's × 256 + the number (docs/fencing.md).
+    // store's × 256 + the number (middleware/docs/fencing.md).
     let fence = taken.fence.expect("the store fences");
     assert!(
         fence.get() * 256 > stale_fence.get(),

@@ -10,7 +10,7 @@ use sqlx::query::Query;
 use sqlx::{MySql, MySqlPool, Row};
 
 use super::sql::tickets::release_through_queue;
-use super::sql::{AcquireSlots, ReachablePool, acquire_detached, pool_options};
+use super::sql::{AcquireSlots, ReachablePool, acquire_detached, connect_pool};
 use super::waiting::{Announcement, WaitingRoom};
 use super::{
     Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, Patience,
@@ -102,10 +102,7 @@ impl MysqlBackend {
     /// second (sqlx's default pings every time: a round trip in front of each statement). A
     /// pool of your own goes to [`with_table`](Self::with_table).
     pub async fn connect(url: &str) -> Result<Self, BackendError> {
-        let pool = pool_options(10)
-            .connect(url)
-            .await
-            .map_err(BackendError::new)?;
+        let pool = connect_pool(url, 10).await?;
         Self::with_table(pool, DEFAULT_TABLE).await
     }
 

@@ -11,7 +11,7 @@ use sqlx::{Executor, MySql, MySqlPool};
 use super::statements::MAX_NAME_LEN;
 use crate::backend::BackendError;
 use crate::backend::sql::session::{SessionLock, SessionLocks, session_backend};
-use crate::backend::sql::{check_table_name, pool_options};
+use crate::backend::sql::{check_table_name, connect_pool};
 
 /// The table a backend made by [`connect`](NowaitBackend::connect) locks rows of.
 pub const DEFAULT_ROW_TABLE: &str = "tower_lock_rows";
@@ -71,10 +71,7 @@ impl NowaitBackend {
     /// Connects to the database at `url` with a pool of up to 16 connections and locks rows of
     /// [`DEFAULT_ROW_TABLE`], creating it when missing.
     pub async fn connect(url: &str) -> Result<Self, BackendError> {
-        let pool = pool_options(16)
-            .connect(url)
-            .await
-            .map_err(BackendError::new)?;
+        let pool = connect_pool(url, 16).await?;
         Self::with_table(pool, DEFAULT_ROW_TABLE).await
     }
 

@@ -7,7 +7,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 
 use crate::backend::BackendError;
-use crate::backend::sql::pool_options;
+use crate::backend::sql::connect_pool;
 use crate::backend::sql::session::{SessionLock, SessionLocks, session_backend};
 
 /// The namespace a backend made by [`connect`](AdvisoryBackend::connect) hashes names in.
@@ -56,10 +56,7 @@ impl AdvisoryBackend {
     /// Connects to the database at `url` with a pool of up to 16 connections (so at most 15
     /// locks held at once, one connection left to try) in [`DEFAULT_NAMESPACE`].
     pub async fn connect(url: &str) -> Result<Self, BackendError> {
-        let pool = pool_options(16)
-            .connect(url)
-            .await
-            .map_err(BackendError::new)?;
+        let pool = connect_pool(url, 16).await?;
         Ok(Self::with_pool(pool, DEFAULT_NAMESPACE))
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use sqlx::{PgPool, Postgres};
 
 use super::sql::tickets::release_through_queue;
-use super::sql::{AcquireSlots, ReachablePool, acquire_detached, pool_options};
+use super::sql::{AcquireSlots, ReachablePool, acquire_detached, connect_pool};
 use super::waiting::WaitingRoom;
 use super::{
     Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, Patience,
@@ -105,10 +105,7 @@ impl PostgresBackend {
     /// second (sqlx's default pings every time: a round trip in front of each statement). A
     /// pool of your own goes to [`with_table`](Self::with_table).
     pub async fn connect(url: &str) -> Result<Self, BackendError> {
-        let pool = pool_options(10)
-            .connect(url)
-            .await
-            .map_err(BackendError::new)?;
+        let pool = connect_pool(url, 10).await?;
         Self::with_table(pool, DEFAULT_TABLE).await
     }
 

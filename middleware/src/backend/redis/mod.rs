@@ -11,9 +11,10 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 #[cfg(feature = "redis-cluster")]
 use redis::cluster_async::ClusterConnection;
-use redis::{Client, FromRedisValue, IntoConnectionInfo, RedisError};
+use redis::{Client, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError};
 use tokio::time::Instant;
 
+use super::connect::{ConnectFailure, within};
 use super::waiting::WaitingRoom;
 use super::{
     Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, Patience, TokenLease,
@@ -136,14 +137,24 @@ impl RedisBackend<ConnectionManager> {
     /// The connection itself puts no limit on how long an answer may take: the
     /// [`Locker`](crate::Locker)'s store timeout (default 1 s) bounds every call, where the
     /// `redis` crate's own default would cut answers off at 500 ms whatever that timeout says.
+    ///
+    /// # Errors
+    ///
+    /// A URL that does not parse; a server that cannot be reached, or does not answer within
+    /// 5 s (the error names its address).
     pub async fn connect(url: impl IntoConnectionInfo) -> Result<Self, RedisError> {
         let client = Client::open(url)?;
-        let manager = ConnectionManager::new_with_config(client.clone(), commands_config()).await?;
-        let room = announcements::waiting_room(&client).await?;
-        Ok(Self {
-            room,
-            ..Self::from_connection(manager)
-        })
+        let target = format!("Redis at {}", client.get_connection_info().addr());
+        let connecting = async {
+            let manager =
+                ConnectionManager::new_with_config(client.clone(), commands_config()).await?;
+            let room = announcements::waiting_room(&client).await?;
+            Ok::<_, RedisError>(Self {
+                room,
+                ..Self::from_connection(manager)
+            })
+        };
+        within(&target, connecting).await.map_err(unreachable)
     }
 
     /// Uses a connection manager you configured yourself (TLS, credentials, timeouts).
@@ -197,9 +208,14 @@ impl RedisBackend<ClusterLink> {
             .into_iter()
             .map(IntoConnectionInfo::into_connection_info)
             .collect::<Result<Vec<_>, _>>()?;
-        let connection = ClusterLink::connect(nodes.clone()).await?;
-        let room = announcements::cluster_waiting_room(nodes).await?;
-        Ok(Self::on(connection, room))
+        let addresses: Vec<String> = nodes.iter().map(|node| node.addr().to_string()).collect();
+        let target = format!("the Redis Cluster at {}", addresses.join(","));
+        let connecting = async {
+            let connection = ClusterLink::connect(nodes.clone()).await?;
+            let room = announcements::cluster_waiting_room(nodes).await?;
+            Ok::<_, RedisError>(Self::on(connection, room))
+        };
+        within(&target, connecting).await.map_err(unreachable)
     }
 }
 
@@ -212,6 +228,12 @@ impl RedisBackend<ClusterConnection> {
     pub fn from_cluster_connection(connection: ClusterConnection) -> Self {
         Self::on(connection, WaitingRoom::silent())
     }
+}
+
+/// A failed connect as the Redis error it was (its kind kept), naming what it tried to reach.
+fn unreachable(failure: ConnectFailure<RedisError>) -> RedisError {
+    let kind = failure.cause.map_or(ErrorKind::Io, |cause| cause.kind());
+    RedisError::from((kind, "lock store unreachable", failure.message))
 }
 
 /// A cluster client's settings: connections given up on as fast as a node's, and no limit of

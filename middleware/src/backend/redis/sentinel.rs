@@ -11,6 +11,8 @@ use redis::{
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::backend::connect::within;
+
 /// How often a connection asks the Sentinels for the master again at most, while the one it
 /// has fails.
 const FOLLOW_AT_MOST_EVERY: Duration = Duration::from_millis(100);
@@ -203,13 +205,29 @@ impl super::RedisBackend<SentinelConnection> {
         sentinels: impl IntoIterator<Item = T>,
         master_name: &str,
     ) -> Result<Self, RedisError> {
-        let sentinels: Vec<T> = sentinels.into_iter().collect();
+        let sentinels = sentinels
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect::<Result<Vec<_>, _>>()?;
+        let addresses: Vec<String> = sentinels
+            .iter()
+            .map(|node| node.addr().to_string())
+            .collect();
+        let target = format!(
+            "the master {master_name} through the Sentinels at {}",
+            addresses.join(",")
+        );
         let config = super::manager_config()
             .set_number_of_retries(0)
             .set_response_timeout(Some(MASTER_ANSWERS_WITHIN));
-        let connection = SentinelConnection::connect(sentinels, master_name, config).await?;
-        let room = super::announcements::sentinel_waiting_room(&connection).await?;
-        Ok(Self::on(connection, room))
+        let connecting = async {
+            let connection = SentinelConnection::connect(sentinels, master_name, config).await?;
+            let room = super::announcements::sentinel_waiting_room(&connection).await?;
+            Ok::<_, RedisError>(Self::on(connection, room))
+        };
+        within(&target, connecting)
+            .await
+            .map_err(super::unreachable)
     }
 }
 

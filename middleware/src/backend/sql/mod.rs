@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::pool::PoolOptions;
-use sqlx::{Connection, Database};
+use sqlx::{Connection, Database, Pool};
 use tokio::sync::{Semaphore, oneshot};
 
+use super::connect::{masked, within};
 use super::{
     Attempt, BackendError, Granted, LockBackend, LockRequest, QueuedAttempt, TokenLease, WaitQueue,
 };
@@ -30,7 +31,7 @@ const TRUSTED_IDLE: Duration = Duration::from_secs(1);
 /// sqlx still pings each connection when it comes back, so one that died while in use is
 /// closed then; one that dies within a second of its last use fails its next statement, which
 /// the caller sees as the store being unavailable, like a connection lost mid-statement.
-pub(super) fn pool_options<DB: Database>(max_connections: u32) -> PoolOptions<DB> {
+fn pool_options<DB: Database>(max_connections: u32) -> PoolOptions<DB> {
     PoolOptions::new()
         .max_connections(max_connections)
         .test_before_acquire(false)
@@ -42,6 +43,21 @@ pub(super) fn pool_options<DB: Database>(max_connections: u32) -> PoolOptions<DB
                 Ok(true)
             })
         })
+}
+
+/// A pool of up to `max_connections` to the database at `url`, within the connect timeout and
+/// with an error naming the database (its password masked). One connection is made and closed
+/// first: on a refusal, sqlx's pool would try again and again until its 30 s acquire timeout,
+/// and then report only that it timed out.
+pub(super) async fn connect_pool<DB: Database>(
+    url: &str,
+    max_connections: u32,
+) -> Result<Pool<DB>, BackendError> {
+    let connecting = async {
+        DB::Connection::connect(url).await?.close().await?;
+        pool_options(max_connections).connect(url).await
+    };
+    Ok(within(&masked(url), connecting).await?)
 }
 
 /// How many of a pool's connections acquires leave to extends and releases.

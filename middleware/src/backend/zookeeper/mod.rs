@@ -31,6 +31,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError};
 
+use super::connect::within;
 use super::reach::{Dial, Reach};
 use crate::OwnerToken;
 use crate::backend::waiting::WaitingRoom;
@@ -188,13 +189,14 @@ impl ZookeeperBackend {
             timeout: settings.session_timeout,
             root: settings.root.clone(),
         };
-        let session = Arc::new(Session::start(ensemble).await?);
-        let directory = CreateMode::Persistent.with_acls(Acls::anyone_all());
-        session
-            .client()
-            .mkdir(&settings.root, &directory)
-            .await
-            .map_err(BackendError::new)?;
+        let connecting = async {
+            let session = Session::start(ensemble).await?;
+            let directory = CreateMode::Persistent.with_acls(Acls::anyone_all());
+            let root = session.client().mkdir(&settings.root, &directory).await;
+            root.map_err(BackendError::new)?;
+            Ok::<_, BackendError>(Arc::new(session))
+        };
+        let session = within(&format!("ZooKeeper at {cluster}"), connecting).await?;
         let (watches, room) = Watches::start(&session);
         Ok(Self {
             inner: Arc::new(Inner {

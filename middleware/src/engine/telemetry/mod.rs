@@ -1,8 +1,8 @@
 //! What the engine reports: metrics through the [`metrics`] facade and a [`tracing`] span per
 //! acquisition. The table of every metric, its labels and the span's fields (this page is
-//! `docs/OBSERVABILITY.md`):
+//! `middleware/docs/OBSERVABILITY.md`):
 //!
-#![doc = include_str!("../../../../docs/OBSERVABILITY.md")]
+#![doc = include_str!("../../../docs/OBSERVABILITY.md")]
 
 mod meters;
 mod tally;
