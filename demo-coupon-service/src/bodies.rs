@@ -6,10 +6,15 @@ use std::ops::RangeInclusive;
 
 use axum::Json;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::StatusCode;
 use axum::http::request::Parts;
 use serde_json::{Map, Value};
 
 use crate::problem::Problem;
+
+/// The largest body any route reads (claims, `PUT`, transfers alike); a longer one is answered
+/// 413, as the lock layers answer it.
+pub const BODY_LIMIT: usize = 16 * 1024;
 
 /// The most units a coupon holds: what `PUT` accepts, and what a transfer may fill it up to.
 pub const MAX_STOCK: i64 = u32::MAX as i64;
@@ -55,6 +60,18 @@ impl<S: Send + Sync> FromRequestParts<S> for CouponId {
     }
 }
 
+/// Why a body could not be read whole: longer than [`BODY_LIMIT`] (413), or cut off (400).
+pub(crate) fn unread_body(error: &axum::Error) -> Problem {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = cause {
+        if error.is::<http_body_util::LengthLimitError>() {
+            return Problem::BodyTooLarge;
+        }
+        cause = error.source();
+    }
+    Problem::InvalidRequest(format!("the body could not be read: {error}"))
+}
+
 /// A JSON object body; anything else is refused.
 #[derive(Debug)]
 pub struct JsonObject(Map<String, Value>);
@@ -63,9 +80,12 @@ impl<S: Send + Sync> FromRequest<S> for JsonObject {
     type Rejection = Problem;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Problem> {
-        let Json(value) = Json::<Value>::from_request(request, state)
-            .await
-            .map_err(|rejection| Problem::InvalidRequest(rejection.body_text()))?;
+        let Json(value) = Json::<Value>::from_request(request, state).await.map_err(
+            |rejection| match rejection.status() {
+                StatusCode::PAYLOAD_TOO_LARGE => Problem::BodyTooLarge,
+                _ => Problem::InvalidRequest(rejection.body_text()),
+            },
+        )?;
         Self::of(value)
     }
 }
@@ -76,7 +96,7 @@ impl JsonObject {
         match value {
             Value::Object(fields) => Ok(Self(fields)),
             _ => Err(Problem::InvalidRequest(
-                "the body must be a JSON object, like {\"stock\": 100}".into(),
+                "the body must be a JSON object".into(),
             )),
         }
     }

@@ -30,6 +30,7 @@ pub mod dashboard;
 pub mod optimistic;
 pub mod problem;
 pub mod routes;
+mod serving;
 pub mod store;
 pub mod telemetry;
 pub mod transfers;
@@ -68,7 +69,8 @@ pub struct Options {
     /// they read, and retry otherwise (the optimistic lock). Needs a SQL `--store`.
     #[arg(long, env = "OPTIMISTIC", conflicts_with = "no_lock")]
     pub optimistic: bool,
-    /// Simulated business work inside a claim, between reading and writing the stock (ms).
+    /// Simulated business work inside a claim, between reading and writing the stock (ms, at
+    /// most 60 000).
     #[arg(long, env = "WORK_MS", default_value_t = 2)]
     pub work_ms: u64,
     /// How long a claim waits for a busy lock (ms); 0 rejects at once with 409.
@@ -105,6 +107,10 @@ impl Options {
         self.store.as_deref().or(self.redis_url.as_deref())
     }
 }
+
+/// The longest `--work-ms`: a claim's work longer than a minute is no demonstration, and one
+/// of `u64::MAX` would hold its lock for good.
+const MAX_WORK_MS: u64 = 60_000;
 
 /// Two audits at once, unless `--audit-permits` says otherwise.
 const TWO: NonZeroU32 = NonZeroU32::new(2).expect("two is not zero");
@@ -565,6 +571,12 @@ impl AppState {
     ///
     /// One line naming the store and why it cannot be used.
     pub async fn from_options(options: &Options) -> Result<Self, String> {
+        if options.work_ms > MAX_WORK_MS {
+            return Err(format!(
+                "--work-ms {}: a claim's simulated work is at most {MAX_WORK_MS} ms (a minute)",
+                options.work_ms
+            ));
+        }
         let work = Duration::from_millis(options.work_ms);
         let settings = LockSettings::from(options);
         let Some(url) = options.store_url() else {
@@ -710,6 +722,10 @@ async fn lock_backend(url: &str, ttl: Option<Duration>) -> Result<LockStore, Str
             ));
         }
         let backend = RedlockBackend::connect(urls).map_err(|error| cannot("RedLock", &error))?;
+        // RedLock connects on first use: a majority must answer now, as every other lock
+        // store must.
+        (backend.check_quorum(Duration::from_secs(1)).await)
+            .map_err(|error| cannot("RedLock", &error))?;
         return Ok(LockStore::Redlock(backend));
     }
     if let Some(servers) = url.strip_prefix("zk://") {
@@ -800,7 +816,9 @@ async fn sql_locking(url: &str, dialect: Dialect) -> Result<LockStore, BackendEr
 
 /// A layer taking its locks with `locker`, answering rejections as the demo does.
 fn lock_layer<B: LockBackend, K: KeyExtractor>(locker: &Locker<B>, key: K) -> LockLayer<B, K> {
-    LockLayer::new(locker.clone(), key).on_rejection(problem::lock_rejection)
+    LockLayer::new(locker.clone(), key)
+        .body_limit(bodies::BODY_LIMIT)
+        .on_rejection(problem::lock_rejection)
 }
 
 /// A coupon's lock key, `coupon:{id}`, for a valid coupon id; any other id is refused as the
@@ -998,9 +1016,7 @@ pub async fn serve(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         fenced_writes = !options.no_fence,
         "coupon service listening"
     );
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    serving::serve(listener, app(state), shutdown_signal()).await;
     tracing::info!("stopped; in-flight claims finished");
     Ok(())
 }

@@ -4,9 +4,9 @@ use axum::body::Body;
 use axum::http::{HeaderValue, Response, StatusCode, header};
 use axum::response::IntoResponse;
 use serde_json::json;
-use tower_lock::{LockError, Rejection};
+use tower_lock::{BodyError, LockError, Rejection};
 
-use crate::bodies::{COUPON_ID_RULE, MAX_STOCK};
+use crate::bodies::{BODY_LIMIT, COUPON_ID_RULE, MAX_STOCK};
 
 /// Why a coupon request was refused. Each has its own problem `type`, distinct from the lock
 /// layer's (`urn:tower-lock:*`), so a client can tell "sold out" from "busy, retry".
@@ -14,6 +14,10 @@ use crate::bodies::{COUPON_ID_RULE, MAX_STOCK};
 pub enum Problem {
     /// The path or body is malformed.
     InvalidRequest(String),
+    /// The body is longer than [`BODY_LIMIT`]: answered 413 as the lock layers answer it.
+    ///
+    /// [`BODY_LIMIT`]: crate::bodies::BODY_LIMIT
+    BodyTooLarge,
     /// No coupon with this id.
     CouponNotFound,
     /// No route has this path.
@@ -82,6 +86,10 @@ impl Problem {
                 "store-unavailable",
                 "coupon store unavailable",
             ),
+            Self::BodyTooLarge => {
+                let too_large = BodyError::TooLarge { limit: BODY_LIMIT };
+                return Rejection::Body(too_large).into_response();
+            }
             Self::LockLost(coupon) => {
                 let key = format!("coupon:{coupon}");
                 return Rejection::from(LockError::LeaseLost { key }).into_response();

@@ -15,12 +15,9 @@ use serde_json::{Value, json};
 use tower_lock::key::KeyError;
 
 use crate::AppState;
-use crate::bodies::{JsonObject, MAX_STOCK};
+use crate::bodies::{BODY_LIMIT, JsonObject, MAX_STOCK, unread_body};
 use crate::problem::Problem;
 use crate::store::Stock;
-
-/// The largest transfer body read.
-const BODY_LIMIT: usize = 16 * 1024;
 
 /// `POST /transfers` body: `{"from", "to", "amount"}`, two different coupons and a positive
 /// amount.
@@ -57,9 +54,9 @@ struct TransferCoupons([String; 2]);
 /// body that is no transfer is answered here, as the handler would answer it.
 pub async fn name_coupons(request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
-    let Ok(bytes) = to_bytes(body, BODY_LIMIT).await else {
-        return Problem::InvalidRequest(format!("a transfer body is at most {BODY_LIMIT} bytes"))
-            .into_response();
+    let bytes = match to_bytes(body, BODY_LIMIT).await {
+        Ok(bytes) => bytes,
+        Err(error) => return unread_body(&error).into_response(),
     };
     let transfer = serde_json::from_slice(&bytes)
         .map_err(|error| Problem::InvalidRequest(format!("the body is no JSON: {error}")))

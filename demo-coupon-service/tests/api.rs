@@ -434,3 +434,46 @@ async fn a_user_id_of_128_characters_is_claimed_whatever_their_bytes() {
     let (status, _, claimed) = claim(&app, "c1", &"😀".repeat(128)).await;
     assert_eq!(status, StatusCode::CREATED, "{claimed}");
 }
+
+/// One rule for every route's body: a JSON `null` is told it must be an object, with no other
+/// route's example; a body past the limit is 413, the lock layers' problem, on every route.
+#[tokio::test]
+async fn every_route_answers_a_null_or_oversized_body_the_same_way() {
+    let app = demo();
+    call(&app, Method::PUT, "/coupons/x", Some(r#"{"stock": 5}"#)).await;
+    let routes = [
+        (Method::POST, "/coupons/x/claim"),
+        (Method::PUT, "/coupons/x"),
+        (Method::POST, "/transfers"),
+    ];
+    for (method, uri) in routes.clone() {
+        let (status, _, problem) = call(&app, method.clone(), uri, Some("null")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{method} {uri}: {problem}");
+        assert_eq!(
+            problem["detail"], "the body must be a JSON object",
+            "{method} {uri}"
+        );
+    }
+    let huge = format!(r#"{{"user_id": "{}"}}"#, "u".repeat(10 * 1024 * 1024));
+    let mut answers = Vec::new();
+    for (method, uri) in routes {
+        let (status, content_type, problem) = call(&app, method.clone(), uri, Some(&huge)).await;
+        assert_eq!(
+            status,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "{method} {uri}: {problem}"
+        );
+        assert_eq!(content_type, "application/problem+json");
+        answers.push(problem);
+    }
+    assert!(
+        answers.iter().all(|answer| *answer == answers[0]),
+        "{answers:?}"
+    );
+    assert_eq!(answers[0]["type"], "urn:tower-lock:request-body-too-large");
+    let (_, _, coupon) = call(&app, Method::GET, "/coupons/x", None).await;
+    assert_eq!(
+        (coupon["remaining"].clone(), coupon["claimed"].clone()),
+        (json!(5), json!(0))
+    );
+}

@@ -41,7 +41,10 @@ fn the_dependencies_cover_the_whole_router_recipe() {
     let toml = blocks("toml").concat().join("\n");
     for dependency in ["tower-lock", "axum", "tokio", "tower", "http"] {
         let named = toml.contains(&format!("{dependency} ="));
-        assert!(named, "the README's dependencies do not name {dependency}:\n{toml}");
+        assert!(
+            named,
+            "the README's dependencies do not name {dependency}:\n{toml}"
+        );
     }
 }
 

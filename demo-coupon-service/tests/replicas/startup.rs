@@ -170,6 +170,28 @@ fn local_runs_out_of_range_are_one_line_naming_the_option_and_its_bounds() {
 }
 
 #[test]
+fn work_past_a_minute_is_one_line_naming_the_option_and_its_bound() {
+    for work in ["60001", "18446744073709551615"] {
+        let output = refused(&["--work-ms", work]);
+
+        one_line_naming(&output, &format!("--work-ms {work}: "));
+        one_line_naming(&output, "at most 60000 ms");
+    }
+}
+
+/// RedLock connects on first use; the demo asks its masters at start all the same, like every
+/// other lock store, instead of answering each request 503.
+#[test]
+fn redlock_without_a_majority_of_its_masters_is_one_line_naming_them() {
+    let ports = [(); 3].map(|()| integration_tests::free_port());
+    let masters = ports.map(|port| format!("127.0.0.1:{port}")).join(",");
+    let output = refused(&["--lock-store", &format!("redlock://{masters}")]);
+
+    one_line_naming(&output, "2 of 3 masters must answer; 3 did not");
+    one_line_naming(&output, &format!("127.0.0.1:{}", ports[0]));
+}
+
+#[test]
 fn a_lock_store_that_vouches_for_less_than_the_ttl_asked_names_what_it_allows() {
     let zookeeper = ZookeeperEnsemble::granting_sessions_up_to(1, Duration::from_secs(10));
 

@@ -27,6 +27,12 @@ impl BackendError {
         Self(Arc::from(error.into()))
     }
 
+    /// What went wrong, without the "lock store unavailable" every message starts with.
+    #[cfg(feature = "zookeeper")]
+    pub(crate) fn reason(&self) -> String {
+        self.0.to_string()
+    }
+
     /// The store did not answer within `limit`.
     pub fn timed_out(limit: Duration) -> Self {
         Self::new(format!("no answer within {limit:?}"))

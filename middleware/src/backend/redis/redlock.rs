@@ -79,6 +79,45 @@ impl RedlockBackend {
         Ok(Self { masters })
     }
 
+    /// Asks every master for a `PING` at once, each within `limit`: `Ok` when a majority
+    /// answers, else an error naming each master that did not, and why.
+    ///
+    /// [`connect`](Self::connect) connects on first use, so that a minority of masters may be
+    /// down at start; a service that should refuse to start without a quorum asks here.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tower_lock::backend::redis::RedlockBackend;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let masters = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"];
+    /// let backend = RedlockBackend::connect(masters)?;
+    /// backend.check_quorum(Duration::from_secs(1)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn check_quorum(&self, limit: Duration) -> Result<(), BackendError> {
+        let pings = self.backends().map(|master| async move {
+            let mut connection = master.connection();
+            redis::cmd("PING")
+                .query_async::<()>(&mut connection)
+                .await
+                .map_err(BackendError::new)
+        });
+        let failed = failures(&self.votes(limit, pings).await);
+        if self.masters.len() - failed.len() >= self.quorum() {
+            return Ok(());
+        }
+        Err(BackendError::new(format!(
+            "RedLock: {} of {} masters must answer; {} did not: {}",
+            self.quorum(),
+            self.masters.len(),
+            failed.len(),
+            failed.join("; ")
+        )))
+    }
+
     /// How many masters must agree: a majority.
     fn quorum(&self) -> usize {
         self.masters.len() / 2 + 1

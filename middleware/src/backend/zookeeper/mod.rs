@@ -196,6 +196,7 @@ impl ZookeeperBackend {
             root.map_err(BackendError::new)?;
             Ok::<_, BackendError>(Arc::new(session))
         };
+        let connecting = async { connecting.await.map_err(|error| error.reason()) };
         let session = within(&format!("ZooKeeper at {cluster}"), connecting).await?;
         let (watches, room) = Watches::start(&session);
         Ok(Self {
