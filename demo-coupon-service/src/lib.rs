@@ -951,6 +951,8 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(routes::healthz))
         .route("/metrics", get(telemetry::metrics))
         .route("/", get(dashboard::page))
+        .route("/favicon.ico", get(dashboard::icon))
+        .route("/favicon.svg", get(dashboard::icon))
         .route("/dashboard/stats", get(dashboard::stats))
         .fallback(routes::no_such_route)
         .method_not_allowed_fallback(routes::method_not_allowed)

@@ -477,3 +477,14 @@ async fn every_route_answers_a_null_or_oversized_body_the_same_way() {
         (json!(5), json!(0))
     );
 }
+
+#[tokio::test]
+async fn the_dashboard_has_an_icon() {
+    let app = demo();
+    for uri in ["/favicon.ico", "/favicon.svg"] {
+        let request = Request::get(uri).body(Body::empty()).unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{uri}");
+        assert_eq!(response.headers()["content-type"], "image/svg+xml", "{uri}");
+    }
+}

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
-use axum::response::Html;
+use axum::http::header;
+use axum::response::{Html, IntoResponse};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -40,6 +41,16 @@ const COUPONS_SHOWN: usize = 60;
 /// `GET /`: the page.
 pub async fn page() -> Html<&'static str> {
     Html(include_str!("page.html"))
+}
+
+/// `GET /favicon.ico` (browsers ask for it whatever the page says) and `GET /favicon.svg`: a
+/// padlock.
+pub async fn icon() -> impl IntoResponse {
+    let headers = [
+        (header::CONTENT_TYPE, "image/svg+xml"),
+        (header::CACHE_CONTROL, "max-age=86400"),
+    ];
+    (headers, include_str!("icon.svg"))
 }
 
 /// `GET /dashboard/stats`: every fresh replica report and the coupons they name.

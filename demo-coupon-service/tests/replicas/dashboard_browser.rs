@@ -1,7 +1,8 @@
 //! The demo's dashboard in headless Chromium during a claim storm on two replicas sharing
 //! Redis: its numbers move while claims land, both replicas report, and `oversold` reads 0 —
 //! and, the twin, without the lock the same page shows the coupon oversold. And the page fits
-//! a desktop's and a phone's window: every number whole in its card, the replicas in view.
+//! a desktop's, a laptop's and a phone's window: every number whole in its card, the replicas'
+//! table whole, the coupon under attack first and in view.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,15 +14,21 @@ use tokio::task::JoinHandle;
 
 const DEMO: &str = env!("CARGO_BIN_EXE_demo-coupon-service");
 
-/// Claims by `users` distinct users, `concurrency` at a time, spread over `replicas`.
-fn claim_storm(urls: Vec<String>, users: usize, concurrency: usize) -> JoinHandle<()> {
+/// Claims of `coupon` by `users` distinct users, `concurrency` at a time, spread over
+/// `replicas`.
+fn claim_storm(
+    urls: Vec<String>,
+    coupon: &'static str,
+    users: usize,
+    concurrency: usize,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let http = Http::default();
         let workers = (0..concurrency).map(|worker| {
             let (http, urls) = (http.clone(), urls.clone());
             async move {
                 for user in (worker..users).step_by(concurrency) {
-                    let url = format!("{}/coupons/storm/claim", urls[user % urls.len()]);
+                    let url = format!("{}/coupons/{coupon}/claim", urls[user % urls.len()]);
                     http.post(&url, json!({ "user_id": format!("user-{user}") }))
                         .await;
                 }
@@ -70,7 +77,7 @@ async fn the_dashboard_follows_a_claim_storm_and_shows_nothing_oversold() {
     browser.open(&format!("{}/", urls[0])).await;
 
     seed(&urls[0], 600).await;
-    let storm = claim_storm(urls.clone(), 2000, 24);
+    let storm = claim_storm(urls.clone(), "storm", 2000, 24);
     let first = number(&browser.text(CLAIMED).await);
     let moved = |text: &str| number(text) > first;
     let later = number(&browser.text_when(CLAIMED, PATIENCE, moved).await);
@@ -102,7 +109,7 @@ async fn without_the_lock_the_dashboard_shows_the_coupon_oversold() {
     ];
     let urls: Vec<String> = replicas.iter().map(DemoReplica::url).collect();
     seed(&urls[0], 20).await;
-    claim_storm(urls.clone(), 400, 32).await.unwrap();
+    claim_storm(urls.clone(), "storm", 400, 32).await.unwrap();
 
     let browser = Browser::start().await;
     browser.open(&format!("{}/", urls[0])).await;
@@ -116,8 +123,26 @@ async fn without_the_lock_the_dashboard_shows_the_coupon_oversold() {
     browser.close().await;
 }
 
-/// Numbers cut short or sticking out of their cards, where the replicas begin, and whether the
-/// page is wider than its window.
+/// Answers of every kind on one replica, so that its row of answers by status is as long as
+/// it gets: 201, 409 (claimed twice), 410 (sold out), 404 (no such coupon), 400 (a bad body).
+async fn every_kind_of_answer(url: &str) {
+    let http = Http::default();
+    let claim = |coupon: &str| format!("{url}/coupons/{coupon}/claim");
+    http.put(&format!("{url}/coupons/tiny"), json!({ "stock": 1 }))
+        .await;
+    for (coupon, body) in [
+        ("tiny", json!({ "user_id": "ada" })),
+        ("tiny", json!({ "user_id": "ada" })),
+        ("tiny", json!({ "user_id": "grace" })),
+        ("nowhere", json!({ "user_id": "ada" })),
+        ("tiny", json!(null)),
+    ] {
+        http.post(&claim(coupon), body).await;
+    }
+}
+
+/// Numbers cut short or sticking out of their cards, where the replicas begin, whether the
+/// page is wider than its window, and whether the replicas' table is wider than its box.
 const LAYOUT: &str = "const cut = [...document.querySelectorAll('.numbers b')] \
         .filter((number) => number.scrollWidth > number.clientWidth \
             || number.getBoundingClientRect().right \
@@ -125,7 +150,9 @@ const LAYOUT: &str = "const cut = [...document.querySelectorAll('.numbers b')] \
         .map((number) => number.innerText); \
     const replicas = document.querySelector('#replicas').getBoundingClientRect(); \
     return { cut, replicas_top: replicas.top, window_height: window.innerHeight, \
-        too_wide: document.documentElement.scrollWidth > window.innerWidth };";
+        too_wide: document.documentElement.scrollWidth > window.innerWidth, \
+        table_width: document.querySelector('.table').scrollWidth, \
+        table_box: document.querySelector('.table').clientWidth };";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_fits_a_desktop_and_a_phone_with_large_numbers_and_many_coupons() {
@@ -140,7 +167,10 @@ async fn the_page_fits_a_desktop_and_a_phone_with_large_numbers_and_many_coupons
             .await;
         assert_eq!(created.status, StatusCode::OK, "{}", created.body);
     }
-    claim_storm(vec![url.clone()], 3_210, 16).await.unwrap();
+    claim_storm(vec![url.clone()], "storm", 3_210, 16)
+        .await
+        .unwrap();
+    every_kind_of_answer(&url).await;
     let browser = Browser::start().await;
     browser.open(&format!("{url}/")).await;
     browser
@@ -157,15 +187,26 @@ async fn the_page_fits_a_desktop_and_a_phone_with_large_numbers_and_many_coupons
         desktop["replicas_top"].as_f64() < desktop["window_height"].as_f64(),
         "the replicas in view at 1280×900 however many coupons: {desktop}"
     );
+    assert!(
+        desktop["table_width"].as_f64() <= desktop["table_box"].as_f64(),
+        "the replicas' table whole at 1280×900, every kind of answer in it: {desktop}"
+    );
+    browser.resize(1024, 768).await;
+    let laptop = browser.evaluate(LAYOUT, vec![]).await;
+    assert!(
+        laptop["table_width"].as_f64() <= laptop["table_box"].as_f64(),
+        "the replicas' table whole at 1024×768 too: {laptop}"
+    );
+    browser.resize(1280, 900).await;
     assert_eq!(
         browser.count("[data-coupon]").await,
-        17,
+        18,
         "every coupon, not the last eight"
     );
     let quiet = browser.text("[data-coupon=x15] .caption").await;
-    assert_eq!(
-        quiet, "no claims over the last minute",
-        "an empty chart says why"
+    assert!(
+        quiet.starts_with("no claims over the ") && quiet.ends_with(" s since this page opened"),
+        "an empty chart says why, and over how long the page has watched: {quiet}"
     );
 
     browser.resize(390, 844).await;
@@ -180,5 +221,45 @@ async fn the_page_fits_a_desktop_and_a_phone_with_large_numbers_and_many_coupons
         "no sideways scrolling of the page: {phone}"
     );
     browser.screenshot(&artifact("dashboard-phone.png")).await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_coupon_under_attack_comes_first_in_view() {
+    let replica = DemoReplica::start(DEMO, &["--work-ms", "5"]);
+    let (http, url) = (Http::default(), replica.url());
+    let quiet = (1..=15).map(|n| (format!("x{n}"), 500_u64));
+    for (id, stock) in quiet.chain([("zulu".to_owned(), 100_000)]) {
+        let created = http
+            .put(&format!("{url}/coupons/{id}"), json!({ "stock": stock }))
+            .await;
+        assert_eq!(created.status, StatusCode::OK, "{}", created.body);
+    }
+    let browser = Browser::start().await;
+    browser.open(&format!("{url}/")).await;
+    let first = "#coupons .card:first-child h3";
+    assert_eq!(
+        browser.text(first).await,
+        "x1",
+        "by name while nothing happens"
+    );
+
+    let storm = claim_storm(vec![url.clone()], "zulu", 3_000, 16);
+    browser.text_when(first, PATIENCE, |id| id == "zulu").await;
+    let place = "const card = document.querySelector('[data-coupon=zulu]').getBoundingClientRect(); \
+        return { bottom: card.bottom, window_height: window.innerHeight };";
+    let place = browser.evaluate(place, vec![]).await;
+    assert!(
+        place["bottom"].as_f64() <= place["window_height"].as_f64(),
+        "the busiest coupon whole in view at 1280×900: {place}"
+    );
+    assert!(
+        !storm.is_finished(),
+        "the page put it first while it was claimed"
+    );
+    browser
+        .screenshot(&artifact("dashboard-busiest-first.png"))
+        .await;
+    storm.await.unwrap();
     browser.close().await;
 }
