@@ -1,6 +1,13 @@
 //! Every store's `connect`, given a closed port or a server that accepts and never answers: it
 //! fails within the connect timeout (5 s), naming what it tried to reach, never the password.
 //! Nothing listens on a closed port and nothing speaks on a silent one, so no server is needed.
+#![cfg(any(
+    feature = "redis",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "etcd",
+    feature = "zookeeper"
+))]
 
 use std::fmt::Display;
 use std::future::Future;
@@ -17,6 +24,7 @@ fn closed_port() -> u16 {
 }
 
 /// A loopback listener whose connections complete (the kernel accepts them) and hear nothing.
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
 fn silent_server() -> (TcpListener, u16) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();

@@ -10,12 +10,25 @@ use super::BackendError;
 /// The longest a `connect` takes before it gives up on a server that does not answer.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Why a `connect` failed: a message naming its target, and the client's error, if the
-/// target answered at all.
+/// Why a `connect` failed, naming what it tried to reach.
 #[derive(Debug)]
-pub(crate) struct ConnectFailure<E> {
-    pub(crate) message: String,
-    pub(crate) cause: Option<E>,
+pub(crate) enum ConnectFailure<E> {
+    /// The client's error.
+    Failed { target: String, error: E },
+    /// No answer within [`CONNECT_TIMEOUT`].
+    Silent { target: String },
+}
+
+impl<E: Display> Display for ConnectFailure<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Failed { target, error } => write!(f, "cannot connect to {target}: {error}"),
+            Self::Silent { target } => write!(
+                f,
+                "cannot connect to {target}: no answer within {CONNECT_TIMEOUT:?}"
+            ),
+        }
+    }
 }
 
 /// Runs `connecting` for at most [`CONNECT_TIMEOUT`]: its value, or why `target` could not be
@@ -24,22 +37,17 @@ pub(crate) async fn within<T, E: Display>(
     target: &str,
     connecting: impl Future<Output = Result<T, E>>,
 ) -> Result<T, ConnectFailure<E>> {
+    let target = target.to_owned();
     match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
         Ok(Ok(connected)) => Ok(connected),
-        Ok(Err(error)) => Err(ConnectFailure {
-            message: format!("cannot connect to {target}: {error}"),
-            cause: Some(error),
-        }),
-        Err(_) => Err(ConnectFailure {
-            message: format!("cannot connect to {target}: no answer within {CONNECT_TIMEOUT:?}"),
-            cause: None,
-        }),
+        Ok(Err(error)) => Err(ConnectFailure::Failed { target, error }),
+        Err(_) => Err(ConnectFailure::Silent { target }),
     }
 }
 
-impl<E> From<ConnectFailure<E>> for BackendError {
+impl<E: Display> From<ConnectFailure<E>> for BackendError {
     fn from(failure: ConnectFailure<E>) -> Self {
-        BackendError::new(failure.message)
+        BackendError::new(failure.to_string())
     }
 }
 
@@ -97,7 +105,7 @@ mod tests {
         let silent = std::future::pending::<Result<(), String>>();
         let error = within("Redis at 127.0.0.1:9", silent).await.unwrap_err();
         assert_eq!(
-            error.message,
+            error.to_string(),
             "cannot connect to Redis at 127.0.0.1:9: no answer within 5s"
         );
     }

@@ -232,8 +232,11 @@ impl RedisBackend<ClusterConnection> {
 
 /// A failed connect as the Redis error it was (its kind kept), naming what it tried to reach.
 fn unreachable(failure: ConnectFailure<RedisError>) -> RedisError {
-    let kind = failure.cause.map_or(ErrorKind::Io, |cause| cause.kind());
-    RedisError::from((kind, "lock store unreachable", failure.message))
+    let kind = match &failure {
+        ConnectFailure::Failed { error, .. } => error.kind(),
+        ConnectFailure::Silent { .. } => ErrorKind::Io,
+    };
+    RedisError::from((kind, "lock store unreachable", failure.to_string()))
 }
 
 /// A cluster client's settings: connections given up on as fast as a node's, and no limit of
