@@ -18,7 +18,8 @@
 //! * [`backend`] holds the contract every store implements, and the stores:
 //!   `RedisBackend` (feature `redis`), `PostgresBackend` (feature `postgres`) and
 //!   `MysqlBackend` (feature `mysql`) share locks between processes; [`MemoryBackend`] keeps
-//!   them in one process (the embedded default, for single instances and tests).
+//!   them in one process (the embedded default, for single instances and tests);
+//!   [`backend::any::AnyBackend`] is whichever store a URL names, chosen at run time.
 //!
 //! | situation | the layer answers | the engine returns |
 //! |---|---|---|

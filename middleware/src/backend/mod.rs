@@ -112,6 +112,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+pub mod any;
 mod attempt;
 #[cfg(any(
     feature = "redis",
@@ -123,6 +124,7 @@ mod connect;
 mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+mod masked_url;
 pub mod memory;
 #[cfg(feature = "mysql")]
 pub mod mysql;

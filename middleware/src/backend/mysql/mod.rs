@@ -102,8 +102,13 @@ impl MysqlBackend {
     /// second (sqlx's default pings every time: a round trip in front of each statement). A
     /// pool of your own goes to [`with_table`](Self::with_table).
     pub async fn connect(url: &str) -> Result<Self, BackendError> {
+        Self::connect_to_table(url, DEFAULT_TABLE).await
+    }
+
+    /// [`connect`](Self::connect), the leases in `table`.
+    pub(crate) async fn connect_to_table(url: &str, table: &str) -> Result<Self, BackendError> {
         let pool = connect_pool(url, 10).await?;
-        Self::with_table(pool, DEFAULT_TABLE).await
+        Self::with_table(pool, table).await
     }
 
     /// Keeps leases in `table` (a name, or `database.name`) of the server behind `pool`,

@@ -11,7 +11,8 @@ use sqlx::pool::PoolOptions;
 use sqlx::{Connection, Database, Pool};
 use tokio::sync::{Semaphore, oneshot};
 
-use super::connect::{masked, within};
+use super::connect::within;
+use super::masked_url::masked;
 use super::{
     Attempt, BackendError, Granted, LockBackend, LockRequest, QueuedAttempt, TokenLease, WaitQueue,
 };

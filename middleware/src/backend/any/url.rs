@@ -1,0 +1,430 @@
+//! [`AnyBackend::connect`]: the store a URL names, connected.
+
+use super::store::{AnyBackend, Store};
+use crate::backend::BackendError;
+use crate::backend::masked_url::masked;
+use crate::backend::memory::MemoryBackend;
+
+/// Why [`AnyBackend::connect`] gave no backend. Its message never shows a password.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreUrlError {
+    /// The URL names no store this crate knows, or says something the store cannot take.
+    #[error("lock store URL {url}: {why}")]
+    Malformed {
+        /// The URL, its password masked.
+        url: String,
+        /// What is wrong, and what would be right.
+        why: String,
+    },
+    /// The store's cargo feature is not built.
+    #[error("lock store URL {url}: {scheme}:// needs tower-lock's `{feature}` feature")]
+    NotBuilt {
+        /// The URL, its password masked.
+        url: String,
+        /// The URL's scheme.
+        scheme: String,
+        /// The feature to enable.
+        feature: &'static str,
+    },
+    /// The store could not be reached.
+    #[error(transparent)]
+    Unreachable(#[from] BackendError),
+}
+
+/// The schemes [`AnyBackend::connect`] knows, for the message that names them.
+const SCHEMES: &str = "memory://, redis://, redis+cluster://, redis+sentinel://, postgres://, \
+                       mysql://, etcd://, zk://";
+
+impl AnyBackend {
+    /// Connects to the store `url` names, with the store's defaults:
+    ///
+    /// | URL | store |
+    /// |---|---|
+    /// | `memory://` | a new [`MemoryBackend`]: one process only |
+    /// | `redis://[:password@]host:port[/db]` | [`RedisBackend::connect`](crate::RedisBackend::connect) |
+    /// | `redis+cluster://[:password@]host:port[,host:port…]` | a Redis Cluster through any of its nodes |
+    /// | `redis+sentinel://host:port[,host:port…]/<master>[?wait=<n>]` | the master the Sentinels name; `wait`: replicas that must acknowledge each lock within 100 ms |
+    /// | `postgres://…[?lock_table=<name>]` | PostgreSQL lease rows (in `lock_table`, default `tower_lock_leases`) |
+    /// | `mysql://…[?lock_table=<name>]` | MySQL or MariaDB lease rows |
+    /// | `etcd://host:port[,host:port…][?namespace=<prefix>]` | an etcd cluster's members |
+    /// | `zk://host:port[,host:port…][?root=<path>]` | a ZooKeeper ensemble's servers |
+    ///
+    /// Every other setting (TTL, waiting, fairness) belongs to the
+    /// [`LockerBuilder`](crate::LockerBuilder). A store whose feature is not built answers
+    /// [`StoreUrlError::NotBuilt`], naming the feature; the mutex-only modes (`redlock://`,
+    /// PostgreSQL's advisory locks, MySQL's `NOWAIT`) are refused, since an `AnyBackend` serves
+    /// every lock shape.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreUrlError`]: what is wrong with the URL, or the store's failure to connect (within
+    /// 5 s, naming what it could not reach).
+    pub async fn connect(url: &str) -> Result<Self, StoreUrlError> {
+        let parts = Parts::of(url)?;
+        Ok(Self::on(parts.connect().await?))
+    }
+}
+
+/// A store URL taken apart: its scheme, what follows it up to the query, and the query's pairs.
+struct Parts<'a> {
+    url: &'a str,
+    scheme: &'a str,
+    query: Vec<(String, String)>,
+}
+
+impl<'a> Parts<'a> {
+    fn of(url: &'a str) -> Result<Self, StoreUrlError> {
+        let Some((scheme, after)) = url.split_once("://") else {
+            return Err(malformed(
+                url,
+                format!("no scheme; the known ones: {SCHEMES}"),
+            ));
+        };
+        let query = after.split_once('?').map_or("", |(_, query)| query);
+        let query = form_urlencoded::parse(query.as_bytes())
+            .into_owned()
+            .collect();
+        Ok(Self { url, scheme, query })
+    }
+
+    /// What follows the scheme, up to the query.
+    #[cfg(any(
+        feature = "redis-cluster",
+        feature = "redis-sentinel",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "etcd",
+        feature = "zookeeper"
+    ))]
+    fn rest(&self) -> &'a str {
+        let after = self.url.split_once("://").map_or("", |(_, after)| after);
+        after.split_once('?').map_or(after, |(rest, _)| rest)
+    }
+
+    /// The value of query option `key`, refusing any option not in `known`.
+    fn option(&self, key: &str, known: &[&str]) -> Result<Option<&str>, StoreUrlError> {
+        if let Some((unknown, _)) = self
+            .query
+            .iter()
+            .find(|(k, _)| !known.contains(&k.as_str()))
+        {
+            let known = if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            };
+            let why = format!(
+                "{}:// takes no option `{unknown}` (its options: {known})",
+                self.scheme
+            );
+            return Err(malformed(self.url, why));
+        }
+        Ok(self
+            .query
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str()))
+    }
+
+    /// The comma-separated `host:port` list before any path, and the path (without its `/`).
+    #[cfg(any(feature = "redis-sentinel", feature = "etcd", feature = "zookeeper"))]
+    fn hosts_and_path(&self) -> (Vec<&'a str>, Option<&'a str>) {
+        let (hosts, path) = match self.rest().split_once('/') {
+            Some((hosts, path)) => (hosts, Some(path).filter(|path| !path.is_empty())),
+            None => (self.rest(), None),
+        };
+        (
+            hosts.split(',').filter(|host| !host.is_empty()).collect(),
+            path,
+        )
+    }
+
+    /// The error of a store whose feature is not built.
+    #[cfg(not(all(
+        feature = "redis",
+        feature = "redis-cluster",
+        feature = "redis-sentinel",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "etcd",
+        feature = "zookeeper"
+    )))]
+    fn needs(&self, feature: &'static str) -> StoreUrlError {
+        StoreUrlError::NotBuilt {
+            url: masked(self.url),
+            scheme: self.scheme.to_owned(),
+            feature,
+        }
+    }
+
+    async fn connect(&self) -> Result<Store, StoreUrlError> {
+        match self.scheme {
+            "memory" => {
+                self.option("", &[])?;
+                Ok(Store::Memory(MemoryBackend::new()))
+            }
+            "redis" => self.redis().await,
+            "redis+cluster" => self.redis_cluster().await,
+            "redis+sentinel" => self.redis_sentinel().await,
+            "postgres" | "postgresql" => self.postgres().await,
+            "mysql" | "mariadb" => self.mysql().await,
+            "etcd" => self.etcd().await,
+            "zk" | "zookeeper" => self.zookeeper().await,
+            "redlock" => Err(malformed(
+                self.url,
+                "RedLock has mutexes only, and an AnyBackend serves every lock shape: use \
+                 RedlockBackend"
+                    .into(),
+            )),
+            "rediss" => Err(malformed(
+                self.url,
+                "TLS to Redis is not supported yet".into(),
+            )),
+            other => Err(malformed(
+                self.url,
+                format!("unknown scheme {other}://; the known ones: {SCHEMES}"),
+            )),
+        }
+    }
+
+    #[cfg(not(feature = "redis"))]
+    async fn redis(&self) -> Result<Store, StoreUrlError> {
+        Err(self.needs("redis"))
+    }
+
+    #[cfg(feature = "redis")]
+    async fn redis(&self) -> Result<Store, StoreUrlError> {
+        self.option("", &[])?;
+        let backend = crate::backend::redis::RedisBackend::connect(self.url).await;
+        Ok(Store::Redis(backend.map_err(BackendError::new)?))
+    }
+
+    #[cfg(not(feature = "redis-cluster"))]
+    async fn redis_cluster(&self) -> Result<Store, StoreUrlError> {
+        Err(self.needs("redis-cluster"))
+    }
+
+    #[cfg(feature = "redis-cluster")]
+    async fn redis_cluster(&self) -> Result<Store, StoreUrlError> {
+        self.option("", &[])?;
+        let (credentials, hosts) = match self.rest().rsplit_once('@') {
+            Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
+            None => (String::new(), self.rest()),
+        };
+        let nodes: Vec<String> = (hosts.trim_end_matches('/').split(','))
+            .filter(|host| !host.is_empty())
+            .map(|host| format!("redis://{credentials}{host}"))
+            .collect();
+        if nodes.is_empty() {
+            return Err(malformed(
+                self.url,
+                "name the cluster's nodes, host:port,…".into(),
+            ));
+        }
+        let backend = crate::backend::redis::RedisBackend::connect_cluster(nodes).await;
+        Ok(Store::RedisCluster(backend.map_err(BackendError::new)?))
+    }
+
+    #[cfg(not(feature = "redis-sentinel"))]
+    async fn redis_sentinel(&self) -> Result<Store, StoreUrlError> {
+        Err(self.needs("redis-sentinel"))
+    }
+
+    #[cfg(feature = "redis-sentinel")]
+    async fn redis_sentinel(&self) -> Result<Store, StoreUrlError> {
+        let wait = match self.option("wait", &["wait"])? {
+            None => None,
+            Some(replicas) => Some(replicas.parse::<u32>().map_err(|_| {
+                malformed(self.url, format!("wait={replicas}: a number of replicas"))
+            })?),
+        };
+        let (sentinels, master) = self.hosts_and_path();
+        let (false, Some(master)) = (sentinels.is_empty(), master) else {
+            let why = "name the Sentinels and the master: host:port,…/<master>".into();
+            return Err(malformed(self.url, why));
+        };
+        let sentinels: Vec<String> = sentinels
+            .iter()
+            .map(|host| format!("redis://{host}"))
+            .collect();
+        let backend =
+            crate::backend::redis::RedisBackend::connect_sentinel(sentinels, master).await;
+        let backend = backend.map_err(BackendError::new)?;
+        Ok(Store::RedisSentinel(match wait {
+            Some(replicas) => backend.replica_acks(replicas, std::time::Duration::from_millis(100)),
+            None => backend,
+        }))
+    }
+
+    /// The URL without the options that are this crate's, for the database's own client, and
+    /// the lease table they name.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    fn database_url(&self, default_table: &'static str) -> Result<(String, String), StoreUrlError> {
+        if let Some(mode) = self.query.iter().find(|(key, _)| key == "mode") {
+            let why = format!(
+                "mode={}: the session-lock modes have mutexes only, and an AnyBackend serves \
+                 every lock shape: use their backends (AdvisoryBackend, NowaitBackend)",
+                mode.1
+            );
+            return Err(malformed(self.url, why));
+        }
+        let theirs: Vec<_> = self
+            .query
+            .iter()
+            .filter(|(key, _)| key != "lock_table")
+            .collect();
+        let mut url = format!("{}://{}", self.scheme, self.rest());
+        if !theirs.is_empty() {
+            let mut query = form_urlencoded::Serializer::new(String::new());
+            query.extend_pairs(theirs);
+            url = format!("{url}?{}", query.finish());
+        }
+        let table = self.query.iter().find(|(key, _)| key == "lock_table");
+        Ok((
+            url,
+            table.map_or(default_table.to_owned(), |(_, table)| table.clone()),
+        ))
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    async fn postgres(&self) -> Result<Store, StoreUrlError> {
+        Err(self.needs("postgres"))
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn postgres(&self) -> Result<Store, StoreUrlError> {
+        use crate::backend::postgres::{DEFAULT_TABLE, PostgresBackend};
+        let (url, table) = self.database_url(DEFAULT_TABLE)?;
+        Ok(Store::Postgres(
+            PostgresBackend::connect_to_table(&url, &table).await?,
+        ))
+    }
+
+    #[cfg(not(feature = "mysql"))]
+    async fn mysql(&self) -> Result<Store, StoreUrlError> {
+        Err(self.needs("mysql"))
+    }
+
+    #[cfg(feature = "mysql")]
+    async fn mysql(&self) -> Result<Store, StoreUrlError> {
+        use crate::backend::mysql::{DEFAULT_TABLE, MysqlBackend};
+        let (url, table) = self.database_url(DEFAULT_TABLE)?;
+        let url = url.replacen("mariadb://", "mysql://", 1);
+        Ok(Store::Mysql(
+            MysqlBackend::connect_to_table(&url, &table).await?,
+        ))
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    async fn etcd(&self) -> Result<Store, StoreUrlError> {
+        Err(self.needs("etcd"))
+    }
+
+    #[cfg(feature = "etcd")]
+    async fn etcd(&self) -> Result<Store, StoreUrlError> {
+        use crate::backend::etcd::{EtcdBackend, EtcdSettings};
+        let mut settings = EtcdSettings::default();
+        if let Some(namespace) = self.option("namespace", &["namespace"])? {
+            settings = settings.namespace(namespace);
+        }
+        let (members, _) = self.hosts_and_path();
+        if members.is_empty() {
+            return Err(malformed(
+                self.url,
+                "name the cluster's members, host:port,…".into(),
+            ));
+        }
+        let endpoints: Vec<String> = members
+            .iter()
+            .map(|member| format!("http://{member}"))
+            .collect();
+        Ok(Store::Etcd(
+            EtcdBackend::connect_with(endpoints, settings).await?,
+        ))
+    }
+
+    #[cfg(not(feature = "zookeeper"))]
+    async fn zookeeper(&self) -> Result<Store, StoreUrlError> {
+        Err(self.needs("zookeeper"))
+    }
+
+    #[cfg(feature = "zookeeper")]
+    async fn zookeeper(&self) -> Result<Store, StoreUrlError> {
+        use crate::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
+        let mut settings = ZookeeperSettings::default();
+        if let Some(root) = self.option("root", &["root"])? {
+            settings = settings.root(root);
+        }
+        let (servers, _) = self.hosts_and_path();
+        if servers.is_empty() {
+            return Err(malformed(
+                self.url,
+                "name the ensemble's servers, host:port,…".into(),
+            ));
+        }
+        let backend = ZookeeperBackend::connect_with(&servers.join(","), settings).await?;
+        Ok(Store::Zookeeper(backend))
+    }
+}
+
+fn malformed(url: &str, why: String) -> StoreUrlError {
+    StoreUrlError::Malformed {
+        url: masked(url),
+        why,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::LockBackend;
+
+    async fn refused(url: &str) -> String {
+        match AnyBackend::connect(url).await {
+            Ok(backend) => panic!("{url} gave {backend:?}"),
+            Err(error) => error.to_string(),
+        }
+    }
+
+    #[tokio::test]
+    async fn memory_is_a_store_of_its_own() {
+        let backend = AnyBackend::connect("memory://").await.unwrap();
+        assert_eq!(backend.store_kind(), "memory");
+    }
+
+    #[tokio::test]
+    async fn an_unknown_scheme_is_told_the_known_ones() {
+        let error = refused("mongodb://u:s3cret@db/x").await;
+        assert!(error.contains("unknown scheme mongodb://"), "{error}");
+        assert!(error.contains(SCHEMES), "{error}");
+        assert!(!error.contains("s3cret"), "{error}");
+        assert!(refused("127.0.0.1:6379").await.contains("no scheme"));
+    }
+
+    #[tokio::test]
+    async fn mutex_only_stores_are_refused_naming_their_own_backends() {
+        let error = refused("redlock://a:1,b:1,c:1").await;
+        assert!(error.contains("use RedlockBackend"), "{error}");
+        if cfg!(feature = "postgres") {
+            let error = refused("postgres://root@127.0.0.1:1/test?mode=advisory").await;
+            assert!(error.contains("AdvisoryBackend"), "{error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_option_the_store_does_not_take_is_named() {
+        let error = refused("memory://?ttl=5").await;
+        assert!(error.contains("takes no option `ttl`"), "{error}");
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    #[tokio::test]
+    async fn a_store_not_built_names_its_feature() {
+        let error = refused("etcd://127.0.0.1:2379").await;
+        assert!(
+            error.contains("needs tower-lock's `etcd` feature"),
+            "{error}"
+        );
+    }
+}
