@@ -1,9 +1,11 @@
-//! The conformance suite on `AnyBackend`, the store chosen at run time from a URL: Redis
-//! (`redis://`, with the outage cases) and PostgreSQL lease rows (`postgres://…?lock_table=`),
-//! each connected through its URL as a service configured by `LOCK_STORE` would be.
+//! The conformance suite on the stores chosen at run time from a URL, each connected through
+//! its URL as a service configured by `LOCK_STORE` would be: `AnyBackend` on Redis
+//! (`redis://`, with the outage cases) and PostgreSQL lease rows (`postgres://…?lock_table=`);
+//! `AnyMutexBackend` on RedLock (`redlock://`) and PostgreSQL's advisory locks
+//! (`postgres://…?mode=advisory`).
 
 use integration_tests::{PostgresSchema, RedisServer};
-use tower_lock::backend::any::AnyBackend;
+use tower_lock::backend::any::{AnyBackend, AnyMutexBackend};
 use tower_lock::conformance::{Outage, Store};
 
 mod redis_url {
@@ -27,6 +29,14 @@ mod postgres_url {
         shared_leases,
         wait_queue
     );
+}
+
+mod redlock_url {
+    tower_lock::conformance_suite!(super::RedlockByUrl, leases, outage);
+}
+
+mod advisory_url {
+    tower_lock::conformance_suite!(super::AdvisoryByUrl);
 }
 
 /// A fresh `redis-server`, its backends connected by `redis://` URL.
@@ -68,5 +78,63 @@ impl Store for PostgresByUrl {
     async fn backend(&self) -> AnyBackend {
         let url = format!("{}&lock_table={}", self.0.url(), self.0.table("leases"));
         (AnyBackend::connect(&url).await).unwrap_or_else(|error| panic!("{url}: {error}"))
+    }
+}
+
+/// Three fresh, independent masters, their backends connected by `redlock://` URL.
+struct RedlockByUrl([RedisServer; 3]);
+
+impl Store for RedlockByUrl {
+    type Backend = AnyMutexBackend;
+
+    async fn start() -> Self {
+        Self([(); 3].map(|()| RedisServer::start()))
+    }
+
+    async fn backend(&self) -> AnyMutexBackend {
+        let masters: Vec<String> = (self.0.iter())
+            .map(|master| master.url().trim_start_matches("redis://").to_owned())
+            .collect();
+        let url = format!("redlock://{}", masters.join(","));
+        (AnyMutexBackend::connect(&url).await).unwrap_or_else(|error| panic!("{url}: {error}"))
+    }
+
+    fn fences(&self) -> bool {
+        false
+    }
+}
+
+impl Outage for RedlockByUrl {
+    fn stop_answering(&self) {
+        self.0.iter().for_each(RedisServer::pause);
+    }
+
+    fn answer_again(&self) {
+        self.0.iter().for_each(RedisServer::resume);
+    }
+}
+
+/// Advisory locks in a namespace of their own (the fresh schema's name), by
+/// `postgres://…?mode=advisory&namespace=` URL.
+struct AdvisoryByUrl(PostgresSchema);
+
+impl Store for AdvisoryByUrl {
+    type Backend = AnyMutexBackend;
+
+    async fn start() -> Self {
+        Self(PostgresSchema::create().await)
+    }
+
+    async fn backend(&self) -> AnyMutexBackend {
+        let url = format!("{}&mode=advisory&namespace={}", self.0.url(), self.0.name());
+        (AnyMutexBackend::connect(&url).await).unwrap_or_else(|error| panic!("{url}: {error}"))
+    }
+
+    fn fences(&self) -> bool {
+        false
+    }
+
+    fn leases_expire(&self) -> bool {
+        false
     }
 }

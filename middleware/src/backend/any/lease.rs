@@ -1,4 +1,5 @@
-//! [`AnyLease`]: the lease of whichever store an [`AnyBackend`](super::AnyBackend) chose.
+//! [`AnyLease`] and [`AnyMutexLease`]: the lease of whichever store an
+//! [`AnyBackend`](super::AnyBackend) or [`AnyMutexBackend`](super::AnyMutexBackend) chose.
 
 use crate::backend::{Attempt, BackendError, Granted, QueuedAttempt, TokenLease};
 
@@ -17,53 +18,82 @@ pub enum AnyLease {
     Zookeeper(crate::backend::zookeeper::ZookeeperLease),
 }
 
-/// A store's own lease, wrapped in and found again in an [`AnyLease`].
-pub(super) trait StoreLease: Sized {
-    fn wrap(self) -> AnyLease;
+/// The lease of an [`AnyMutexBackend`](super::AnyMutexBackend)'s store: an [`AnyLease`], a
+/// RedLock token or a database session holding the lock.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnyMutexLease {
+    /// A store with every shape.
+    Any(AnyLease),
+    /// RedLock.
+    #[cfg(feature = "redis")]
+    Redlock(TokenLease),
+    /// A PostgreSQL session holding an advisory lock.
+    #[cfg(feature = "postgres")]
+    Advisory(crate::backend::ConnectionLease<sqlx::Postgres>),
+    /// A MySQL session holding a row `FOR UPDATE NOWAIT`.
+    #[cfg(feature = "mysql")]
+    Nowait(crate::backend::ConnectionLease<sqlx::MySql>),
+}
 
-    /// This store's lease in `lease`; another store's is an error (a lease is only ever given
+/// A store's own lease, wrapped in the run-time lease `Outer` and found again in it.
+pub(super) trait LeaseIn<Outer>: Sized {
+    fn wrap(self) -> Outer;
+
+    /// This store's lease in `outer`; another store's is an error (a lease is only ever given
     /// back to the backend that granted it, so it cannot happen).
-    fn of(lease: &AnyLease) -> Result<&Self, BackendError>;
+    fn of(outer: &Outer) -> Result<&Self, BackendError>;
 }
 
-/// The error of a lease given to a store that did not grant it.
-fn foreign(lease: &AnyLease) -> BackendError {
-    BackendError::new(format!("a lease of another store: {lease:?}"))
-}
-
-macro_rules! store_lease {
-    ($(#[$cfg:meta])* $lease:ty, $variant:ident) => {
+macro_rules! lease_in {
+    ($(#[$cfg:meta])* $lease:ty, $outer:ident :: $variant:ident) => {
         $(#[$cfg])*
-        impl StoreLease for $lease {
-            fn wrap(self) -> AnyLease {
-                AnyLease::$variant(self)
+        impl LeaseIn<$outer> for $lease {
+            fn wrap(self) -> $outer {
+                $outer::$variant(self)
             }
 
             #[allow(unreachable_patterns)]
-            fn of(lease: &AnyLease) -> Result<&Self, BackendError> {
-                match lease {
-                    AnyLease::$variant(own) => Ok(own),
-                    other => Err(foreign(other)),
+            fn of(outer: &$outer) -> Result<&Self, BackendError> {
+                match outer {
+                    $outer::$variant(own) => Ok(own),
+                    other => Err(BackendError::new(format!("a lease of another store: {other:?}"))),
                 }
             }
         }
     };
 }
 
-store_lease!(TokenLease, Token);
-store_lease!(
+lease_in!(TokenLease, AnyLease::Token);
+lease_in!(
     #[cfg(feature = "etcd")]
     crate::backend::etcd::EtcdLease,
-    Etcd
+    AnyLease::Etcd
 );
-store_lease!(
+lease_in!(
     #[cfg(feature = "zookeeper")]
     crate::backend::zookeeper::ZookeeperLease,
-    Zookeeper
+    AnyLease::Zookeeper
+);
+lease_in!(AnyLease, AnyMutexLease::Any);
+lease_in!(
+    #[cfg(feature = "redis")]
+    TokenLease,
+    AnyMutexLease::Redlock
+);
+lease_in!(
+    #[cfg(feature = "postgres")]
+    crate::backend::ConnectionLease<sqlx::Postgres>,
+    AnyMutexLease::Advisory
+);
+lease_in!(
+    #[cfg(feature = "mysql")]
+    crate::backend::ConnectionLease<sqlx::MySql>,
+    AnyMutexLease::Nowait
 );
 
 /// `attempt` with its grant's lease wrapped.
-pub(super) fn wrapped<L: StoreLease>(attempt: Attempt<Granted<L>>) -> Attempt<Granted<AnyLease>> {
+pub(super) fn wrapped<L: LeaseIn<O>, O>(attempt: Attempt<Granted<L>>) -> Attempt<Granted<O>> {
     match attempt {
         Attempt::Acquired(granted) => Attempt::Acquired(grant(granted)),
         Attempt::Busy { holder_ttl } => Attempt::Busy { holder_ttl },
@@ -71,9 +101,9 @@ pub(super) fn wrapped<L: StoreLease>(attempt: Attempt<Granted<L>>) -> Attempt<Gr
 }
 
 /// `attempt` with each grant's lease wrapped.
-pub(super) fn all_wrapped<L: StoreLease>(
+pub(super) fn all_wrapped<L: LeaseIn<O>, O>(
     attempt: Attempt<Vec<Granted<L>>>,
-) -> Attempt<Vec<Granted<AnyLease>>> {
+) -> Attempt<Vec<Granted<O>>> {
     match attempt {
         Attempt::Acquired(grants) => Attempt::Acquired(grants.into_iter().map(grant).collect()),
         Attempt::Busy { holder_ttl } => Attempt::Busy { holder_ttl },
@@ -81,7 +111,7 @@ pub(super) fn all_wrapped<L: StoreLease>(
 }
 
 /// `attempt` with its lease, or its handover's, wrapped.
-pub(super) fn queued_wrapped<L: StoreLease>(attempt: QueuedAttempt<L>) -> QueuedAttempt<AnyLease> {
+pub(super) fn queued_wrapped<L: LeaseIn<O>, O>(attempt: QueuedAttempt<L>) -> QueuedAttempt<O> {
     match attempt {
         QueuedAttempt::Acquired(granted) => QueuedAttempt::Acquired(grant(granted)),
         QueuedAttempt::Queued {
@@ -94,7 +124,7 @@ pub(super) fn queued_wrapped<L: StoreLease>(attempt: QueuedAttempt<L>) -> Queued
     }
 }
 
-fn grant<L: StoreLease>(granted: Granted<L>) -> Granted<AnyLease> {
+fn grant<L: LeaseIn<O>, O>(granted: Granted<L>) -> Granted<O> {
     Granted {
         lease: granted.lease.wrap(),
         fence: granted.fence,

@@ -2,17 +2,22 @@
 //! `etcd://…` in another, the same code in both.
 //!
 //! [`AnyBackend::connect`] reads the URL (the table of schemes is there); [`AnyBackend`] is a
-//! [`LockBackend`](super::LockBackend) with every lock shape, [`AnyLease`] its lease. A backend
-//! you configured yourself becomes one with `AnyBackend::from(backend)`. The statically typed
+//! [`LockBackend`](super::LockBackend) with every lock shape, [`AnyLease`] its lease.
+//! [`AnyMutexBackend`] takes every store, the mutex-only ones too (RedLock, advisory locks,
+//! `NOWAIT`), and has mutexes only: the type says which shapes the locker can ask for, so a
+//! store is never asked for one it lacks. A backend you configured yourself becomes one with
+//! `AnyBackend::from(backend)`. The statically typed
 //! backends stay the cheapest way to one store chosen in code; an `AnyBackend` adds one
 //! `match` per store call.
 
 mod lease;
+mod mutex_store;
 mod store;
 #[cfg(test)]
 mod tests;
 mod url;
 
-pub use lease::AnyLease;
+pub use lease::{AnyLease, AnyMutexLease};
+pub use mutex_store::AnyMutexBackend;
 pub use store::AnyBackend;
 pub use url::StoreUrlError;

@@ -6,7 +6,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::lease::{AnyLease, StoreLease, all_wrapped, queued_wrapped, wrapped};
+use super::lease::{AnyLease, LeaseIn, all_wrapped, queued_wrapped, wrapped};
 use crate::OwnerToken;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::waiting::WaitingRoom;
@@ -21,7 +21,8 @@ use crate::backend::{
 ///
 /// Stores with mutexes only (PostgreSQL's advisory locks, MySQL's `NOWAIT` rows, RedLock) are
 /// not among them, so that a read-write or semaphore layer on an `AnyBackend` never meets a
-/// store that cannot serve it: use their own types.
+/// store that cannot serve it: [`AnyMutexBackend`](super::AnyMutexBackend) takes every store,
+/// for mutexes.
 ///
 /// # Example
 ///
@@ -169,11 +170,11 @@ impl LockBackend for AnyBackend {
         lease: &AnyLease,
         ttl: Duration,
     ) -> Result<bool, BackendError> {
-        each_store!(&self.store, backend => backend.extend(name, StoreLease::of(lease)?, ttl).await)
+        each_store!(&self.store, backend => backend.extend(name, LeaseIn::of(lease)?, ttl).await)
     }
 
     async fn release(&self, name: &str, lease: &AnyLease) -> Result<bool, BackendError> {
-        each_store!(&self.store, backend => backend.release(name, StoreLease::of(lease)?).await)
+        each_store!(&self.store, backend => backend.release(name, LeaseIn::of(lease)?).await)
     }
 
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {

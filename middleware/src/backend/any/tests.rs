@@ -1,16 +1,22 @@
-//! The conformance suite on an `AnyBackend` over memory (`memory://`): clones of one backend
-//! are the "processes". The stores that run as servers run it in `tests/`.
+//! The conformance suite on the run-time stores over memory (`memory://`): clones of one
+//! backend are the "processes". The stores that run as servers run it in `tests/`.
 
-use super::AnyBackend;
+use super::{AnyBackend, AnyMutexBackend};
 
-crate::conformance_suite!(
-    MemoryByUrl,
-    leases,
-    read_write,
-    semaphore,
-    shared_leases,
-    wait_queue
-);
+mod every_shape {
+    crate::conformance_suite!(
+        super::MemoryByUrl,
+        leases,
+        read_write,
+        semaphore,
+        shared_leases,
+        wait_queue
+    );
+}
+
+mod mutexes {
+    crate::conformance_suite!(super::MutexMemoryByUrl, leases, wait_queue);
+}
 
 struct MemoryByUrl(AnyBackend);
 
@@ -22,6 +28,20 @@ impl crate::conformance::Store for MemoryByUrl {
     }
 
     async fn backend(&self) -> AnyBackend {
+        self.0.clone()
+    }
+}
+
+struct MutexMemoryByUrl(AnyMutexBackend);
+
+impl crate::conformance::Store for MutexMemoryByUrl {
+    type Backend = AnyMutexBackend;
+
+    async fn start() -> Self {
+        Self(AnyMutexBackend::connect("memory://").await.unwrap())
+    }
+
+    async fn backend(&self) -> AnyMutexBackend {
         self.0.clone()
     }
 }

@@ -1,5 +1,6 @@
 //! [`AnyBackend::connect`]: the store a URL names, connected.
 
+use super::mutex_store::{AnyMutexBackend, MutexStore};
 use super::store::{AnyBackend, Store};
 use crate::backend::BackendError;
 use crate::backend::masked_url::masked;
@@ -54,7 +55,7 @@ impl AnyBackend {
     /// [`LockerBuilder`](crate::LockerBuilder). A store whose feature is not built answers
     /// [`StoreUrlError::NotBuilt`], naming the feature; the mutex-only modes (`redlock://`,
     /// PostgreSQL's advisory locks, MySQL's `NOWAIT`) are refused, since an `AnyBackend` serves
-    /// every lock shape.
+    /// every lock shape: [`AnyMutexBackend::connect`] takes them.
     ///
     /// # Errors
     ///
@@ -63,6 +64,25 @@ impl AnyBackend {
     pub async fn connect(url: &str) -> Result<Self, StoreUrlError> {
         let parts = Parts::of(url)?;
         Ok(Self::on(parts.connect().await?))
+    }
+}
+
+impl AnyMutexBackend {
+    /// Connects to the store `url` names, for mutexes: every URL
+    /// [`AnyBackend::connect`] takes, and the stores with mutexes only:
+    ///
+    /// | URL | store |
+    /// |---|---|
+    /// | `redlock://host:port,host:port,host:port` | RedLock over independent Redis masters, a majority of which must answer now |
+    /// | `postgres://…?mode=advisory[&namespace=<name>]` | PostgreSQL advisory locks (in `namespace`, default `tower_lock`) |
+    /// | `mysql://…?mode=nowait[&lock_table=<name>]` | rows of `lock_table` (default `tower_lock_rows`) held `FOR UPDATE NOWAIT` |
+    ///
+    /// # Errors
+    ///
+    /// [`StoreUrlError`], as for [`AnyBackend::connect`].
+    pub async fn connect(url: &str) -> Result<Self, StoreUrlError> {
+        let parts = Parts::of(url)?;
+        Ok(Self::on(parts.connect_mutex().await?))
     }
 }
 
@@ -90,6 +110,7 @@ impl<'a> Parts<'a> {
 
     /// What follows the scheme, up to the query.
     #[cfg(any(
+        feature = "redis",
         feature = "redis-cluster",
         feature = "redis-sentinel",
         feature = "postgres",
@@ -128,7 +149,12 @@ impl<'a> Parts<'a> {
     }
 
     /// The comma-separated `host:port` list before any path, and the path (without its `/`).
-    #[cfg(any(feature = "redis-sentinel", feature = "etcd", feature = "zookeeper"))]
+    #[cfg(any(
+        feature = "redis",
+        feature = "redis-sentinel",
+        feature = "etcd",
+        feature = "zookeeper"
+    ))]
     fn hosts_and_path(&self) -> (Vec<&'a str>, Option<&'a str>) {
         let (hosts, path) = match self.rest().split_once('/') {
             Some((hosts, path)) => (hosts, Some(path).filter(|path| !path.is_empty())),
@@ -173,8 +199,8 @@ impl<'a> Parts<'a> {
             "zk" | "zookeeper" => self.zookeeper().await,
             "redlock" => Err(malformed(
                 self.url,
-                "RedLock has mutexes only, and an AnyBackend serves every lock shape: use \
-                 RedlockBackend"
+                "RedLock has mutexes only, and an AnyBackend serves every lock shape: connect \
+                 with AnyMutexBackend"
                     .into(),
             )),
             "rediss" => Err(malformed(
@@ -186,6 +212,77 @@ impl<'a> Parts<'a> {
                 format!("unknown scheme {other}://; the known ones: {SCHEMES}"),
             )),
         }
+    }
+
+    /// The store of an [`AnyMutexBackend`].
+    async fn connect_mutex(&self) -> Result<MutexStore, StoreUrlError> {
+        match (self.scheme, self.mode()) {
+            ("redlock", _) => self.redlock().await,
+            ("postgres" | "postgresql", Some("advisory")) => self.advisory().await,
+            ("mysql" | "mariadb", Some("nowait")) => self.nowait().await,
+            _ => Ok(MutexStore::Any(AnyBackend::on(self.connect().await?))),
+        }
+    }
+
+    /// The SQL stores' `mode` option.
+    fn mode(&self) -> Option<&str> {
+        let mode = self.query.iter().find(|(key, _)| key == "mode");
+        mode.map(|(_, mode)| mode.as_str())
+    }
+
+    #[cfg(not(feature = "redis"))]
+    async fn redlock(&self) -> Result<MutexStore, StoreUrlError> {
+        Err(self.needs("redis"))
+    }
+
+    #[cfg(feature = "redis")]
+    async fn redlock(&self) -> Result<MutexStore, StoreUrlError> {
+        use crate::backend::redis::RedlockBackend;
+        self.option("", &[])?;
+        let (masters, _) = self.hosts_and_path();
+        if masters.is_empty() {
+            return Err(malformed(self.url, "name the masters, host:port,…".into()));
+        }
+        let urls: Vec<String> = masters
+            .iter()
+            .map(|master| format!("redis://{master}"))
+            .collect();
+        let backend = RedlockBackend::connect(urls)
+            .map_err(|error| malformed(self.url, error.to_string()))?;
+        backend
+            .check_quorum(std::time::Duration::from_secs(1))
+            .await?;
+        Ok(MutexStore::Redlock(backend))
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    async fn advisory(&self) -> Result<MutexStore, StoreUrlError> {
+        Err(self.needs("postgres"))
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn advisory(&self) -> Result<MutexStore, StoreUrlError> {
+        use crate::backend::postgres::{AdvisoryBackend, DEFAULT_NAMESPACE};
+        let (url, namespace) = self.database_url("namespace", DEFAULT_NAMESPACE)?;
+        let pool = crate::backend::sql::connect_pool(&url, 16).await?;
+        Ok(MutexStore::Advisory(AdvisoryBackend::with_pool(
+            pool, &namespace,
+        )))
+    }
+
+    #[cfg(not(feature = "mysql"))]
+    async fn nowait(&self) -> Result<MutexStore, StoreUrlError> {
+        Err(self.needs("mysql"))
+    }
+
+    #[cfg(feature = "mysql")]
+    async fn nowait(&self) -> Result<MutexStore, StoreUrlError> {
+        use crate::backend::mysql::{DEFAULT_ROW_TABLE, NowaitBackend};
+        let (url, table) = self.database_url("lock_table", DEFAULT_ROW_TABLE)?;
+        let pool = crate::backend::sql::connect_pool(&url, 16).await?;
+        Ok(MutexStore::Nowait(
+            NowaitBackend::with_table(pool, &table).await?,
+        ))
     }
 
     #[cfg(not(feature = "redis"))]
@@ -257,22 +354,12 @@ impl<'a> Parts<'a> {
         }))
     }
 
-    /// The URL without the options that are this crate's, for the database's own client, and
-    /// the lease table they name.
+    /// The URL without the options that are this crate's (`mode` and `ours`), for the
+    /// database's own client, and the value of `ours` (`default` without it).
     #[cfg(any(feature = "postgres", feature = "mysql"))]
-    fn database_url(&self, default_table: &'static str) -> Result<(String, String), StoreUrlError> {
-        if let Some(mode) = self.query.iter().find(|(key, _)| key == "mode") {
-            let why = format!(
-                "mode={}: the session-lock modes have mutexes only, and an AnyBackend serves \
-                 every lock shape: use their backends (AdvisoryBackend, NowaitBackend)",
-                mode.1
-            );
-            return Err(malformed(self.url, why));
-        }
-        let theirs: Vec<_> = self
-            .query
-            .iter()
-            .filter(|(key, _)| key != "lock_table")
+    fn database_url(&self, ours: &str, default: &str) -> Result<(String, String), StoreUrlError> {
+        let theirs: Vec<_> = (self.query.iter())
+            .filter(|(key, _)| key != ours && key != "mode")
             .collect();
         let mut url = format!("{}://{}", self.scheme, self.rest());
         if !theirs.is_empty() {
@@ -280,11 +367,26 @@ impl<'a> Parts<'a> {
             query.extend_pairs(theirs);
             url = format!("{url}?{}", query.finish());
         }
-        let table = self.query.iter().find(|(key, _)| key == "lock_table");
+        let value = self.query.iter().find(|(key, _)| key == ours);
         Ok((
             url,
-            table.map_or(default_table.to_owned(), |(_, table)| table.clone()),
+            value.map_or(default.to_owned(), |(_, value)| value.clone()),
         ))
+    }
+
+    /// Refuses a `mode` (the session-lock modes): an `AnyBackend` serves every lock shape.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    fn every_shape(&self) -> Result<(), StoreUrlError> {
+        match self.mode() {
+            None => Ok(()),
+            Some(mode) => Err(malformed(
+                self.url,
+                format!(
+                    "mode={mode} has mutexes only, and an AnyBackend serves every lock shape: \
+                     connect with AnyMutexBackend"
+                ),
+            )),
+        }
     }
 
     #[cfg(not(feature = "postgres"))]
@@ -295,7 +397,8 @@ impl<'a> Parts<'a> {
     #[cfg(feature = "postgres")]
     async fn postgres(&self) -> Result<Store, StoreUrlError> {
         use crate::backend::postgres::{DEFAULT_TABLE, PostgresBackend};
-        let (url, table) = self.database_url(DEFAULT_TABLE)?;
+        self.every_shape()?;
+        let (url, table) = self.database_url("lock_table", DEFAULT_TABLE)?;
         Ok(Store::Postgres(
             PostgresBackend::connect_to_table(&url, &table).await?,
         ))
@@ -309,7 +412,8 @@ impl<'a> Parts<'a> {
     #[cfg(feature = "mysql")]
     async fn mysql(&self) -> Result<Store, StoreUrlError> {
         use crate::backend::mysql::{DEFAULT_TABLE, MysqlBackend};
-        let (url, table) = self.database_url(DEFAULT_TABLE)?;
+        self.every_shape()?;
+        let (url, table) = self.database_url("lock_table", DEFAULT_TABLE)?;
         let url = url.replacen("mariadb://", "mysql://", 1);
         Ok(Store::Mysql(
             MysqlBackend::connect_to_table(&url, &table).await?,
@@ -405,11 +509,26 @@ mod tests {
     #[tokio::test]
     async fn mutex_only_stores_are_refused_naming_their_own_backends() {
         let error = refused("redlock://a:1,b:1,c:1").await;
-        assert!(error.contains("use RedlockBackend"), "{error}");
+        assert!(error.contains("connect with AnyMutexBackend"), "{error}");
         if cfg!(feature = "postgres") {
             let error = refused("postgres://root@127.0.0.1:1/test?mode=advisory").await;
-            assert!(error.contains("AdvisoryBackend"), "{error}");
+            assert!(error.contains("connect with AnyMutexBackend"), "{error}");
         }
+    }
+
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn redlock_without_a_majority_is_refused_naming_the_masters() {
+        let error =
+            match AnyMutexBackend::connect("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3").await {
+                Ok(backend) => panic!("connected to {backend:?}"),
+                Err(error) => error.to_string(),
+            };
+        assert!(
+            error.contains("2 of 3 masters must answer; 3 did not"),
+            "{error}"
+        );
+        assert!(error.contains("127.0.0.1:2"), "{error}");
     }
 
     #[tokio::test]
