@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::AnyBackend;
 use super::lease::{AnyLease, AnyMutexLease, LeaseIn, all_wrapped, queued_wrapped, wrapped};
+use super::store::no_queue;
 use crate::OwnerToken;
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{
@@ -172,12 +173,6 @@ impl LockBackend for AnyMutexBackend {
     fn max_ttl(&self) -> Option<Duration> {
         each_mutex_store!(&self.store, backend => backend.max_ttl())
     }
-}
-
-/// The error of a queue call on a store without a queue ([`LockBackend::wait_queue`] said so,
-/// so the engine never makes one).
-fn no_queue() -> BackendError {
-    BackendError::new("this store has no wait queue")
 }
 
 impl WaitQueue<AnyMutexLease> for AnyMutexBackend {

@@ -244,7 +244,7 @@ impl Semaphores for AnyBackend {
 
 /// The error of a queue call on a store without a queue ([`LockBackend::wait_queue`] said so,
 /// so the engine never makes one).
-fn no_queue() -> BackendError {
+pub(super) fn no_queue() -> BackendError {
     BackendError::new("this store has no wait queue")
 }
 

@@ -166,6 +166,16 @@ impl<'a> Parts<'a> {
         )
     }
 
+    /// The hosts before any path, at least one: else an error asking for `whose` hosts.
+    #[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
+    fn required_hosts(&self, whose: &str) -> Result<Vec<&'a str>, StoreUrlError> {
+        let (hosts, _) = self.hosts_and_path();
+        if hosts.is_empty() {
+            return Err(malformed(self.url, format!("name {whose}, host:port,…")));
+        }
+        Ok(hosts)
+    }
+
     /// The error of a store whose feature is not built.
     #[cfg(not(all(
         feature = "redis",
@@ -239,10 +249,7 @@ impl<'a> Parts<'a> {
     async fn redlock(&self) -> Result<MutexStore, StoreUrlError> {
         use crate::backend::redis::RedlockBackend;
         self.option("", &[])?;
-        let (masters, _) = self.hosts_and_path();
-        if masters.is_empty() {
-            return Err(malformed(self.url, "name the masters, host:port,…".into()));
-        }
+        let masters = self.required_hosts("the masters")?;
         let urls: Vec<String> = masters
             .iter()
             .map(|master| format!("redis://{master}"))
@@ -432,13 +439,7 @@ impl<'a> Parts<'a> {
         if let Some(namespace) = self.option("namespace", &["namespace"])? {
             settings = settings.namespace(namespace);
         }
-        let (members, _) = self.hosts_and_path();
-        if members.is_empty() {
-            return Err(malformed(
-                self.url,
-                "name the cluster's members, host:port,…".into(),
-            ));
-        }
+        let members = self.required_hosts("the cluster's members")?;
         let endpoints: Vec<String> = members
             .iter()
             .map(|member| format!("http://{member}"))
@@ -460,13 +461,7 @@ impl<'a> Parts<'a> {
         if let Some(root) = self.option("root", &["root"])? {
             settings = settings.root(root);
         }
-        let (servers, _) = self.hosts_and_path();
-        if servers.is_empty() {
-            return Err(malformed(
-                self.url,
-                "name the ensemble's servers, host:port,…".into(),
-            ));
-        }
+        let servers = self.required_hosts("the ensemble's servers")?;
         let backend = ZookeeperBackend::connect_with(&servers.join(","), settings).await?;
         Ok(Store::Zookeeper(backend))
     }
