@@ -15,17 +15,18 @@ use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::{Layer, ServiceExt, service_fn};
+use tower_lock::backend::any::AnyBackend;
 use tower_lock::backend::{Attempt, LockBackend, LockRequest, OwnerToken};
 use tower_lock::key::KeyError;
 use tower_lock::{LockLayer, Locker, RedisBackend, ResponseBody};
 
 use crate::cpu;
-use crate::lockers::TTL;
+use crate::lease_settings::TTL;
 use crate::report::percentile;
 
 /// The fencing counter `raw-scripts` increments. tower-lock picks the counter of the lock's
 /// hash slot; on one Redis node, which counter it is costs nothing.
-const RAW_FENCE_COUNTER: &str = "tower-lock:fence:{0}";
+pub const RAW_FENCE_COUNTER: &str = "tower-lock:fence:{0}";
 
 /// The implementations compared, by their names in the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -41,6 +42,8 @@ pub enum PairImpl {
     TowerLockNofence,
     /// tower-lock's engine: `Locker::with_lock` around no work.
     TowerLockEngine,
+    /// The same engine on the store chosen at run time: `AnyBackend::connect(url)`.
+    TowerLockAnyEngine,
     /// tower-lock's `LockService` around a trivial inner service (no HTTP).
     TowerLockService,
     /// rslock's `lock` and `unlock`.
@@ -48,12 +51,13 @@ pub enum PairImpl {
 }
 
 impl PairImpl {
-    pub const ALL: [PairImpl; 7] = [
+    pub const ALL: [PairImpl; 8] = [
         PairImpl::RawScripts,
         PairImpl::SeedMinimal,
         PairImpl::TowerLock,
         PairImpl::TowerLockNofence,
         PairImpl::TowerLockEngine,
+        PairImpl::TowerLockAnyEngine,
         PairImpl::TowerLockService,
         PairImpl::Rslock,
     ];
@@ -65,6 +69,7 @@ impl PairImpl {
             PairImpl::TowerLock => "tower-lock",
             PairImpl::TowerLockNofence => "tower-lock-nofence",
             PairImpl::TowerLockEngine => "tower-lock-engine",
+            PairImpl::TowerLockAnyEngine => "tower-lock-any-engine",
             PairImpl::TowerLockService => "tower-lock-service",
             PairImpl::Rslock => "rslock",
         }
@@ -103,6 +108,7 @@ enum Pairs {
     },
     Backend(RedisBackend),
     Engine(Locker<RedisBackend>),
+    AnyEngine(Locker<AnyBackend>),
     Service(Service),
     Rslock(rslock::LockManager),
 }
@@ -154,8 +160,11 @@ impl Pairs {
             ),
             PairImpl::TowerLockEngine => {
                 let backend = RedisBackend::connect(url).await.expect("Redis reachable");
-                let locker = Locker::builder(backend).ttl(TTL).reject().build();
-                Pairs::Engine(locker.expect("valid settings"))
+                Pairs::Engine(engine(backend))
+            }
+            PairImpl::TowerLockAnyEngine => {
+                let backend = AnyBackend::connect(url).await.expect("Redis reachable");
+                Pairs::AnyEngine(engine(backend))
             }
             PairImpl::TowerLockService => {
                 let backend = RedisBackend::connect(url).await.expect("Redis reachable");
@@ -235,10 +244,8 @@ impl Pairs {
                     .await
                     .expect("Redis answers");
             }
-            Pairs::Engine(locker) => {
-                let locked = locker.with_lock(key, |_| async {}).await;
-                locked.expect("a distinct key is free");
-            }
+            Pairs::Engine(locker) => engine_pair(locker, key).await,
+            Pairs::AnyEngine(locker) => engine_pair(locker, key).await,
             Pairs::Service(service) => {
                 let request = Request::builder()
                     .header("x-key", key)
@@ -473,89 +480,4 @@ pub fn print_table(rows: &[PairSummary], raw: &str) {
             redis_cpu
         );
     }
-}
-
-/// `redis-benchmark` on the same server for the commands the locks send, each alone:
-/// (description, requests/s). Empty when redis-benchmark is not installed.
-pub async fn redis_benchmark(url: &str, concurrency: usize) -> Vec<(String, f64)> {
-    let port = url
-        .rsplit(':')
-        .next()
-        .unwrap_or("6379")
-        .trim_end_matches('/')
-        .to_owned();
-    let client = redis::Client::open(url).expect("a valid Redis URL");
-    let mut connection = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("Redis reachable");
-    let release = include_str!("../../middleware/src/backend/redis/lua/release.lua");
-    let _: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(release)
-        .query_async(&mut connection)
-        .await
-        .expect("SCRIPT LOAD answers");
-    let commands: [(&str, Vec<String>); 3] = [
-        (
-            "SET NX PX",
-            ["SET", "rb:__rand_int__", "token", "NX", "PX", "10000"]
-                .map(str::to_owned)
-                .to_vec(),
-        ),
-        (
-            "INCR",
-            ["INCR", RAW_FENCE_COUNTER].map(str::to_owned).to_vec(),
-        ),
-        (
-            "EVALSHA release.lua",
-            [
-                "EVALSHA",
-                Script::new(release).get_hash(),
-                "1",
-                "{rb:__rand_int__}",
-                "token",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-        ),
-    ];
-    let mut figures = Vec::new();
-    for (what, command) in commands {
-        let output = tokio::process::Command::new("redis-benchmark")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-c",
-                &concurrency.to_string(),
-                "-n",
-                "200000",
-                "-r",
-                "100000000",
-                "-q",
-            ])
-            .args(&command)
-            .output()
-            .await;
-        let Ok(output) = output else {
-            return Vec::new();
-        };
-        let text = String::from_utf8_lossy(&output.stdout);
-        // -q prints progress lines ending in '\r', then the final "<command>: <rate> requests
-        // per second" line.
-        let rate = text.rsplit(['\r', '\n']).find_map(|line| {
-            line.split(": ")
-                .nth(1)?
-                .split(' ')
-                .next()?
-                .parse::<f64>()
-                .ok()
-        });
-        if let Some(rate) = rate {
-            figures.push((what.to_owned(), rate));
-        }
-    }
-    figures
 }

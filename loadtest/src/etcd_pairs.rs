@@ -14,7 +14,7 @@ use tower_lock::backend::etcd::{EtcdBackend, EtcdSettings};
 use tower_lock::{Locker, RedisBackend};
 
 use crate::distinct_keys::{PairSummary, Pairing, backend_pair, client_timed, engine, engine_pair};
-use crate::lockers::SESSION;
+use crate::lease_settings::SESSION;
 
 /// What is compared, by its name in the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

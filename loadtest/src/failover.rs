@@ -21,6 +21,8 @@ use tokio::time::{Instant, sleep};
 use tower_lock::backend::redis::{ClusterLink, RedisConnection, SentinelConnection};
 use tower_lock::{HeldLock, Locker, RedisBackend};
 
+use crate::args::{Args, Backend};
+
 /// How long A holds each key: past the failover and B's look.
 const HOLD: Duration = Duration::from_secs(6);
 /// The lease TTL: renewal at a third, after B has looked.
@@ -277,4 +279,59 @@ async fn one_trial<G: Group>(group: G, trial: usize, acks: u32, lag: Duration) -
     drop(held);
     drop(group);
     result
+}
+
+/// Scenario `failover`: the trials, one line each, and what they add up to without and with
+/// replica acknowledgements.
+pub async fn trials(args: &Args) {
+    let mut arms: [Vec<Trial>; 2] = [Vec::new(), Vec::new()];
+    let each = |n, acks, trial: Trial| {
+        if args.json {
+            let row = serde_json::json!({ "trial": n, "replica_acks": acks, "result": trial });
+            println!("{row}");
+        } else {
+            println!(
+                "trial {n:>4}, replica acks {acks}: {:>5} held at the kill, {:>4} granted twice, \
+                 failover {:>5} ms, {:>5} refused",
+                trial.held_at_kill, trial.granted_twice, trial.failover_ms, trial.refused
+            );
+        }
+        arms[usize::from(acks > 0)].push(trial);
+    };
+    let trials = Trials {
+        count: args.trials,
+        acks: args.replica_acks,
+        lag: Duration::from_millis(args.lag_ms),
+    };
+    match args.backend {
+        Some(Backend::RedisSentinel) => run::<RedisSentinels>(trials, each).await,
+        Some(Backend::RedisCluster) => run::<RedisCluster>(trials, each).await,
+        _ => {
+            eprintln!(
+                "lockbench: --scenario failover runs on --backend redis-sentinel or redis-cluster"
+            );
+            std::process::exit(2);
+        }
+    }
+    for (trials, acks) in arms.iter().zip([0, args.replica_acks]) {
+        let held: usize = trials.iter().map(|trial| trial.held_at_kill).sum();
+        let twice: usize = trials.iter().map(|trial| trial.granted_twice).sum();
+        let with_any = trials
+            .iter()
+            .filter(|trial| trial.granted_twice > 0)
+            .count();
+        let mut failovers: Vec<u64> = trials.iter().map(|trial| trial.failover_ms).collect();
+        failovers.sort_unstable();
+        let median = failovers
+            .get(failovers.len() / 2)
+            .copied()
+            .unwrap_or_default();
+        println!(
+            "{} trials, replica acks {acks}: {with_any} with a lock granted twice; {twice} of \
+             {held} locks held at the kill granted twice; failover median {median} ms, longest \
+             {} ms",
+            trials.len(),
+            failovers.last().copied().unwrap_or_default()
+        );
+    }
 }

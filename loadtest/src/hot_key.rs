@@ -9,7 +9,8 @@ use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
 
-use crate::lockers::{Contender, Impl, Shape};
+use crate::lockers::{Contender, Impl};
+use crate::shape::Shape;
 
 /// What one process runs.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]

@@ -2,32 +2,20 @@
 //! piece of work runs, and count the store round trips it took.
 
 use std::future::Future;
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use integration_tests::MASTER_NAME;
 use redis::Script;
 use redis::aio::MultiplexedConnection;
-use tower_lock::backend::LockBackend;
-use tower_lock::backend::OwnerToken;
-use tower_lock::backend::etcd::EtcdBackend;
-use tower_lock::backend::mysql::MysqlBackend;
-use tower_lock::backend::postgres::PostgresBackend;
-use tower_lock::backend::redis::{ClusterLink, RedlockBackend, SentinelConnection};
-
-use crate::redis_pairs::REPLICA_ACK_TIMEOUT;
-use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
-use tower_lock::backend::{Semaphores, SharedLocks};
+use tower_lock::backend::any::{AnyBackend, AnyMutexBackend};
+use tower_lock::backend::{LockBackend, OwnerToken, Semaphores, SharedLocks};
 use tower_lock::testing::CountingBackend;
-use tower_lock::{Locker, LockerBuilder, MemoryBackend, RedisBackend};
+use tower_lock::{Locker, RedisBackend};
 
-/// Lease TTL every implementation uses.
-pub const TTL: Duration = Duration::from_secs(10);
-/// The etcd session's TTL and ZooKeeper's session timeout: long enough for [`TTL`] (a locker
-/// leases two thirds of it).
-pub const SESSION: Duration = Duration::from_secs(15);
+use crate::lease_settings::TTL;
+use crate::shape::{PERMITS, Shape, Taking};
+
 /// How long a contender may wait before an implementation gives up (then it asks again).
 const WAIT: Duration = Duration::from_secs(30);
 /// The naive loop's fixed sleep between attempts, as in the seed articles.
@@ -49,6 +37,9 @@ pub enum Impl {
     TowerLockPolling,
     /// tower-lock's `Locker::with_lock` in fair (FIFO) mode.
     TowerLockFair,
+    /// tower-lock-notified on a `RedisBackend` chosen in code, not from a URL: the baseline
+    /// of the run-time choice's cost.
+    TowerLockTyped,
     /// tower-lock on the in-process `MemoryBackend` (one process only), waiting woken by
     /// releases: the engine without a store's round trips.
     Memory,
@@ -109,8 +100,9 @@ pub enum Impl {
 }
 
 impl Impl {
-    pub const HOT_KEY: [Impl; 7] = [
+    pub const HOT_KEY: [Impl; 8] = [
         Impl::TowerLockNotified,
+        Impl::TowerLockTyped,
         Impl::TowerLockCohort,
         Impl::TowerLockPolling,
         Impl::TowerLockFair,
@@ -178,6 +170,7 @@ impl Impl {
             Impl::TowerLockCohort => "tower-lock-cohort",
             Impl::TowerLockPolling => "tower-lock-polling",
             Impl::TowerLockFair => "tower-lock-fair",
+            Impl::TowerLockTyped => "tower-lock-typed",
             Impl::Memory => "memory",
             Impl::SeedNaive => "seed-naive",
             Impl::Rslock => "rslock",
@@ -259,72 +252,6 @@ impl Impl {
     }
 }
 
-/// The shape of lock every contender takes (`--shape`).
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    clap::ValueEnum,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum Shape {
-    /// The mutex (`Locker::with_lock`): every implementation has it.
-    #[default]
-    Mutex,
-    /// Every contender takes the write lock of a read-write lock.
-    Write,
-    /// Nine readers to one writer on one read-write lock: contenders 0, 10, 20, … write.
-    ReadMostly,
-    /// A semaphore of [`PERMITS`] permits.
-    Permit,
-}
-
-/// The permits of the `permit` shape's semaphore.
-pub const PERMITS: NonZeroU32 = NonZeroU32::new(2).expect("two");
-
-impl Shape {
-    pub fn name(self) -> &'static str {
-        match self {
-            Shape::Mutex => "mutex",
-            Shape::Write => "write",
-            Shape::ReadMostly => "read-mostly",
-            Shape::Permit => "permit",
-        }
-    }
-
-    /// What contender number `contender` takes.
-    pub fn taken_by(self, contender: usize) -> Taking {
-        match self {
-            Shape::Mutex => Taking::Mutex,
-            Shape::Write => Taking::Write,
-            Shape::ReadMostly if contender.is_multiple_of(10) => Taking::Write,
-            Shape::ReadMostly => Taking::Read,
-            Shape::Permit => Taking::Permit,
-        }
-    }
-}
-
-/// What one contender takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Taking {
-    Mutex,
-    Read,
-    Write,
-    Permit,
-}
-
-impl Taking {
-    /// Whether others may hold the lock beside it (a reader, a permit).
-    pub fn is_shared(self) -> bool {
-        matches!(self, Taking::Read | Taking::Permit)
-    }
-}
-
 /// Runs `work` while `locker` holds `key` as `taking` says, waiting as long as it takes.
 async fn held<B, T>(
     locker: &Locker<B>,
@@ -356,45 +283,25 @@ where
 
 /// One implementation, connected.
 pub enum Contender {
-    TowerLock {
-        /// Shares its counts with the backend inside the locker: one call, one round trip.
-        locker: Locker<CountingBackend<RedisBackend>>,
-    },
+    /// tower-lock on the store its URL names, chosen at run time, with every lock shape.
+    /// Shares its counts with the backend inside the locker: one call, one round trip.
+    EveryShape(Locker<CountingBackend<AnyBackend>>),
+    /// tower-lock on a store with mutexes only (RedLock), chosen at run time.
+    MutexesOnly(Locker<CountingBackend<AnyMutexBackend>>),
+    /// tower-lock on a `RedisBackend` chosen in code: the baseline the run-time choice is
+    /// measured against.
+    Typed(Locker<CountingBackend<RedisBackend>>),
     SeedNaive {
         connection: MultiplexedConnection,
         release: Arc<Script>,
     },
     Rslock(rslock::LockManager),
-    Memory {
-        locker: Locker<CountingBackend<MemoryBackend>>,
-    },
-    Postgres {
-        locker: Locker<CountingBackend<PostgresBackend>>,
-    },
-    Mysql {
-        locker: Locker<CountingBackend<MysqlBackend>>,
-    },
-    Etcd {
-        locker: Locker<CountingBackend<EtcdBackend>>,
-    },
-    Zookeeper {
-        locker: Locker<CountingBackend<ZookeeperBackend>>,
-    },
-    RedisCluster {
-        locker: Locker<CountingBackend<RedisBackend<ClusterLink>>>,
-    },
-    Redlock {
-        locker: Locker<CountingBackend<RedlockBackend>>,
-    },
-    Sentinel {
-        locker: Locker<CountingBackend<RedisBackend<SentinelConnection>>>,
-    },
 }
 
 /// The waiting `which` asks for, on `locker`: every release in the store, but for the cohort
 /// rows and memory (which keep the default run of holds handed on in the process).
-fn waiting<B: LockBackend>(which: Impl, locker: LockerBuilder<B>) -> Locker<B> {
-    let locker = locker.ttl(TTL);
+fn waiting<B: LockBackend>(which: Impl, backend: B) -> Locker<CountingBackend<B>> {
+    let locker = Locker::builder(CountingBackend::new(backend)).ttl(TTL);
     let locker = match which {
         Impl::TowerLockPolling
         | Impl::PostgresPolling
@@ -421,89 +328,13 @@ fn waiting<B: LockBackend>(which: Impl, locker: LockerBuilder<B>) -> Locker<B> {
 }
 
 impl Contender {
-    /// Connects `which` to the Redis at `url`.
+    /// Connects `which` to the store at `url` (a tower-lock store URL; for the peers and the
+    /// typed baseline, a Redis URL).
     pub async fn connect(which: Impl, url: &str) -> Self {
         match which {
-            Impl::TowerLockNotified
-            | Impl::TowerLockCohort
-            | Impl::TowerLockPolling
-            | Impl::TowerLockFair => {
-                let backend = CountingBackend::new(
-                    RedisBackend::connect(url).await.expect("Redis reachable"),
-                );
-                Contender::TowerLock {
-                    locker: waiting(which, Locker::builder(backend)),
-                }
-            }
-            Impl::Memory => Contender::Memory {
-                locker: waiting(
-                    which,
-                    Locker::builder(CountingBackend::new(MemoryBackend::new())),
-                ),
-            },
-            Impl::PostgresNotified
-            | Impl::PostgresCohort
-            | Impl::PostgresPolling
-            | Impl::PostgresFair => {
-                let backend = PostgresBackend::connect(url).await;
-                let backend = CountingBackend::new(backend.expect("PostgreSQL reachable"));
-                Contender::Postgres {
-                    locker: waiting(which, Locker::builder(backend)),
-                }
-            }
-            Impl::MysqlInLine | Impl::MysqlCohort | Impl::MysqlPolling => {
-                let backend = MysqlBackend::connect(url).await;
-                let backend = CountingBackend::new(backend.expect("MySQL reachable"));
-                Contender::Mysql {
-                    locker: waiting(which, Locker::builder(backend)),
-                }
-            }
-            Impl::EtcdNotified | Impl::EtcdCohort | Impl::EtcdPolling | Impl::EtcdFair => {
-                let backend = EtcdBackend::connect_with(
-                    [url],
-                    tower_lock::backend::etcd::EtcdSettings::default().session_ttl(SESSION),
-                )
-                .await;
-                let backend = CountingBackend::new(backend.expect("etcd reachable"));
-                Contender::Etcd {
-                    locker: waiting(which, Locker::builder(backend)),
-                }
-            }
-            Impl::ZookeeperNotified
-            | Impl::ZookeeperCohort
-            | Impl::ZookeeperPolling
-            | Impl::ZookeeperFair => {
-                let settings = ZookeeperSettings::default().session_timeout(SESSION);
-                let backend = ZookeeperBackend::connect_with(url, settings).await;
-                let backend = CountingBackend::new(backend.expect("ZooKeeper reachable"));
-                Contender::Zookeeper {
-                    locker: waiting(which, Locker::builder(backend)),
-                }
-            }
-            Impl::RedisClusterNotified | Impl::RedisClusterCohort => {
-                let backend = RedisBackend::connect_cluster(url.split(',')).await;
-                let backend = CountingBackend::new(backend.expect("the cluster reachable"));
-                Contender::RedisCluster {
-                    locker: waiting(which, Locker::builder(backend)),
-                }
-            }
-            Impl::RedlockPolling | Impl::RedlockCohort => {
-                let backend = RedlockBackend::connect(url.split(',')).expect("valid URLs");
-                Contender::Redlock {
-                    locker: waiting(which, Locker::builder(CountingBackend::new(backend))),
-                }
-            }
-            Impl::SentinelNotified | Impl::SentinelCohort | Impl::SentinelWait => {
-                let sentinels: Vec<&str> = url.split(',').collect();
-                let backend = RedisBackend::connect_sentinel(sentinels, MASTER_NAME).await;
-                let backend = backend.expect("the Sentinels reachable");
-                let backend = match which {
-                    Impl::SentinelWait => backend.replica_acks(1, REPLICA_ACK_TIMEOUT),
-                    _ => backend,
-                };
-                Contender::Sentinel {
-                    locker: waiting(which, Locker::builder(CountingBackend::new(backend))),
-                }
+            Impl::TowerLockTyped => {
+                let backend = RedisBackend::connect(url).await.expect("Redis reachable");
+                Contender::Typed(waiting(which, backend))
             }
             Impl::SeedNaive => {
                 let client = redis::Client::open(url).expect("a valid Redis URL");
@@ -518,21 +349,28 @@ impl Contender {
                 }
             }
             Impl::Rslock => Contender::Rslock(rslock::LockManager::new(vec![url])),
+            _ => {
+                let url = match which {
+                    Impl::Memory => "memory://".to_owned(),
+                    Impl::SentinelWait => format!("{url}?wait=1"),
+                    _ => url.to_owned(),
+                };
+                let backend = AnyMutexBackend::connect(&url).await;
+                let backend = backend.unwrap_or_else(|error| panic!("{error}"));
+                match AnyBackend::try_from(backend) {
+                    Ok(backend) => Contender::EveryShape(waiting(which, backend)),
+                    Err(mutexes) => Contender::MutexesOnly(waiting(which, mutexes)),
+                }
+            }
         }
     }
 
     /// Round trips of tower-lock's backend so far (the others count theirs in `with_lock`).
     pub fn backend_round_trips(&self) -> u64 {
         match self {
-            Contender::TowerLock { locker } => locker.backend().counts().total(),
-            Contender::Memory { locker } => locker.backend().counts().total(),
-            Contender::Postgres { locker } => locker.backend().counts().total(),
-            Contender::Mysql { locker } => locker.backend().counts().total(),
-            Contender::Etcd { locker } => locker.backend().counts().total(),
-            Contender::Zookeeper { locker } => locker.backend().counts().total(),
-            Contender::RedisCluster { locker } => locker.backend().counts().total(),
-            Contender::Redlock { locker } => locker.backend().counts().total(),
-            Contender::Sentinel { locker } => locker.backend().counts().total(),
+            Contender::EveryShape(locker) => locker.backend().counts().total(),
+            Contender::MutexesOnly(locker) => locker.backend().counts().total(),
+            Contender::Typed(locker) => locker.backend().counts().total(),
             Contender::SeedNaive { .. } | Contender::Rslock(_) => 0,
         }
     }
@@ -558,15 +396,9 @@ impl Contender {
         calls: &AtomicU64,
     ) -> T {
         match self {
-            Contender::TowerLock { locker } => held(locker, key, taking, work).await,
-            Contender::Memory { locker } => held(locker, key, taking, work).await,
-            Contender::Postgres { locker } => held(locker, key, taking, work).await,
-            Contender::Mysql { locker } => held(locker, key, taking, work).await,
-            Contender::Etcd { locker } => held(locker, key, taking, work).await,
-            Contender::Zookeeper { locker } => held(locker, key, taking, work).await,
-            Contender::RedisCluster { locker } => held(locker, key, taking, work).await,
-            Contender::Sentinel { locker } => held(locker, key, taking, work).await,
-            Contender::Redlock { locker } => {
+            Contender::EveryShape(locker) => held(locker, key, taking, work).await,
+            Contender::Typed(locker) => held(locker, key, taking, work).await,
+            Contender::MutexesOnly(locker) => {
                 let held = locker.with_lock(key, |_| work).await;
                 held.unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}"))
             }

@@ -14,7 +14,7 @@ use tower_lock::backend::postgres::{AdvisoryBackend, PostgresBackend};
 use tower_lock::{Locker, RedisBackend};
 
 use crate::distinct_keys::{PairSummary, Pairing, backend_pair, client_timed, engine, engine_pair};
-use crate::lockers::TTL;
+use crate::lease_settings::TTL;
 
 /// Connections of every SQL pool here: the backends' default.
 const POOL: u32 = 10;

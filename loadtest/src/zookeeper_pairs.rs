@@ -11,7 +11,7 @@ use tower_lock::{Locker, RedisBackend};
 use zookeeper_client::{Acls, Client, CreateMode};
 
 use crate::distinct_keys::{PairSummary, Pairing, backend_pair, client_timed, engine, engine_pair};
-use crate::lockers::SESSION;
+use crate::lease_settings::SESSION;
 
 /// What is compared, by its name in the output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,10 +7,12 @@
 mod memory;
 mod redis;
 mod sql;
+mod sql_statements;
 
 pub use memory::MemoryStore;
 pub use redis::{RedisConnection, RedisStore};
-pub use sql::{Dialect, SqlStore, Versioned};
+pub use sql::{SqlStore, Versioned};
+pub use sql_statements::Dialect;
 
 /// A coupon's stock as the claim handler reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

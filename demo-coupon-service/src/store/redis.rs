@@ -2,6 +2,8 @@ use std::sync::LazyLock;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Script, Value};
+use tower_lock::RedisBackend;
+use tower_lock::backend::any::AnyBackend;
 use tower_lock::backend::redis::{ClusterLink, SentinelConnection};
 
 use super::{Stock, StoreError, Summary, duplicates};
@@ -29,6 +31,21 @@ pub enum RedisConnection {
     Cluster(ClusterLink),
     /// The master Redis Sentinels name.
     Sentinel(SentinelConnection),
+}
+
+impl RedisConnection {
+    /// The connection of `backend` when its store is Redis (a node, a cluster, or the master
+    /// Sentinels name): coupons kept there travel with the locks.
+    pub fn of(backend: &AnyBackend) -> Option<Self> {
+        if let Some(node) = backend.downcast_ref::<RedisBackend>() {
+            return Some(Self::Node(node.connection()));
+        }
+        if let Some(cluster) = backend.downcast_ref::<RedisBackend<ClusterLink>>() {
+            return Some(Self::Cluster(cluster.connection()));
+        }
+        let master = backend.downcast_ref::<RedisBackend<SentinelConnection>>()?;
+        Some(Self::Sentinel(master.connection()))
+    }
 }
 
 impl std::fmt::Debug for RedisConnection {

@@ -42,11 +42,14 @@ impl Store {
         }
     }
 
-    /// The replica's options beyond `--store`.
+    /// The replica's `--lock-store`, if any: with a 2 s session (the default is 15 s), so
+    /// that a frozen holder's 500 ms leases pass on soon after they end.
     fn lock_store(&self) -> Option<String> {
         match self {
-            Self::RedisWithEtcdLocks(_, etcd) => Some(etcd.url()),
-            Self::RedisWithZookeeperLocks(_, zookeeper) => Some(zookeeper.url()),
+            Self::RedisWithEtcdLocks(_, etcd) => Some(format!("{}?session_ms=2000", etcd.url())),
+            Self::RedisWithZookeeperLocks(_, zookeeper) => {
+                Some(format!("{}?session_ms=2000", zookeeper.url()))
+            }
             _ => None,
         }
     }

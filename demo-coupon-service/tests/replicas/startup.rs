@@ -191,6 +191,23 @@ fn redlock_without_a_majority_of_its_masters_is_one_line_naming_them() {
     one_line_naming(&output, &format!("127.0.0.1:{}", ports[0]));
 }
 
+/// The lock store comes from tower-lock's URL API; its error is said once, not wrapped in the
+/// demo's own words around the library's.
+#[test]
+fn an_unreachable_lock_store_is_one_line_naming_it_once_without_its_password() {
+    let port = integration_tests::free_port();
+    let output = refused(&["--lock-store", &format!("redis://:s3cret@127.0.0.1:{port}")]);
+
+    one_line_naming(
+        &output,
+        &format!("--lock-store: cannot connect to Redis at 127.0.0.1:{port}: "),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.matches("cannot connect").count(), 1, "{stderr}");
+    assert!(!stderr.contains("unavailable"), "{stderr}");
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+}
+
 #[test]
 fn a_lock_store_that_vouches_for_less_than_the_ttl_asked_names_what_it_allows() {
     let zookeeper = ZookeeperEnsemble::granting_sessions_up_to(1, Duration::from_secs(10));
@@ -199,7 +216,7 @@ fn a_lock_store_that_vouches_for_less_than_the_ttl_asked_names_what_it_allows() 
 
     one_line_naming(
         &output,
-        "--lock-ttl-ms 10000: ZooKeeper vouches for leases of at most 6666 ms",
+        "--lock-ttl-ms 10000: the lock store vouches for leases of at most 6666 ms",
     );
     one_line_naming(&output, "use --lock-ttl-ms 6666 or less");
 }

@@ -28,7 +28,6 @@ impl BackendError {
     }
 
     /// What went wrong, without the "lock store unavailable" every message starts with.
-    #[cfg(feature = "zookeeper")]
     pub(crate) fn reason(&self) -> String {
         self.0.to_string()
     }

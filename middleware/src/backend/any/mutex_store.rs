@@ -111,6 +111,35 @@ from_backend!(
     Nowait
 );
 
+/// The backend with every lock shape inside, when the store has them all (every store but
+/// RedLock, advisory locks and `NOWAIT` rows); the mutex-only backend back otherwise.
+///
+/// # Example
+///
+/// ```
+/// use tower_lock::backend::any::{AnyBackend, AnyMutexBackend};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let backend = AnyMutexBackend::connect("memory://").await?;
+/// let every_shape = AnyBackend::try_from(backend).expect("memory has every shape");
+/// # Ok(()) }
+/// ```
+impl TryFrom<AnyMutexBackend> for AnyBackend {
+    type Error = AnyMutexBackend;
+
+    fn try_from(backend: AnyMutexBackend) -> Result<Self, AnyMutexBackend> {
+        match backend.store {
+            MutexStore::Any(any) => Ok(any),
+            #[allow(unreachable_patterns)]
+            store => Err(AnyMutexBackend {
+                store,
+                silent: backend.silent,
+            }),
+        }
+    }
+}
+
 impl fmt::Debug for AnyMutexBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("AnyMutexBackend")
@@ -127,7 +156,7 @@ impl LockBackend for AnyMutexBackend {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<AnyMutexLease>>, BackendError> {
-        each_mutex_store!(&self.store, backend => backend.acquire(name, request).await.map(wrapped))
+        each_mutex_store!(&self.store, backend => Box::pin(backend.acquire(name, request)).await.map(wrapped))
     }
 
     async fn extend(
@@ -136,15 +165,15 @@ impl LockBackend for AnyMutexBackend {
         lease: &AnyMutexLease,
         ttl: Duration,
     ) -> Result<bool, BackendError> {
-        each_mutex_store!(&self.store, backend => backend.extend(name, LeaseIn::of(lease)?, ttl).await)
+        each_mutex_store!(&self.store, backend => Box::pin(backend.extend(name, LeaseIn::of(lease)?, ttl)).await)
     }
 
     async fn release(&self, name: &str, lease: &AnyMutexLease) -> Result<bool, BackendError> {
-        each_mutex_store!(&self.store, backend => backend.release(name, LeaseIn::of(lease)?).await)
+        each_mutex_store!(&self.store, backend => Box::pin(backend.release(name, LeaseIn::of(lease)?)).await)
     }
 
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
-        each_mutex_store!(&self.store, backend => backend.abandon(name, request).await)
+        each_mutex_store!(&self.store, backend => Box::pin(backend.abandon(name, request)).await)
     }
 
     async fn acquire_many(
@@ -154,7 +183,7 @@ impl LockBackend for AnyMutexBackend {
     ) -> Result<Attempt<Vec<Granted<AnyMutexLease>>>, BackendError> {
         each_mutex_store!(
             &self.store,
-            backend => backend.acquire_many(names, request).await.map(all_wrapped)
+            backend => Box::pin(backend.acquire_many(names, request)).await.map(all_wrapped)
         )
     }
 

@@ -95,6 +95,22 @@ impl AnyBackend {
             silent: WaitingRoom::silent(),
         }
     }
+
+    /// The chosen store's own backend, when it is a `B`: for what only that store does (a
+    /// Redis backend's connection, say). `None` for any other store.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use tower_lock::MemoryBackend;
+    /// use tower_lock::backend::any::AnyBackend;
+    ///
+    /// let backend = AnyBackend::from(MemoryBackend::new());
+    /// assert!(backend.downcast_ref::<MemoryBackend>().is_some());
+    /// ```
+    pub fn downcast_ref<B: 'static>(&self) -> Option<&B> {
+        each_store!(&self.store, backend => (backend as &dyn std::any::Any).downcast_ref())
+    }
 }
 
 macro_rules! from_backend {
@@ -161,7 +177,7 @@ impl LockBackend for AnyBackend {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<AnyLease>>, BackendError> {
-        each_store!(&self.store, backend => backend.acquire(name, request).await.map(wrapped))
+        each_store!(&self.store, backend => Box::pin(backend.acquire(name, request)).await.map(wrapped))
     }
 
     async fn extend(
@@ -170,15 +186,15 @@ impl LockBackend for AnyBackend {
         lease: &AnyLease,
         ttl: Duration,
     ) -> Result<bool, BackendError> {
-        each_store!(&self.store, backend => backend.extend(name, LeaseIn::of(lease)?, ttl).await)
+        each_store!(&self.store, backend => Box::pin(backend.extend(name, LeaseIn::of(lease)?, ttl)).await)
     }
 
     async fn release(&self, name: &str, lease: &AnyLease) -> Result<bool, BackendError> {
-        each_store!(&self.store, backend => backend.release(name, LeaseIn::of(lease)?).await)
+        each_store!(&self.store, backend => Box::pin(backend.release(name, LeaseIn::of(lease)?)).await)
     }
 
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
-        each_store!(&self.store, backend => backend.abandon(name, request).await)
+        each_store!(&self.store, backend => Box::pin(backend.abandon(name, request)).await)
     }
 
     async fn acquire_many(
@@ -188,7 +204,7 @@ impl LockBackend for AnyBackend {
     ) -> Result<Attempt<Vec<Granted<AnyLease>>>, BackendError> {
         each_store!(
             &self.store,
-            backend => backend.acquire_many(names, request).await.map(all_wrapped)
+            backend => Box::pin(backend.acquire_many(names, request)).await.map(all_wrapped)
         )
     }
 
@@ -216,7 +232,7 @@ impl SharedLocks for AnyBackend {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<AnyLease>>, BackendError> {
-        each_store!(&self.store, backend => backend.acquire_read(name, request).await.map(wrapped))
+        each_store!(&self.store, backend => Box::pin(backend.acquire_read(name, request)).await.map(wrapped))
     }
 
     async fn acquire_write(
@@ -224,7 +240,7 @@ impl SharedLocks for AnyBackend {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<AnyLease>>, BackendError> {
-        each_store!(&self.store, backend => backend.acquire_write(name, request).await.map(wrapped))
+        each_store!(&self.store, backend => Box::pin(backend.acquire_write(name, request)).await.map(wrapped))
     }
 }
 
@@ -237,7 +253,7 @@ impl Semaphores for AnyBackend {
     ) -> Result<Attempt<Granted<AnyLease>>, BackendError> {
         each_store!(
             &self.store,
-            backend => backend.acquire_permit(name, request, permits).await.map(wrapped)
+            backend => Box::pin(backend.acquire_permit(name, request, permits)).await.map(wrapped)
         )
     }
 }

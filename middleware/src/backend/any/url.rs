@@ -1,5 +1,8 @@
 //! [`AnyBackend::connect`]: the store a URL names, connected.
 
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+use std::time::Duration;
+
 use super::mutex_store::{AnyMutexBackend, MutexStore};
 use super::store::{AnyBackend, Store};
 use crate::backend::BackendError;
@@ -28,8 +31,9 @@ pub enum StoreUrlError {
         /// The feature to enable.
         feature: &'static str,
     },
-    /// The store could not be reached.
-    #[error(transparent)]
+    /// The store could not be reached: the message names what was tried (`cannot connect to
+    /// Redis at 10.0.0.5:6379: Connection refused`).
+    #[error("{}", .0.reason())]
     Unreachable(#[from] BackendError),
 }
 
@@ -48,8 +52,11 @@ impl AnyBackend {
     /// | `redis+sentinel://host:port[,host:port…]/<master>[?wait=<n>]` | the master the Sentinels name; `wait`: replicas that must acknowledge each lock within 100 ms |
     /// | `postgres://…[?lock_table=<name>]` | PostgreSQL lease rows (in `lock_table`, default `tower_lock_leases`) |
     /// | `mysql://…[?lock_table=<name>]` | MySQL or MariaDB lease rows |
-    /// | `etcd://host:port[,host:port…][?namespace=<prefix>]` | an etcd cluster's members |
-    /// | `zk://host:port[,host:port…][?root=<path>]` | a ZooKeeper ensemble's servers |
+    /// | `etcd://host:port[,host:port…][?namespace=<prefix>&session_ms=<ms>]` | an etcd cluster's members |
+    /// | `zk://host:port[,host:port…][?root=<path>&session_ms=<ms>]` | a ZooKeeper ensemble's servers |
+    ///
+    /// `session_ms` (etcd and ZooKeeper, default 15 000): how long a crashed holder keeps its
+    /// locks; lockers may lease two thirds of it.
     ///
     /// Every other setting (TTL, waiting, fairness) belongs to the
     /// [`LockerBuilder`](crate::LockerBuilder). A store whose feature is not built answers
@@ -146,6 +153,21 @@ impl<'a> Parts<'a> {
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str()))
+    }
+
+    /// The value of query option `key` as milliseconds, refusing any option not in `known`.
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    fn millis(&self, key: &str, known: &[&str]) -> Result<Option<Duration>, StoreUrlError> {
+        let Some(value) = self.option(key, known)? else {
+            return Ok(None);
+        };
+        match value.parse::<u64>() {
+            Ok(millis) if millis > 0 => Ok(Some(Duration::from_millis(millis))),
+            _ => Err(malformed(
+                self.url,
+                format!("{key}={value}: a number of milliseconds, like {key}=15000"),
+            )),
+        }
     }
 
     /// The comma-separated `host:port` list before any path, and the path (without its `/`).
@@ -301,7 +323,7 @@ impl<'a> Parts<'a> {
     async fn redis(&self) -> Result<Store, StoreUrlError> {
         self.option("", &[])?;
         let backend = crate::backend::redis::RedisBackend::connect(self.url).await;
-        Ok(Store::Redis(backend.map_err(BackendError::new)?))
+        Ok(Store::Redis(backend.map_err(redis_failure)?))
     }
 
     #[cfg(not(feature = "redis-cluster"))]
@@ -327,7 +349,7 @@ impl<'a> Parts<'a> {
             ));
         }
         let backend = crate::backend::redis::RedisBackend::connect_cluster(nodes).await;
-        Ok(Store::RedisCluster(backend.map_err(BackendError::new)?))
+        Ok(Store::RedisCluster(backend.map_err(redis_failure)?))
     }
 
     #[cfg(not(feature = "redis-sentinel"))]
@@ -354,7 +376,7 @@ impl<'a> Parts<'a> {
             .collect();
         let backend =
             crate::backend::redis::RedisBackend::connect_sentinel(sentinels, master).await;
-        let backend = backend.map_err(BackendError::new)?;
+        let backend = backend.map_err(redis_failure)?;
         Ok(Store::RedisSentinel(match wait {
             Some(replicas) => backend.replica_acks(replicas, std::time::Duration::from_millis(100)),
             None => backend,
@@ -435,9 +457,13 @@ impl<'a> Parts<'a> {
     #[cfg(feature = "etcd")]
     async fn etcd(&self) -> Result<Store, StoreUrlError> {
         use crate::backend::etcd::{EtcdBackend, EtcdSettings};
+        const KNOWN: &[&str] = &["namespace", "session_ms"];
         let mut settings = EtcdSettings::default();
-        if let Some(namespace) = self.option("namespace", &["namespace"])? {
+        if let Some(namespace) = self.option("namespace", KNOWN)? {
             settings = settings.namespace(namespace);
+        }
+        if let Some(session) = self.millis("session_ms", KNOWN)? {
+            settings = settings.session_ttl(session);
         }
         let members = self.required_hosts("the cluster's members")?;
         let endpoints: Vec<String> = members
@@ -457,14 +483,29 @@ impl<'a> Parts<'a> {
     #[cfg(feature = "zookeeper")]
     async fn zookeeper(&self) -> Result<Store, StoreUrlError> {
         use crate::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
+        const KNOWN: &[&str] = &["root", "session_ms"];
         let mut settings = ZookeeperSettings::default();
-        if let Some(root) = self.option("root", &["root"])? {
+        if let Some(root) = self.option("root", KNOWN)? {
             settings = settings.root(root);
+        }
+        if let Some(session) = self.millis("session_ms", KNOWN)? {
+            settings = settings.session_timeout(session);
         }
         let servers = self.required_hosts("the ensemble's servers")?;
         let backend = ZookeeperBackend::connect_with(&servers.join(","), settings).await?;
         Ok(Store::Zookeeper(backend))
     }
+}
+
+/// A Redis connect's failure, by what it names (`cannot connect to Redis at …`) when it names
+/// something.
+#[cfg(feature = "redis")]
+fn redis_failure(error: redis::RedisError) -> BackendError {
+    BackendError::new(
+        error
+            .detail()
+            .map_or_else(|| error.to_string(), str::to_owned),
+    )
 }
 
 fn malformed(url: &str, why: String) -> StoreUrlError {
@@ -530,6 +571,39 @@ mod tests {
     async fn an_option_the_store_does_not_take_is_named() {
         let error = refused("memory://?ttl=5").await;
         assert!(error.contains("takes no option `ttl`"), "{error}");
+    }
+
+    #[cfg(feature = "etcd")]
+    #[tokio::test]
+    async fn a_session_that_is_not_milliseconds_is_named() {
+        let error = refused("etcd://127.0.0.1:1?session_ms=soon").await;
+        assert!(
+            error.contains("session_ms=soon: a number of milliseconds"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_chosen_stores_own_backend_is_reachable_by_its_type() {
+        let backend = AnyBackend::connect("memory://").await.unwrap();
+        assert!(backend.downcast_ref::<MemoryBackend>().is_some());
+        assert!(backend.downcast_ref::<String>().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_mutex_backend_gives_every_shape_back_where_its_store_has_them() {
+        let backend = AnyMutexBackend::connect("memory://").await.unwrap();
+        assert!(AnyBackend::try_from(backend).is_ok());
+    }
+
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn redlock_stays_a_mutex_backend() {
+        let masters = ["a", "b", "c"].map(|host| format!("redis://{host}:1"));
+        let redlock = crate::backend::redis::RedlockBackend::connect(masters).unwrap();
+        let backend = AnyMutexBackend::from(redlock);
+        let refused = AnyBackend::try_from(backend).unwrap_err();
+        assert_eq!(refused.store_kind(), "redlock");
     }
 
     #[cfg(not(feature = "etcd"))]
