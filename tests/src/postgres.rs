@@ -54,15 +54,22 @@ impl PostgresSchema {
         self.pool_as("tower-lock-test").await
     }
 
-    /// A pool of its own whose connections name themselves `application` to the server, so
-    /// that [`terminate`](Self::terminate) can find them.
+    /// A pool of its own whose connections name themselves `application` to the server (with
+    /// this schema's name: tests running at once never end each other's sessions), so that
+    /// [`terminate`](Self::terminate) can find them.
     pub async fn pool_as(&self, application: &str) -> PgPool {
         let options: PgConnectOptions = postgres_url().parse().expect("a postgres:// URL");
+        let application = self.application(application);
         PgPoolOptions::new()
             .max_connections(4)
-            .connect_with(options.application_name(application))
+            .connect_with(options.application_name(&application))
             .await
             .expect("PostgreSQL answered a moment ago")
+    }
+
+    /// `application` as this schema's sessions name themselves.
+    fn application(&self, application: &str) -> String {
+        format!("{application} {}", self.name)
     }
 
     /// A login role of its own with every privilege on this schema and the tables in it now,
@@ -74,6 +81,7 @@ impl PostgresSchema {
     /// Ends every session of `application` (`pg_terminate_backend`), as a crash of the
     /// connection would: how many there were.
     pub async fn terminate(&self, application: &str) -> i64 {
+        let application = self.application(application);
         let mut admin = admin().await;
         let ended = sqlx::query_scalar(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
