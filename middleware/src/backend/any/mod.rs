@@ -18,6 +18,7 @@ mod store;
 #[cfg(test)]
 mod tests;
 mod url;
+mod url_parts;
 
 pub use lease::{AnyLease, AnyMutexLease};
 pub use mutex_store::AnyMutexBackend;

@@ -1,12 +1,9 @@
 //! [`AnyBackend::connect`]: the store a URL names, connected.
 
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
-use std::time::Duration;
-
 use super::mutex_store::{AnyMutexBackend, MutexStore};
 use super::store::{AnyBackend, Store};
+use super::url_parts::{Parts, malformed};
 use crate::backend::BackendError;
-use crate::backend::masked_url::masked;
 use crate::backend::memory::MemoryBackend;
 
 /// Why [`AnyBackend::connect`] gave no backend. Its message never shows a password.
@@ -38,7 +35,7 @@ pub enum StoreUrlError {
 }
 
 /// The schemes [`AnyBackend::connect`] knows, for the message that names them.
-const SCHEMES: &str = "memory://, redis://, redis+cluster://, redis+sentinel://, postgres://, \
+pub(super) const SCHEMES: &str = "memory://, redis://, redis+cluster://, redis+sentinel://, postgres://, \
                        mysql://, etcd://, zk://";
 
 impl AnyBackend {
@@ -93,129 +90,7 @@ impl AnyMutexBackend {
     }
 }
 
-/// A store URL taken apart: its scheme, what follows it up to the query, and the query's pairs.
-struct Parts<'a> {
-    url: &'a str,
-    scheme: &'a str,
-    query: Vec<(String, String)>,
-}
-
-impl<'a> Parts<'a> {
-    fn of(url: &'a str) -> Result<Self, StoreUrlError> {
-        let Some((scheme, after)) = url.split_once("://") else {
-            return Err(malformed(
-                url,
-                format!("no scheme; the known ones: {SCHEMES}"),
-            ));
-        };
-        let query = after.split_once('?').map_or("", |(_, query)| query);
-        let query = form_urlencoded::parse(query.as_bytes())
-            .into_owned()
-            .collect();
-        Ok(Self { url, scheme, query })
-    }
-
-    /// What follows the scheme, up to the query.
-    #[cfg(any(
-        feature = "redis",
-        feature = "redis-cluster",
-        feature = "redis-sentinel",
-        feature = "postgres",
-        feature = "mysql",
-        feature = "etcd",
-        feature = "zookeeper"
-    ))]
-    fn rest(&self) -> &'a str {
-        let after = self.url.split_once("://").map_or("", |(_, after)| after);
-        after.split_once('?').map_or(after, |(rest, _)| rest)
-    }
-
-    /// The value of query option `key`, refusing any option not in `known`.
-    fn option(&self, key: &str, known: &[&str]) -> Result<Option<&str>, StoreUrlError> {
-        if let Some((unknown, _)) = self
-            .query
-            .iter()
-            .find(|(k, _)| !known.contains(&k.as_str()))
-        {
-            let known = if known.is_empty() {
-                "none".to_owned()
-            } else {
-                known.join(", ")
-            };
-            let why = format!(
-                "{}:// takes no option `{unknown}` (its options: {known})",
-                self.scheme
-            );
-            return Err(malformed(self.url, why));
-        }
-        Ok(self
-            .query
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str()))
-    }
-
-    /// The value of query option `key` as milliseconds, refusing any option not in `known`.
-    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
-    fn millis(&self, key: &str, known: &[&str]) -> Result<Option<Duration>, StoreUrlError> {
-        let Some(value) = self.option(key, known)? else {
-            return Ok(None);
-        };
-        match value.parse::<u64>() {
-            Ok(millis) if millis > 0 => Ok(Some(Duration::from_millis(millis))),
-            _ => Err(malformed(
-                self.url,
-                format!("{key}={value}: a number of milliseconds, like {key}=15000"),
-            )),
-        }
-    }
-
-    /// The comma-separated `host:port` list before any path, and the path (without its `/`).
-    #[cfg(any(
-        feature = "redis",
-        feature = "redis-sentinel",
-        feature = "etcd",
-        feature = "zookeeper"
-    ))]
-    fn hosts_and_path(&self) -> (Vec<&'a str>, Option<&'a str>) {
-        let (hosts, path) = match self.rest().split_once('/') {
-            Some((hosts, path)) => (hosts, Some(path).filter(|path| !path.is_empty())),
-            None => (self.rest(), None),
-        };
-        (
-            hosts.split(',').filter(|host| !host.is_empty()).collect(),
-            path,
-        )
-    }
-
-    /// The hosts before any path, at least one: else an error asking for `whose` hosts.
-    #[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
-    fn required_hosts(&self, whose: &str) -> Result<Vec<&'a str>, StoreUrlError> {
-        let (hosts, _) = self.hosts_and_path();
-        if hosts.is_empty() {
-            return Err(malformed(self.url, format!("name {whose}, host:port,…")));
-        }
-        Ok(hosts)
-    }
-
-    /// The error of a store whose feature is not built.
-    #[cfg(not(all(
-        feature = "redis",
-        feature = "redis-cluster",
-        feature = "redis-sentinel",
-        feature = "postgres",
-        feature = "mysql",
-        feature = "etcd",
-        feature = "zookeeper"
-    )))]
-    fn needs(&self, feature: &'static str) -> StoreUrlError {
-        StoreUrlError::NotBuilt {
-            url: masked(self.url),
-            scheme: self.scheme.to_owned(),
-            feature,
-        }
-    }
-
+impl Parts<'_> {
     async fn connect(&self) -> Result<Store, StoreUrlError> {
         match self.scheme {
             "memory" => {
@@ -254,12 +129,6 @@ impl<'a> Parts<'a> {
             ("mysql" | "mariadb", Some("nowait")) => self.nowait().await,
             _ => Ok(MutexStore::Any(AnyBackend::on(self.connect().await?))),
         }
-    }
-
-    /// The SQL stores' `mode` option.
-    fn mode(&self) -> Option<&str> {
-        let mode = self.query.iter().find(|(key, _)| key == "mode");
-        mode.map(|(_, mode)| mode.as_str())
     }
 
     #[cfg(not(feature = "redis"))]
@@ -383,41 +252,6 @@ impl<'a> Parts<'a> {
         }))
     }
 
-    /// The URL without the options that are this crate's (`mode` and `ours`), for the
-    /// database's own client, and the value of `ours` (`default` without it).
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
-    fn database_url(&self, ours: &str, default: &str) -> Result<(String, String), StoreUrlError> {
-        let theirs: Vec<_> = (self.query.iter())
-            .filter(|(key, _)| key != ours && key != "mode")
-            .collect();
-        let mut url = format!("{}://{}", self.scheme, self.rest());
-        if !theirs.is_empty() {
-            let mut query = form_urlencoded::Serializer::new(String::new());
-            query.extend_pairs(theirs);
-            url = format!("{url}?{}", query.finish());
-        }
-        let value = self.query.iter().find(|(key, _)| key == ours);
-        Ok((
-            url,
-            value.map_or(default.to_owned(), |(_, value)| value.clone()),
-        ))
-    }
-
-    /// Refuses a `mode` (the session-lock modes): an `AnyBackend` serves every lock shape.
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
-    fn every_shape(&self) -> Result<(), StoreUrlError> {
-        match self.mode() {
-            None => Ok(()),
-            Some(mode) => Err(malformed(
-                self.url,
-                format!(
-                    "mode={mode} has mutexes only, and an AnyBackend serves every lock shape: \
-                     connect with AnyMutexBackend"
-                ),
-            )),
-        }
-    }
-
     #[cfg(not(feature = "postgres"))]
     async fn postgres(&self) -> Result<Store, StoreUrlError> {
         Err(self.needs("postgres"))
@@ -506,13 +340,6 @@ fn redis_failure(error: redis::RedisError) -> BackendError {
             .detail()
             .map_or_else(|| error.to_string(), str::to_owned),
     )
-}
-
-fn malformed(url: &str, why: String) -> StoreUrlError {
-    StoreUrlError::Malformed {
-        url: masked(url),
-        why,
-    }
 }
 
 #[cfg(test)]
