@@ -11,6 +11,7 @@
 
 mod blocking;
 mod browser;
+mod certificates;
 pub mod chaos;
 pub mod consensus;
 mod demo;
@@ -35,6 +36,7 @@ mod redis_server;
 mod zookeeper_ensemble;
 
 pub use browser::Browser;
+pub use certificates::TlsFiles;
 pub use demo::DemoReplica;
 pub use etcd_cluster::EtcdCluster;
 pub use failover::lockers_recover_from;

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use crate::certificates::TlsFiles;
 use crate::private_server::{ServerDir, ServerProcess, wait_until_it_answers};
 use crate::process::free_port;
 
@@ -12,12 +13,13 @@ const INSTALL_HINT: &str = "MariaDB's server programs (mariadb-install-db, maria
      install mariadb-server`.";
 
 /// A private MariaDB server on a loopback port, with a database `test`, killed and deleted
-/// when dropped. It skips the grant tables: any user connects without a password.
+/// when dropped. A plain server skips the grant tables: any user connects without a password.
 #[derive(Debug)]
 pub struct MariadbServer {
     port: u16,
     process: ServerProcess,
     dir: ServerDir,
+    tls: Option<TlsFiles>,
 }
 
 impl MariadbServer {
@@ -29,6 +31,31 @@ impl MariadbServer {
     /// When MariaDB is not installed (the message says how to install it) or the server did
     /// not come up.
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// Starts a server as [`start`](Self::start) does, that takes connections over TLS only:
+    /// its certificate for `127.0.0.1` signed by a CA of the test's own
+    /// ([`tls_files`](Self::tls_files)). Its grant tables are kept (a server that skips them
+    /// lets plain connections in too): `root` connects without a password.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_tls() -> Self {
+        Self::start_with(true)
+    }
+
+    /// The certificates of a server [started with TLS](Self::start_tls).
+    ///
+    /// # Panics
+    ///
+    /// When it takes plain connections.
+    pub fn tls_files(&self) -> &TlsFiles {
+        self.tls.as_ref().expect("a server started with TLS")
+    }
+
+    fn start_with(tls: bool) -> Self {
         let dir = ServerDir::create("mariadb", None);
         let status = Command::new("mariadb-install-db")
             .arg("--no-defaults")
@@ -44,10 +71,12 @@ impl MariadbServer {
             "mariadb-install-db failed in {:?}",
             dir.path()
         );
+        let tls = tls.then(|| TlsFiles::create(dir.path(), None));
         let mut server = Self {
             port: free_port(),
             process: ServerProcess::default(),
             dir,
+            tls,
         };
         server.run();
         let created = server
@@ -102,7 +131,19 @@ impl MariadbServer {
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--socket={}", path.join("socket").display()))
             .arg(format!("--pid-file={}", path.join("pid").display()))
-            .args(["--user=root", "--skip-grant-tables"]);
+            .arg("--user=root");
+        match &self.tls {
+            None => {
+                mariadbd.arg("--skip-grant-tables");
+            }
+            Some(files) => {
+                mariadbd
+                    .arg(format!("--ssl-cert={}", files.certificate.display()))
+                    .arg(format!("--ssl-key={}", files.key.display()))
+                    .arg(format!("--ssl-ca={}", files.ca.display()))
+                    .arg("--require-secure-transport=ON");
+            }
+        }
         self.process.spawn(mariadbd, INSTALL_HINT);
         let mut ping = self.client();
         ping.args(["-e", "SELECT 1"]);

@@ -5,6 +5,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use crate::certificates::TlsFiles;
 use crate::private_server::{Account, ServerDir, ServerProcess, wait_until_it_answers};
 use crate::process::free_port;
 
@@ -20,6 +21,7 @@ pub struct PostgresServer {
     port: u16,
     process: ServerProcess,
     dir: ServerDir,
+    tls: Option<TlsFiles>,
 }
 
 impl PostgresServer {
@@ -31,6 +33,30 @@ impl PostgresServer {
     /// When PostgreSQL is not installed (the message says how to install it) or the server
     /// did not come up.
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// Starts a cluster as [`start`](Self::start) does, that takes connections over TLS only
+    /// (`hostssl` alone in its `pg_hba.conf`): its certificate for `127.0.0.1` signed by a CA
+    /// of the test's own ([`tls_files`](Self::tls_files)).
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_tls() -> Self {
+        Self::start_with(true)
+    }
+
+    /// The certificates of a cluster [started with TLS](Self::start_tls).
+    ///
+    /// # Panics
+    ///
+    /// When it takes plain connections.
+    pub fn tls_files(&self) -> &TlsFiles {
+        self.tls.as_ref().expect("a cluster started with TLS")
+    }
+
+    fn start_with(tls: bool) -> Self {
         let bin = server_bin_dir();
         let account = Account::for_root("postgres");
         let dir = ServerDir::create("postgres", account);
@@ -43,12 +69,18 @@ impl PostgresServer {
             .status()
             .expect("initdb runs");
         assert!(status.success(), "initdb failed in {:?}", dir.path());
+        let tls = tls.then(|| {
+            let only_tls = "local all all trust\nhostssl all all 127.0.0.1/32 trust\n";
+            std::fs::write(dir.path().join("data/pg_hba.conf"), only_tls).expect("pg_hba.conf");
+            TlsFiles::create(dir.path(), account)
+        });
         let mut server = Self {
             bin,
             account,
             port: free_port(),
             process: ServerProcess::default(),
             dir,
+            tls,
         };
         server.run();
         server
@@ -96,6 +128,14 @@ impl PostgresServer {
             .arg("-k")
             .arg(self.dir.path())
             .args(["-c", "listen_addresses=127.0.0.1"]);
+        if let Some(files) = &self.tls {
+            postgres
+                .args(["-c", "ssl=on"])
+                .arg("-c")
+                .arg(format!("ssl_cert_file={}", files.certificate.display()))
+                .arg("-c")
+                .arg(format!("ssl_key_file={}", files.key.display()));
+        }
         self.process.spawn(postgres, INSTALL_HINT);
         let mut ready = Command::new(self.bin.join("pg_isready"));
         ready.args([

@@ -5,6 +5,7 @@ use std::net::{Ipv4Addr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
+use crate::certificates::TlsFiles;
 use crate::private_server::ServerDir;
 use crate::process::{free_port, send_signal};
 use std::thread::sleep;
@@ -24,6 +25,8 @@ pub struct RedisServer {
     child: Option<Child>,
     /// Where a durable server keeps its append-only file; `None`: nothing kept.
     durable: Option<ServerDir>,
+    /// A TLS server's certificates, and the directory they lie in.
+    tls: Option<(TlsFiles, ServerDir)>,
 }
 
 impl RedisServer {
@@ -41,6 +44,7 @@ impl RedisServer {
                     port,
                     child: Some(child),
                     durable: None,
+                    tls: None,
                 };
             }
         }
@@ -63,10 +67,52 @@ impl RedisServer {
                     port,
                     child: Some(child),
                     durable: Some(dir),
+                    tls: None,
                 };
             }
         }
         panic!("redis-server did not start on any of 5 free ports");
+    }
+
+    /// Starts a server that speaks TLS only, its certificate for `127.0.0.1` signed by a CA
+    /// of the test's own ([`tls_files`](Self::tls_files)), and waits until it answers PING
+    /// over TLS. Not [restarted](Self::restart): a restart serves plain TCP.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_tls() -> Self {
+        let dir = ServerDir::create("redis-tls", None);
+        let files = TlsFiles::create(dir.path(), None);
+        let path = |file: &Path| file.to_string_lossy().into_owned();
+        for _ in 0..5 {
+            let port = free_port();
+            let tls = [
+                "--port".to_owned(),
+                "0".to_owned(),
+                "--tls-port".to_owned(),
+                port.to_string(),
+                "--tls-cert-file".to_owned(),
+                path(&files.certificate),
+                "--tls-key-file".to_owned(),
+                path(&files.key),
+                "--tls-ca-cert-file".to_owned(),
+                path(&files.ca),
+                "--tls-auth-clients".to_owned(),
+                "no".to_owned(),
+            ];
+            let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
+            let mut child = spawn(port, dir.path(), (None, &tls));
+            if answers_ping_over_tls(&mut child, port, &files.ca) {
+                return Self {
+                    port,
+                    child: Some(child),
+                    durable: None,
+                    tls: Some((files, dir)),
+                };
+            }
+        }
+        panic!("redis-server did not start with TLS on any of 5 free ports");
     }
 
     /// The port it listens on.
@@ -74,9 +120,24 @@ impl RedisServer {
         self.port
     }
 
-    /// Its URL, `redis://127.0.0.1:PORT`.
+    /// Its URL, `redis://127.0.0.1:PORT` (`rediss://` when it [speaks TLS](Self::start_tls)).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// The certificates of a server [started with TLS](Self::start_tls).
+    ///
+    /// # Panics
+    ///
+    /// When it speaks plain TCP.
+    pub fn tls_files(&self) -> &TlsFiles {
+        let (files, _) = self.tls.as_ref().expect("a server started with TLS");
+        files
     }
 
     /// A client for checks and fault injection from the test itself.
@@ -150,6 +211,34 @@ fn spawn_and_wait(port: u16, durable: Option<&Path>) -> Option<Child> {
     child.kill().ok();
     child.wait().ok();
     None
+}
+
+/// Waits until `child`, serving TLS on `port`, answers `redis-cli --tls`'s PING; `false` (and
+/// the child killed) when it exited or did not answer in time.
+fn answers_ping_over_tls(child: &mut Child, port: u16, ca: &Path) -> bool {
+    let deadline = Instant::now() + START_TIMEOUT;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return false;
+        }
+        let cacert = ca.to_string_lossy().into_owned();
+        let ping = [
+            "--tls",
+            "--cacert",
+            &cacert,
+            "-p",
+            &port.to_string(),
+            "PING",
+        ];
+        let output = redis_cli(ping.map(str::to_owned));
+        if output.stdout.starts_with(b"PONG") {
+            return true;
+        }
+        sleep(Duration::from_millis(20));
+    }
+    child.kill().ok();
+    child.wait().ok();
+    false
 }
 
 fn answers_ping(port: u16) -> bool {

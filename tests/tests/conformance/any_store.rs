@@ -1,6 +1,7 @@
 //! The conformance suite on the stores chosen at run time from a URL, each connected through
 //! its URL as a service configured by `LOCK_STORE` would be: `AnyBackend` on Redis
-//! (`redis://`, with the outage cases) and PostgreSQL lease rows (`postgres://…?lock_table=`);
+//! (`redis://`, with the outage cases, and `rediss://` to a server that speaks TLS only) and
+//! PostgreSQL lease rows (`postgres://…?lock_table=`);
 //! `AnyMutexBackend` on RedLock (`redlock://`) and PostgreSQL's advisory locks
 //! (`postgres://…?mode=advisory`).
 
@@ -17,6 +18,17 @@ mod redis_url {
         shared_leases,
         wait_queue,
         outage
+    );
+}
+
+mod rediss_url {
+    tower_lock::conformance_suite!(
+        super::RedisOverTlsByUrl,
+        leases,
+        read_write,
+        semaphore,
+        shared_leases,
+        wait_queue
     );
 }
 
@@ -62,6 +74,27 @@ impl Outage for RedisByUrl {
 
     fn answer_again(&self) {
         self.0.resume();
+    }
+}
+
+/// A fresh `redis-server` that speaks TLS only, its backends connected by `rediss://` URL
+/// naming the CA that signed its certificate.
+struct RedisOverTlsByUrl(RedisServer);
+
+impl Store for RedisOverTlsByUrl {
+    type Backend = AnyBackend;
+
+    async fn start() -> Self {
+        Self(RedisServer::start_tls())
+    }
+
+    async fn backend(&self) -> AnyBackend {
+        let url = format!(
+            "{}?tls_ca={}",
+            self.0.url(),
+            self.0.tls_files().ca.display()
+        );
+        (AnyBackend::connect(&url).await).unwrap_or_else(|error| panic!("{url}: {error}"))
     }
 }
 

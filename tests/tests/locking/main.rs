@@ -1,6 +1,6 @@
 //! Locks against real stores while everything works: exclusion across processes, waiting and
 //! handing over, busy answers, lock shapes, bad keys, and what each acquisition costs in round
-//! trips.
+//! trips; and over TLS.
 
 mod bad_keys;
 mod busy_policy;
@@ -9,4 +9,5 @@ mod handover;
 mod mutual_exclusion;
 mod round_trips;
 mod shapes;
+mod tls;
 mod waiting;

@@ -14,6 +14,8 @@
 
 mod lease;
 mod mutex_store;
+#[cfg(feature = "redis")]
+mod redis_address;
 mod store;
 #[cfg(test)]
 mod tests;

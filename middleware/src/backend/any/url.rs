@@ -35,7 +35,7 @@ pub enum StoreUrlError {
 }
 
 /// The schemes [`AnyBackend::connect`] knows, for the message that names them.
-pub(super) const SCHEMES: &str = "memory://, redis://, redis+cluster://, redis+sentinel://, postgres://, \
+pub(super) const SCHEMES: &str = "memory://, redis://, rediss://, redis+cluster://, redis+sentinel://, postgres://, \
                        mysql://, etcd://, zk://";
 
 impl AnyBackend {
@@ -45,12 +45,16 @@ impl AnyBackend {
     /// |---|---|
     /// | `memory://` | a new [`MemoryBackend`]: one process only |
     /// | `redis://[:password@]host:port[/db]` | [`RedisBackend::connect`](crate::RedisBackend::connect) |
+    /// | `rediss://…[?tls_ca=<path>]` | the same over TLS (the `tls` feature), the server verified with the system's trusted roots, or with the PEM CA certificate at `tls_ca` |
     /// | `redis+cluster://[:password@]host:port[,host:port…]` | a Redis Cluster through any of its nodes |
     /// | `redis+sentinel://host:port[,host:port…]/<master>[?wait=<n>]` | the master the Sentinels name; `wait`: replicas that must acknowledge each lock within 100 ms |
     /// | `postgres://…[?lock_table=<name>]` | PostgreSQL lease rows (in `lock_table`, default `tower_lock_leases`) |
     /// | `mysql://…[?lock_table=<name>]` | MySQL or MariaDB lease rows |
     /// | `etcd://host:port[,host:port…][?namespace=<prefix>&session_ms=<ms>]` | an etcd cluster's members |
     /// | `zk://host:port[,host:port…][?root=<path>&session_ms=<ms>]` | a ZooKeeper ensemble's servers |
+    ///
+    /// PostgreSQL and MySQL take their own options too, TLS among them (`sslmode=verify-full&
+    /// sslrootcert=<path>`, `ssl-mode=VERIFY_IDENTITY&ssl-ca=<path>`; the `tls` feature).
     ///
     /// `session_ms` (etcd and ZooKeeper, default 15 000): how long a crashed holder keeps its
     /// locks; lockers may lease two thirds of it.
@@ -97,7 +101,7 @@ impl Parts<'_> {
                 self.option("", &[])?;
                 Ok(Store::Memory(MemoryBackend::new()))
             }
-            "redis" => self.redis().await,
+            "redis" | "rediss" => self.redis().await,
             "redis+cluster" => self.redis_cluster().await,
             "redis+sentinel" => self.redis_sentinel().await,
             "postgres" | "postgresql" => self.postgres().await,
@@ -109,10 +113,6 @@ impl Parts<'_> {
                 "RedLock has mutexes only, and an AnyBackend serves every lock shape: connect \
                  with AnyMutexBackend"
                     .into(),
-            )),
-            "rediss" => Err(malformed(
-                self.url,
-                "TLS to Redis is not supported yet".into(),
             )),
             other => Err(malformed(
                 self.url,
@@ -190,8 +190,8 @@ impl Parts<'_> {
 
     #[cfg(feature = "redis")]
     async fn redis(&self) -> Result<Store, StoreUrlError> {
-        self.option("", &[])?;
-        let backend = crate::backend::redis::RedisBackend::connect(self.url).await;
+        let address = self.redis_address()?;
+        let backend = crate::backend::redis::RedisBackend::connect(address).await;
         Ok(Store::Redis(backend.map_err(redis_failure)?))
     }
 
@@ -431,6 +431,16 @@ mod tests {
         let backend = AnyMutexBackend::from(redlock);
         let refused = AnyBackend::try_from(backend).unwrap_err();
         assert_eq!(refused.store_kind(), "redlock");
+    }
+
+    #[cfg(all(feature = "redis", not(feature = "tls")))]
+    #[tokio::test]
+    async fn tls_not_built_is_named() {
+        let error = refused("rediss://127.0.0.1:6380").await;
+        assert!(
+            error.contains("rediss:// needs tower-lock's `tls` feature"),
+            "{error}"
+        );
     }
 
     #[cfg(not(feature = "etcd"))]

@@ -124,7 +124,8 @@ impl<'a> Parts<'a> {
         feature = "postgres",
         feature = "mysql",
         feature = "etcd",
-        feature = "zookeeper"
+        feature = "zookeeper",
+        feature = "tls"
     )))]
     pub(super) fn needs(&self, feature: &'static str) -> StoreUrlError {
         StoreUrlError::NotBuilt {

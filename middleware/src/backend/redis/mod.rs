@@ -143,6 +143,7 @@ impl RedisBackend<ConnectionManager> {
     /// A URL that does not parse; a server that cannot be reached, or does not answer within
     /// 5 s (the error names its address).
     pub async fn connect(url: impl IntoConnectionInfo) -> Result<Self, RedisError> {
+        choose_tls_crypto();
         let client = Client::open(url)?;
         let target = format!("Redis at {}", client.get_connection_info().addr());
         let connecting = async {
@@ -204,6 +205,7 @@ impl RedisBackend<ClusterLink> {
     pub async fn connect_cluster<T: IntoConnectionInfo>(
         nodes: impl IntoIterator<Item = T>,
     ) -> Result<Self, RedisError> {
+        choose_tls_crypto();
         let nodes = nodes
             .into_iter()
             .map(IntoConnectionInfo::into_connection_info)
@@ -228,6 +230,16 @@ impl RedisBackend<ClusterConnection> {
     pub fn from_cluster_connection(connection: ClusterConnection) -> Self {
         Self::on(connection, WaitingRoom::silent())
     }
+}
+
+/// Gives rustls its crypto for `rediss://` connections (the `tls` feature): ring, unless the
+/// process installed a provider of its own. rustls chooses by itself only when exactly one
+/// provider is built, and an application with another TLS user may build two.
+fn choose_tls_crypto() {
+    #[cfg(feature = "tls")]
+    rustls::crypto::ring::default_provider()
+        .install_default()
+        .ok();
 }
 
 /// A failed connect as the Redis error it was (its kind kept), naming what it tried to reach.

@@ -67,6 +67,7 @@ impl RedlockBackend {
     pub fn connect<T: IntoConnectionInfo>(
         urls: impl IntoIterator<Item = T>,
     ) -> Result<Self, RedisError> {
+        super::choose_tls_crypto();
         let mut masters = Vec::new();
         for url in urls {
             let info = url.into_connection_info()?;

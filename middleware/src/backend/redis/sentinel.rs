@@ -205,6 +205,7 @@ impl super::RedisBackend<SentinelConnection> {
         sentinels: impl IntoIterator<Item = T>,
         master_name: &str,
     ) -> Result<Self, RedisError> {
+        super::choose_tls_crypto();
         let sentinels = sentinels
             .into_iter()
             .map(IntoConnectionInfo::into_connection_info)
