@@ -13,7 +13,8 @@ pub struct Options {
     /// Address to listen on.
     #[arg(long, env = "LISTEN", default_value = "127.0.0.1:3000")]
     pub listen: SocketAddr,
-    /// Where coupons and locks live, shared by replicas: `redis://…`,
+    /// Where coupons and locks live, shared by replicas: `redis://…` (`rediss://…` over TLS,
+    /// built with the `tls` feature),
     /// `redis+cluster://host:port[,host:port…]` (a Redis Cluster's nodes),
     /// `redis+sentinel://host:port[,host:port…]/<master>[?wait=<n>]` (the master that Redis
     /// Sentinels name; `wait`: replicas that must acknowledge each lock), `postgres://…` or

@@ -19,11 +19,11 @@ impl Dialect {
     /// A message naming the schemes a coupon store may have, for any other.
     pub fn of_url(url: &str) -> Result<Option<Self>, String> {
         match url.split_once("://").map_or("", |(scheme, _)| scheme) {
-            "redis" | "redis+cluster" | "redis+sentinel" => Ok(None),
+            "redis" | "rediss" | "redis+cluster" | "redis+sentinel" => Ok(None),
             "postgres" | "postgresql" => Ok(Some(Self::Postgres)),
             "mysql" | "mariadb" => Ok(Some(Self::Mysql)),
             _ => Err(format!(
-                "--store {}: the URL must start with redis://, redis+cluster://, \
+                "--store {}: the URL must start with redis://, rediss://, redis+cluster://, \
                  redis+sentinel://, postgres:// or mysql://",
                 crate::wiring::redacted(url)
             )),
