@@ -124,6 +124,8 @@ mod connect;
 mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub(crate) mod holder_label;
+mod inspect;
 mod masked_url;
 pub mod memory;
 #[cfg(feature = "mysql")]
@@ -149,6 +151,7 @@ pub mod zookeeper;
 pub use crate::token::OwnerToken;
 pub use attempt::{Attempt, FencingToken, Granted, TokenLease};
 pub use error::BackendError;
+pub use inspect::{Holding, Inspect, Listing, LockState};
 pub use request::{LockRequest, Patience, lease_deadline};
 pub use shapes::{Hold, Semaphores, SharedLocks};
 #[cfg(any(feature = "postgres", feature = "mysql"))]

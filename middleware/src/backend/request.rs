@@ -44,6 +44,9 @@ pub struct LockRequest {
     pub ttl: Duration,
     /// How the caller waits if the lock is busy.
     pub patience: Patience,
+    /// Who asks: the locker's holder label, stored with the grant where the store can keep it
+    /// (see [`Inspect`](super::Inspect)).
+    pub holder: &'static str,
 }
 
 impl LockRequest {
@@ -53,12 +56,18 @@ impl LockRequest {
             token,
             ttl,
             patience: Patience::Once,
+            holder: super::holder_label::default_label(),
         }
     }
 
     /// The same request from a caller that waits with `patience`.
     pub fn patience(self, patience: Patience) -> Self {
         Self { patience, ..self }
+    }
+
+    /// The same request from the holder labelled `holder`.
+    pub fn holder(self, holder: &'static str) -> Self {
+        Self { holder, ..self }
     }
 }
 

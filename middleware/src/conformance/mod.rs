@@ -18,8 +18,9 @@
 //! line across processes), `semaphore` ([`Semaphores`]),
 //! `shared_leases` (readers' and permit holders' leases run out on their own too: both shapes
 //! and `leases`), `wait_queue`
-//! ([`LockBackend::wait_queue`] offers one) and `outage` (the store can be made to stop
-//! answering: [`Outage`]). The tests need Tokio's `macros` and `rt-multi-thread` features in
+//! ([`LockBackend::wait_queue`] offers one), `inspect` ([`Inspect`]: the operator's view and
+//! release), `inspect_shapes` (`inspect` with both shapes) and `outage` (the store can be made
+//! to stop answering: [`Outage`]). The tests need Tokio's `macros` and `rt-multi-thread` features in
 //! the crate that runs them. Each case is also a public function, to call on its own.
 //!
 //! The cases use real time with short leases (hundreds of milliseconds), since a store's
@@ -29,9 +30,10 @@ use std::future::Future;
 
 use crate::backend::LockBackend;
 #[cfg(doc)]
-use crate::backend::{Semaphores, SharedLocks};
+use crate::backend::{Inspect, Semaphores, SharedLocks};
 
 mod cohort;
+mod inspection;
 mod mutex;
 mod outage;
 mod reader_runs;
@@ -41,6 +43,7 @@ mod ticket_rules;
 mod wait_queue;
 
 pub use cohort::*;
+pub use inspection::*;
 pub use mutex::*;
 pub use outage::*;
 pub use reader_runs::*;
@@ -85,7 +88,7 @@ pub trait Outage: Store {
 
 /// Turns every conformance case into a named `#[tokio::test]` for the store type `$store`: the
 /// mutex cases, and those of each capability named after it (`leases`, `read_write`,
-/// `semaphore`, `shared_leases`, `wait_queue`, `outage`). See the [module](crate::conformance)
+/// `semaphore`, `shared_leases`, `wait_queue`, `inspect`, `inspect_shapes`, `outage`). See the [module](crate::conformance)
 /// docs.
 #[macro_export]
 macro_rules! conformance_suite {
@@ -171,6 +174,20 @@ macro_rules! __conformance_cases {
             a_queued_waiter_that_gives_up_leaves_the_line,
             another_process_waits_at_most_one_run_of_local_holds,
             a_queue_follows_the_ticket_rules,
+        );
+    };
+    (inspect, $store:ty) => {
+        $crate::__conformance_tests!(
+            $store;
+            an_operator_sees_the_holder_from_another_process,
+            an_operators_release_fences_out_the_holder_it_frees,
+            held_keys_come_in_bounded_pages,
+        );
+    };
+    (inspect_shapes, $store:ty) => {
+        $crate::__conformance_tests!(
+            $store;
+            an_operator_sees_every_reader_and_permit,
         );
     };
     (outage, $store:ty) => {

@@ -16,6 +16,7 @@ mod key_error;
 mod line;
 mod locker;
 mod names;
+mod operator;
 mod policy;
 mod reentry;
 mod settings;

@@ -13,6 +13,7 @@ use super::telemetry::Instruments;
 use metrics::SharedString;
 
 use crate::backend::LockBackend;
+use crate::backend::holder_label::{self, MAX_LABEL_LEN};
 
 /// The shortest lease (and fair-mode ticket) a locker accepts.
 const MIN_TTL: Duration = Duration::from_millis(10);
@@ -37,6 +38,8 @@ pub(crate) struct Settings {
     /// How many holds in a row a lock may be handed on among the locker's tasks before it is
     /// released in the store.
     pub(crate) max_local_run: u32,
+    /// Who holds this locker's locks, for operators: stored with each grant.
+    pub(crate) holder: &'static str,
 }
 
 /// Holds in a row handed on among a locker's tasks unless set otherwise.
@@ -62,6 +65,7 @@ impl Settings {
             on_lost: OnLost::default(),
             metrics_group: None,
             max_local_run: DEFAULT_MAX_LOCAL_RUN,
+            holder: holder_label::default_label(),
         }
     }
 
@@ -125,6 +129,9 @@ pub enum ConfigError {
     /// The longest local run is zero, or longer than 256 holds.
     #[error("a local run has from 1 to 256 holds (1 turns handing on off), got {0}")]
     LocalRunOutOfRange(u32),
+    /// The holder label is empty, longer than 128 bytes, or has a control character.
+    #[error("a holder label has 1 to {MAX_LABEL_LEN} bytes and no control characters, got {0:?}")]
+    InvalidHolderLabel(String),
     /// The prefix and the longest key do not fit the backend's longest lock name.
     #[error(
         "the prefix ({prefix} bytes) and keys of up to {max_key_len} bytes do not fit the \
@@ -171,6 +178,7 @@ pub struct LockerBuilder<B> {
     max_key_len: Option<usize>,
     backoff: (Duration, Duration),
     waiting: Waiting,
+    holder_label: Option<String>,
 }
 
 /// The three independent answers to "the lock is busy": how long to wait, how to learn that
@@ -240,6 +248,7 @@ impl<B: LockBackend> LockerBuilder<B> {
             waiting: Waiting::of(settings.policy),
             settings,
             max_key_len: None,
+            holder_label: None,
         }
     }
 
@@ -393,6 +402,14 @@ impl<B: LockBackend> LockerBuilder<B> {
         self
     }
 
+    /// Who holds this locker's locks, as operators read it in the store
+    /// ([`Locker::inspect`]): stored with each grant, readable from any process. Default: the
+    /// host name and process id (`web-7f9c:4711`). At most 128 bytes, no control characters.
+    pub fn holder_label(mut self, label: &str) -> Self {
+        self.holder_label = Some(label.to_owned());
+        self
+    }
+
     /// Checks the settings together and against the backend, and builds the locker.
     pub fn build(mut self) -> Result<Locker<B>, ConfigError> {
         let settings = &mut self.settings;
@@ -421,6 +438,12 @@ impl<B: LockBackend> LockerBuilder<B> {
         }
         if !(1..=MAX_LOCAL_RUN).contains(&settings.max_local_run) {
             return Err(ConfigError::LocalRunOutOfRange(settings.max_local_run));
+        }
+        if let Some(label) = &self.holder_label {
+            if !holder_label::is_valid(label) {
+                return Err(ConfigError::InvalidHolderLabel(label.clone()));
+            }
+            settings.holder = holder_label::interned(label);
         }
         settings.policy = self.waiting.policy()?;
         if self.waiting.fair.is_some() && self.backend.wait_queue().is_none() {

@@ -5,11 +5,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::OwnerToken;
+
+mod inspection;
 use crate::backend::shapes::WAITER_MARK_TTL;
 use crate::backend::ticket_rules::{HolderChange, QueueView, Queued, Step, Tickets};
 use crate::backend::ticket_rules::{from_micros, to_micros};
 use crate::backend::waiting::Announcement;
-use crate::backend::{Attempt, FencingToken, Patience};
+use crate::backend::{Attempt, FencingToken, Hold, LockRequest, Patience};
 
 /// The store's one fencing counter. Every lock's tokens come from it, so each lock's tokens are
 /// strictly increasing, and nothing about a lock has to outlive the lock.
@@ -26,8 +28,19 @@ impl FenceCounter {
 /// An attempt's answer before it becomes a grant: the fence of an exclusive hold, if any.
 pub(super) type Taken = Attempt<Option<FencingToken>>;
 
-/// A holder of a shared hold (reader or permit), until its lease expires.
-type Shared = Vec<(OwnerToken, Instant)>;
+/// One owner's shared hold (a reader's or a permit's), or a waiting reader's claim on the next
+/// turn, until it expires.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    token: OwnerToken,
+    expires_at: Instant,
+    /// Its holder's label.
+    label: &'static str,
+    /// When it was taken.
+    since: Instant,
+}
+
+type Shared = Vec<Entry>;
 
 /// One lock name.
 #[derive(Debug, Default)]
@@ -46,6 +59,10 @@ pub(super) struct KeyState {
     tickets: Tickets,
     /// When the name's ticket clock started: at its first ticket.
     epoch: Option<Instant>,
+    /// The labels of the tickets' holders, for the grant a release hands them.
+    ticket_labels: Vec<(OwnerToken, &'static str)>,
+    /// The number of permits the semaphore's holders asked for, last.
+    permit_limit: u32,
 }
 
 /// A waiting writer's intent: its place in line (the writers that came before it go first);
@@ -61,6 +78,22 @@ struct Intent {
 struct Holder {
     token: OwnerToken,
     expires_at: Instant,
+    hold: Hold,
+    label: &'static str,
+    fence: FencingToken,
+    since: Instant,
+}
+
+impl Entry {
+    /// `request`'s entry, for `ttl` from `now`.
+    fn of(request: &LockRequest, ttl: Duration, now: Instant) -> Self {
+        Self {
+            token: request.token,
+            expires_at: now + ttl,
+            label: request.holder,
+            since: now,
+        }
+    }
 }
 
 fn busy(wait: Duration) -> Taken {
@@ -71,21 +104,21 @@ fn busy(wait: Duration) -> Taken {
 
 /// How long until the first of `holds` expires, or the last.
 fn first_expiry(holds: &Shared, now: Instant) -> Option<Duration> {
-    holds.iter().map(|(_, expires_at)| *expires_at - now).min()
+    holds.iter().map(|entry| entry.expires_at - now).min()
 }
 
 fn last_expiry(holds: &Shared, now: Instant) -> Option<Duration> {
-    holds.iter().map(|(_, expires_at)| *expires_at - now).max()
+    holds.iter().map(|entry| entry.expires_at - now).max()
 }
 
 fn extend_shared(holds: &mut Shared, token: OwnerToken, expires_at: Instant) -> bool {
-    let held = holds.iter_mut().find(|(owner, _)| *owner == token);
-    held.map(|(_, expiry)| *expiry = expires_at).is_some()
+    let held = holds.iter_mut().find(|entry| entry.token == token);
+    held.map(|entry| entry.expires_at = expires_at).is_some()
 }
 
 fn remove_shared(holds: &mut Shared, token: OwnerToken) -> bool {
     let before = holds.len();
-    holds.retain(|(owner, _)| *owner != token);
+    holds.retain(|entry| entry.token != token);
     holds.len() < before
 }
 
@@ -110,7 +143,7 @@ impl KeyState {
     /// Whether anybody holds the name now: its exclusive holder, or a reader or permit whose
     /// lease has not run out.
     pub(super) fn is_held(&self, now: Instant) -> bool {
-        let live = |holds: &Shared| holds.iter().any(|(_, expires_at)| *expires_at > now);
+        let live = |holds: &Shared| holds.iter().any(|entry| entry.expires_at > now);
         self.live_holder(now).is_some() || live(&self.readers) || live(&self.permits)
     }
 
@@ -122,15 +155,9 @@ impl KeyState {
                 .0
                 .iter()
                 .all(|ticket| ticket.expires_us <= now_us)
-            && self
-                .readers
+            && [&self.readers, &self.permits, &self.claims]
                 .iter()
-                .all(|(_, expires_at)| *expires_at <= now)
-            && self
-                .permits
-                .iter()
-                .all(|(_, expires_at)| *expires_at <= now)
-            && self.claims.iter().all(|(_, expires_at)| *expires_at <= now)
+                .all(|holds| holds.iter().all(|entry| entry.expires_at <= now))
             && self.writers.iter().all(|intent| intent.expires_at <= now)
     }
 
@@ -138,10 +165,13 @@ impl KeyState {
     pub(super) fn forget_expired(&mut self, now: Instant) {
         let now_us = self.now_us(now);
         self.tickets.drop_expired(now_us);
-        self.readers.retain(|(_, expires_at)| *expires_at > now);
-        self.permits.retain(|(_, expires_at)| *expires_at > now);
-        self.claims.retain(|(_, expires_at)| *expires_at > now);
+        for holds in [&mut self.readers, &mut self.permits, &mut self.claims] {
+            holds.retain(|entry| entry.expires_at > now);
+        }
         self.writers.retain(|intent| intent.expires_at > now);
+        let tickets = &self.tickets;
+        (self.ticket_labels)
+            .retain(|(token, _)| tickets.0.iter().any(|ticket| ticket.token == *token));
     }
 
     /// How long an exclusive taker must wait: for the holder, else for the last reader.
@@ -153,14 +183,14 @@ impl KeyState {
     /// A mutex (or one name of several): free of holders and readers.
     pub(super) fn take_exclusive(
         &mut self,
-        (token, ttl): (OwnerToken, Duration),
+        request: &LockRequest,
         fences: &mut FenceCounter,
         now: Instant,
     ) -> Taken {
         self.forget_expired(now);
         match self.exclusive_wait(now) {
             Some(wait) => busy(wait),
-            None => Attempt::Acquired(Some(self.take(token, ttl, fences, now))),
+            None => Attempt::Acquired(Some(self.take(request, Hold::Mutex, fences, now))),
         }
     }
 
@@ -172,11 +202,8 @@ impl KeyState {
 
     /// A reader: free of an exclusive holder and of a writer's intent that bars readers. A busy
     /// reader that will ask again claims the next turn for readers, ahead of waiting writers.
-    pub(super) fn take_read(
-        &mut self,
-        (token, ttl, patience): (OwnerToken, Duration, Patience),
-        now: Instant,
-    ) -> Taken {
+    pub(super) fn take_read(&mut self, request: &LockRequest, now: Instant) -> Taken {
+        let (token, patience) = (request.token, request.patience);
         self.forget_expired(now);
         let barred = self.writers.first().filter(|intent| intent.bars_readers);
         let wait = self
@@ -184,26 +211,27 @@ impl KeyState {
             .or_else(|| barred.map(|intent| intent.expires_at - now));
         let Some(wait) = wait else {
             remove_shared(&mut self.claims, token);
-            self.readers.push((token, now + ttl));
+            self.readers.push(Entry::of(request, request.ttl, now));
             return Attempt::Acquired(None);
         };
         if patience != Patience::Once
             && !extend_shared(&mut self.claims, token, now + WAITER_MARK_TTL)
         {
-            self.claims.push((token, now + WAITER_MARK_TTL));
+            self.claims.push(Entry::of(request, WAITER_MARK_TTL, now));
         }
         busy(wait)
     }
 
     pub(super) fn take_permit(
         &mut self,
-        (token, ttl): (OwnerToken, Duration),
+        request: &LockRequest,
         permits: u32,
         now: Instant,
     ) -> Taken {
         self.forget_expired(now);
+        self.permit_limit = permits;
         if self.permits.len() < usize::try_from(permits).unwrap_or(usize::MAX) {
-            self.permits.push((token, now + ttl));
+            self.permits.push(Entry::of(request, request.ttl, now));
             return Attempt::Acquired(None);
         }
         busy(first_expiry(&self.permits, now).unwrap_or_default())
@@ -218,10 +246,11 @@ impl KeyState {
     /// order they came.
     pub(super) fn take_write(
         &mut self,
-        (token, ttl, patience): (OwnerToken, Duration, Patience),
+        request: &LockRequest,
         fences: &mut FenceCounter,
         now: Instant,
     ) -> Taken {
+        let (token, patience) = (request.token, request.patience);
         self.forget_expired(now);
         let place = self.writers.iter().position(|intent| intent.token == token);
         let ahead = &self.writers[..place.unwrap_or(self.writers.len())];
@@ -239,7 +268,7 @@ impl KeyState {
             if let Some(place) = place {
                 self.writers.remove(place);
             }
-            return Attempt::Acquired(Some(self.take(token, ttl, fences, now)));
+            return Attempt::Acquired(Some(self.take(request, Hold::Write, fences, now)));
         };
         if patience != Patience::Once {
             let first = place.unwrap_or(self.writers.len()) == 0;
@@ -322,11 +351,16 @@ impl KeyState {
     /// long to wait.
     pub(super) fn take_queued(
         &mut self,
-        (token, ttl, ticket_ttl): (OwnerToken, Duration, Duration),
+        request: &LockRequest,
+        ticket_ttl: Duration,
         fences: &mut FenceCounter,
         now: Instant,
     ) -> Taken {
+        let (token, ttl) = (request.token, request.ttl);
         self.forget_expired(now);
+        if !self.ticket_labels.iter().any(|(owner, _)| *owner == token) {
+            self.ticket_labels.push((token, request.holder));
+        }
         let view = self.queue_view(now);
         let (step, queued) = view.acquire_queued(token, to_micros(ttl), to_micros(ticket_ttl));
         let (_, fence) = self.apply(step, fences, now);
@@ -384,7 +418,11 @@ impl KeyState {
         let fence = match step.holder {
             HolderChange::Unchanged => None,
             HolderChange::Taken { owner, lease_us } => {
-                Some(self.take(owner, from_micros(lease_us), fences, now))
+                let label = (self.ticket_labels.iter())
+                    .find(|(token, _)| *token == owner)
+                    .map_or("", |(_, label)| *label);
+                let request = LockRequest::new(owner, from_micros(lease_us)).holder(label);
+                Some(self.take(&request, Hold::Mutex, fences, now))
             }
             HolderChange::Freed => {
                 self.holder = None;
@@ -394,18 +432,24 @@ impl KeyState {
         (step.notice.map(|notice| notice.announcement(fence)), fence)
     }
 
-    /// Hands the exclusive hold to `token`; returns its new fence.
+    /// Hands the exclusive hold to `request`'s holder for its lease, holding as `hold`;
+    /// returns its new fence.
     pub(super) fn take(
         &mut self,
-        token: OwnerToken,
-        ttl: Duration,
+        request: &LockRequest,
+        hold: Hold,
         fences: &mut FenceCounter,
         now: Instant,
     ) -> FencingToken {
+        let fence = fences.next();
         self.holder = Some(Holder {
-            token,
-            expires_at: now + ttl,
+            token: request.token,
+            expires_at: now + request.ttl,
+            hold,
+            label: request.holder,
+            fence,
+            since: now,
         });
-        fences.next()
+        fence
     }
 }

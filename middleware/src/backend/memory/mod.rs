@@ -10,8 +10,8 @@ use tokio::time::Instant;
 
 use super::waiting::{Announcement, WaitingRoom};
 use super::{
-    Attempt, BackendError, BoxFuture, Granted, Hold, LockBackend, LockRequest, QueuedAttempt,
-    Semaphores, SharedLocks, TokenLease, WaitQueue,
+    Attempt, BackendError, BoxFuture, Granted, Hold, Holding, Inspect, Listing, LockBackend,
+    LockRequest, LockState, QueuedAttempt, Semaphores, SharedLocks, TokenLease, WaitQueue,
 };
 use crate::OwnerToken;
 use key_state::{FenceCounter, KeyState, Taken};
@@ -177,9 +177,8 @@ impl LockBackend for MemoryBackend {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        let terms = (request.token, request.ttl);
         let taken = self.with_key(name, |entry, fences, now| {
-            entry.take_exclusive(terms, fences, now)
+            entry.take_exclusive(&request, fences, now)
         });
         Ok(granted(taken, request.token, Hold::Mutex))
     }
@@ -243,7 +242,7 @@ impl LockBackend for MemoryBackend {
                 let entry = keys.entry((*name).to_owned()).or_default();
                 Granted {
                     lease: TokenLease::new(request.token, Hold::Mutex),
-                    fence: Some(entry.take(request.token, request.ttl, fences, now)),
+                    fence: Some(entry.take(&request, Hold::Mutex, fences, now)),
                 }
             })
             .collect();
@@ -261,8 +260,7 @@ impl SharedLocks for MemoryBackend {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        let terms = (request.token, request.ttl, request.patience);
-        let taken = self.with_key(name, |entry, _, now| entry.take_read(terms, now));
+        let taken = self.with_key(name, |entry, _, now| entry.take_read(&request, now));
         Ok(granted(taken, request.token, Hold::Read))
     }
 
@@ -271,9 +269,8 @@ impl SharedLocks for MemoryBackend {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        let terms = (request.token, request.ttl, request.patience);
         let taken = self.with_key(name, |entry, fences, now| {
-            entry.take_write(terms, fences, now)
+            entry.take_write(&request, fences, now)
         });
         Ok(granted(taken, request.token, Hold::Write))
     }
@@ -286,11 +283,54 @@ impl Semaphores for MemoryBackend {
         request: LockRequest,
         permits: NonZeroU32,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        let terms = (request.token, request.ttl);
         let taken = self.with_key(name, |entry, _, now| {
-            entry.take_permit(terms, permits.get(), now)
+            entry.take_permit(&request, permits.get(), now)
         });
         Ok(granted(taken, request.token, Hold::Permit { permits }))
+    }
+}
+
+/// Every name in the process's memory is looked at for a listing: there is no store to page
+/// through.
+impl Inspect for MemoryBackend {
+    async fn inspect(&self, name: &str) -> Result<LockState, BackendError> {
+        let state = self.with_existing_key(name, |entry, _, now| entry.state(now));
+        Ok(state.unwrap_or_default())
+    }
+
+    async fn held_names(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Listing, BackendError> {
+        let now = Instant::now();
+        let state = self.lock_state();
+        let mut names: Vec<&String> = (state.keys.iter())
+            .filter(|(name, entry)| {
+                name.starts_with(prefix)
+                    && after.is_none_or(|after| name.as_str() > after)
+                    && entry.is_held(now)
+            })
+            .map(|(name, _)| name)
+            .collect();
+        names.sort_unstable();
+        let limit = limit.max(1);
+        let next = (names.len() > limit).then(|| names[limit - 1].clone());
+        names.truncate(limit);
+        Ok(Listing::new(names.into_iter().cloned().collect(), next))
+    }
+
+    async fn force_release(&self, name: &str) -> Result<Vec<Holding>, BackendError> {
+        let freed =
+            self.with_existing_key(name, |entry, fences, now| entry.force_free(fences, now));
+        let Some((freed, announcement)) = freed else {
+            return Ok(Vec::new());
+        };
+        if let Some(announcement) = announcement {
+            self.room.announce(name, announcement);
+        }
+        Ok(freed)
     }
 }
 
@@ -306,9 +346,8 @@ impl WaitQueue<TokenLease> for MemoryBackend {
         ticket_ttl: Duration,
     ) -> BoxFuture<'a, Result<QueuedAttempt<TokenLease>, BackendError>> {
         Box::pin(async move {
-            let terms = (request.token, request.ttl, ticket_ttl);
             let taken = self.with_key(name, |entry, fences, now| {
-                entry.take_queued(terms, fences, now)
+                entry.take_queued(&request, ticket_ttl, fences, now)
             });
             let lease = TokenLease::new(request.token, Hold::Mutex);
             Ok(match taken {

@@ -12,7 +12,9 @@ crate::conformance_suite!(
     read_write,
     semaphore,
     shared_leases,
-    wait_queue
+    wait_queue,
+    inspect,
+    inspect_shapes
 );
 
 /// The conformance suite's store: clones of one backend are the "processes".

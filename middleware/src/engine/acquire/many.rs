@@ -30,7 +30,9 @@ pub(super) async fn acquire_all<B: LockBackend>(
         _ => None,
     };
     let patience = deadline.map_or(Patience::Once, |_| Patience::Polls);
-    let request = LockRequest::new(token, settings.ttl).patience(patience);
+    let request = LockRequest::new(token, settings.ttl)
+        .patience(patience)
+        .holder(settings.holder);
     let list: Vec<&str> = names.iter().collect();
     let store_timeout = settings.store_timeout;
     let mut attempt: u32 = 0;

@@ -92,7 +92,9 @@ pub(crate) async fn acquire<B: LockBackend>(
         backend,
         names,
         name,
-        request: LockRequest::new(token, settings.ttl).patience(patience),
+        request: LockRequest::new(token, settings.ttl)
+            .patience(patience)
+            .holder(settings.holder),
         ask,
         settings,
         tally,
@@ -134,7 +136,7 @@ pub(crate) async fn look<B: LockBackend>(
         backend,
         names,
         name,
-        request: LockRequest::new(token, settings.ttl),
+        request: LockRequest::new(token, settings.ttl).holder(settings.holder),
         ask,
         settings,
         tally,

@@ -1,0 +1,213 @@
+//! The operator's view: who holds a lock as another process sees it, the held locks paged
+//! through, and the operator's release that fences out the holder it frees.
+
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::time::Duration;
+
+use super::Store;
+use super::support::{LONG, SHORT, SLACK, locker, two_processes};
+use crate::backend::{Hold, Inspect, Semaphores, SharedLocks};
+use crate::{FencingToken, LockError};
+
+/// A lock taken in one process is seen from another with its holder's label, its fence, how
+/// long it has been held and how long its lease has left; a free lock has no holder.
+pub async fn an_operator_sees_the_holder_from_another_process<S: Store>(store: &S)
+where
+    S::Backend: Inspect,
+{
+    let (a, b) = two_processes(store).await;
+    let worker = locker(a, |builder| builder.holder_label("worker-a").ttl(LONG));
+    let operator = locker(b, |builder| builder.holder_label("operator"));
+    assert!(
+        !operator
+            .inspect("coupon:42")
+            .await
+            .expect("inspected")
+            .is_held()
+    );
+
+    let held = worker.lock("coupon:42").await.expect("taken");
+    let state = operator.inspect("coupon:42").await.expect("inspected");
+    let [holder] = &state.holders[..] else {
+        panic!("one holder: {state:?}");
+    };
+    assert_eq!(holder.label, "worker-a");
+    assert_eq!(holder.hold, Hold::Mutex);
+    assert_eq!(holder.fence, held.fence(), "the fence the holder was given");
+    assert!(holder.held_for < Duration::from_secs(5), "{holder:?}");
+    if let Some(left) = holder.lease_left {
+        assert!(
+            left <= LONG && left > LONG - Duration::from_secs(5),
+            "{holder:?}"
+        );
+    }
+
+    held.release().await.expect("released");
+    let state = operator.inspect("coupon:42").await.expect("inspected");
+    assert!(!state.is_held(), "released: {state:?}");
+}
+
+/// The operator's release frees a lock whatever its holder: the next holder's fence is above
+/// the freed one's, so a fenced write by the freed holder, late, is refused; and the freed
+/// holder finds its lease lost at its next renewal. Its twin: without the release, the stuck
+/// holder keeps the lock from everybody else.
+pub async fn an_operators_release_fences_out_the_holder_it_frees<S: Store>(store: &S)
+where
+    S::Backend: Inspect,
+{
+    let (a, b) = two_processes(store).await;
+    let stuck = locker(a, |builder| builder.holder_label("stuck").ttl(SHORT));
+    let next = locker(b, |builder| builder.holder_label("next").reject());
+    let held = stuck.lock("coupon:42").await.expect("taken");
+
+    let refused = next.lock("coupon:42").await;
+    assert!(
+        matches!(refused, Err(LockError::Busy { .. })),
+        "without the release, the stuck holder keeps it: {refused:?}"
+    );
+
+    let freed = next.force_release("coupon:42").await.expect("released");
+    assert_eq!(freed.len(), 1, "{freed:?}");
+    assert_eq!(
+        (freed[0].label.as_str(), freed[0].fence),
+        ("stuck", held.fence())
+    );
+    let taken = next.lock("coupon:42").await.expect("free once released");
+
+    let register = FencedRegister::default();
+    if store.fences() {
+        let (old, new) = (
+            held.fence().expect("fenced"),
+            taken.fence().expect("fenced"),
+        );
+        assert!(new > old, "the next fence {new} is above the freed {old}");
+        assert!(register.write(new), "the new holder writes");
+        assert!(
+            !register.write(old),
+            "the freed holder's late write is refused"
+        );
+    }
+    let lost = tokio::time::timeout(SHORT + SLACK, held.lost()).await;
+    assert!(lost.is_ok(), "the freed holder learns at its next renewal");
+    assert!(!held.is_held());
+    assert!(
+        next.force_release("coupon:9")
+            .await
+            .expect("asked")
+            .is_empty()
+    );
+}
+
+/// Readers and permit holders are each listed with their label, unfenced; a writer waiting for
+/// the readers is counted among the waiters; the operator's release frees every one of them.
+pub async fn an_operator_sees_every_reader_and_permit<S: Store>(store: &S)
+where
+    S::Backend: Inspect + SharedLocks + Semaphores,
+{
+    let (a, b) = two_processes(store).await;
+    let readers = locker(a.clone(), |builder| {
+        builder.holder_label("reader").ttl(LONG)
+    });
+    let operator = locker(b, |builder| builder.holder_label("operator"));
+    let first = readers.read("report:1").await.expect("a reader");
+    let second = locker(a.clone(), |builder| {
+        builder.holder_label("reader-2").ttl(LONG)
+    });
+    let second = second.read("report:1").await.expect("readers share");
+    let state = operator.inspect("report:1").await.expect("inspected");
+    let mut labels: Vec<(&str, Hold, Option<FencingToken>)> = (state.holders.iter())
+        .map(|holder| (holder.label.as_str(), holder.hold, holder.fence))
+        .collect();
+    labels.sort_by_key(|(label, ..)| *label);
+    assert_eq!(
+        labels,
+        [("reader", Hold::Read, None), ("reader-2", Hold::Read, None)]
+    );
+
+    let writer = locker(a.clone(), |builder| {
+        builder
+            .holder_label("writer")
+            .wait_polling(Duration::from_secs(5))
+    });
+    let waiting = tokio::spawn(async move { writer.write("report:1").await.map(|_| ()) });
+    let counted = async {
+        while operator
+            .inspect("report:1")
+            .await
+            .expect("inspected")
+            .waiting
+            == 0
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(2), counted)
+        .await
+        .expect("the waiting writer is counted");
+    let freed = operator.force_release("report:1").await.expect("released");
+    assert_eq!(freed.len(), 2, "{freed:?}");
+    waiting
+        .await
+        .expect("the writer ran")
+        .expect("it got the lock");
+    drop((first, second));
+
+    let two = NonZeroU32::new(2).expect("two");
+    let permits = locker(a, |builder| builder.holder_label("permit").ttl(LONG));
+    let _held = permits.permit("pool", two).await.expect("a permit");
+    let state = operator.inspect("pool").await.expect("inspected");
+    let [holder] = &state.holders[..] else {
+        panic!("one permit holder: {state:?}");
+    };
+    assert_eq!(
+        (holder.label.as_str(), holder.hold, holder.fence),
+        ("permit", Hold::Permit { permits: two }, None)
+    );
+}
+
+/// The held locks under a prefix come in pages of at most the limit asked for, every one
+/// once; free locks and locks under other prefixes are not listed.
+pub async fn held_keys_come_in_bounded_pages<S: Store>(store: &S)
+where
+    S::Backend: Inspect,
+{
+    let (a, b) = two_processes(store).await;
+    let worker = locker(a, |builder| builder.ttl(LONG));
+    let operator = locker(b, |builder| builder);
+    let mut held = Vec::new();
+    for key in ["list:a", "list:b", "list:c", "list:d", "list:e", "other:x"] {
+        held.push(worker.lock(key).await.expect("taken"));
+    }
+    worker
+        .lock("list:f")
+        .await
+        .expect("taken")
+        .release()
+        .await
+        .expect("released");
+
+    let (mut listed, mut after) = (Vec::new(), None::<String>);
+    for _ in 0..100 {
+        let page = (operator.held_keys("list:", after.as_deref(), 2).await).expect("a page");
+        assert!(page.names.len() <= 2, "{page:?}");
+        listed.extend(page.names);
+        after = page.next;
+        if after.is_none() {
+            break;
+        }
+    }
+    listed.sort();
+    assert_eq!(listed, ["list:a", "list:b", "list:c", "list:d", "list:e"]);
+}
+
+/// A data store that keeps the largest fence it has seen and refuses writes with a smaller
+/// one: what fencing asks of the resource.
+#[derive(Debug, Default)]
+struct FencedRegister(AtomicU64);
+
+impl FencedRegister {
+    fn write(&self, fence: FencingToken) -> bool {
+        self.0.fetch_max(fence.get(), SeqCst) <= fence.get()
+    }
+}
