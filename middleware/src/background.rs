@@ -6,8 +6,6 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::backend::BackendError;
-
 /// Runs `work` on the current Tokio runtime without waiting for it. Outside a runtime (a value
 /// dropped after its runtime shut down) nothing runs: what `what` would have given back
 /// expires with its lease instead, which is logged.
@@ -20,11 +18,11 @@ pub(crate) fn spawn(what: &'static str, work: impl Future<Output = ()> + Send + 
 
 /// Runs the store call `work` (on lock `name`) in the background, giving up after `limit`;
 /// its outcome is logged, never returned.
-pub(crate) fn store_call<T: fmt::Debug>(
+pub(crate) fn store_call<T: fmt::Debug, E: fmt::Display>(
     what: &'static str,
     name: String,
     limit: Duration,
-    work: impl Future<Output = Result<T, BackendError>> + Send + 'static,
+    work: impl Future<Output = Result<T, E>> + Send + 'static,
 ) {
     spawn(what, async move {
         match tokio::time::timeout(limit, work).await {

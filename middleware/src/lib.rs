@@ -15,11 +15,15 @@
 //!   [`lock_all`](Locker::lock_all). A [`HeldLock`] renews its lease every TTL/3, reports its
 //!   loss ([`LockGuard::is_held`], [`LockGuard::lost`]), carries a fencing token
 //!   ([`fencing`] shows how stores use it) and is released on drop.
-//! * [`backend`] holds the contract every store implements, and the stores:
-//!   `RedisBackend` (feature `redis`), `PostgresBackend` (feature `postgres`) and
-//!   `MysqlBackend` (feature `mysql`) share locks between processes; [`MemoryBackend`] keeps
+//! * [`backend`] holds the contract every store implements, and the stores, each behind its
+//!   feature: `RedisBackend` (`redis`; one node, `redis-cluster`, `redis-sentinel`) and
+//!   `RedlockBackend` (`redis`), `PostgresBackend` and `AdvisoryBackend` (`postgres`),
+//!   `MysqlBackend` and `NowaitBackend` (`mysql`), `EtcdBackend` (`etcd`) and
+//!   `ZookeeperBackend` (`zookeeper`) share locks between processes; [`MemoryBackend`] keeps
 //!   them in one process (the embedded default, for single instances and tests);
-//!   [`backend::any::AnyBackend`] is whichever store a URL names, chosen at run time.
+//!   [`backend::any::AnyBackend`] is whichever store a URL names, chosen at run time. A store
+//!   with [`backend::Inspect`] answers an operator's questions ([`Locker::inspect`],
+//!   [`Locker::force_release`]).
 //!
 //! | situation | the layer answers | the engine returns |
 //! |---|---|---|
@@ -119,4 +123,3 @@ pub use layer::NoLockGuard;
 pub use layer::{
     BodyError, LockGuards, LockLayer, LockService, Rejection, ResponseBody, ResponseFuture,
 };
-pub(crate) use token::OwnerToken;

@@ -4,8 +4,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
+use crate::backend::memory::MemoryBackend;
 use crate::backend::{Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, TokenLease};
-use crate::{MemoryBackend, OwnerToken};
+use crate::token::OwnerToken;
 
 /// Takes lock `name` in `store` as another process would; its lease.
 pub(crate) async fn hold(store: &MemoryBackend, name: &str, ttl: Duration) -> TokenLease {

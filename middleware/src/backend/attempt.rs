@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::OwnerToken;
+use crate::token::OwnerToken;
 
 use super::Hold;
 

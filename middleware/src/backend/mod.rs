@@ -152,11 +152,12 @@ pub use crate::token::OwnerToken;
 pub use attempt::{Attempt, FencingToken, Granted, TokenLease};
 pub use error::BackendError;
 pub use inspect::{Holding, Inspect, Listing, LockState};
-pub use request::{LockRequest, Patience, lease_deadline};
+pub(crate) use request::lease_deadline;
+pub use request::{LockRequest, Patience};
 pub use shapes::{Hold, Semaphores, SharedLocks};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use sql::session::ConnectionLease;
-pub use wait_queue::{BoxFuture, QueuedAttempt, WaitQueue};
+pub use wait_queue::{QueuedAttempt, WaitQueue};
 
 /// A store of leases on lock names: exclusive, expiring, owner-checked, optionally fenced.
 ///

@@ -12,9 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use tokio::sync::watch;
 
-use super::{BackendError, BoxFuture};
+use super::BackendError;
 
 /// How long a call may go unanswered before the store is dialled.
 const DIAL_AFTER: Duration = Duration::from_millis(100);

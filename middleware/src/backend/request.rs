@@ -4,10 +4,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::OwnerToken;
+use crate::token::OwnerToken;
 
 /// How the caller of an attempt waits when the lock is busy. It tells the store what to leave
-/// behind for a caller that will ask again, and nothing for one that will not.
+/// behind for a caller that will ask again, and nothing for one that will not: public for store
+/// authors, whose `acquire` reads it from [`LockRequest::patience`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Patience {
@@ -84,7 +85,7 @@ pub(crate) fn drift_margin(ttl: Duration) -> Duration {
 /// The engine reports a lease lost once this passes without a confirmed renewal; a backend
 /// that must know its answer arrived while the lease ran (the Redis backend's fencing) checks
 /// against the same instant.
-pub fn lease_deadline(sent: Instant, ttl: Duration) -> Instant {
+pub(crate) fn lease_deadline(sent: Instant, ttl: Duration) -> Instant {
     sent + ttl.saturating_sub(drift_margin(ttl))
 }
 

@@ -19,9 +19,9 @@
 
 use std::time::Duration;
 
-use crate::OwnerToken;
 use crate::backend::FencingToken;
 use crate::backend::waiting::Announcement;
+use crate::token::OwnerToken;
 
 /// One waiter's place in a lock's queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

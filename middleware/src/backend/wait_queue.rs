@@ -2,17 +2,14 @@
 //! pub/sub, PostgreSQL `LISTEN/NOTIFY`, a ZooKeeper or etcd watch) offers a [`WaitQueue`];
 //! without one, waiters poll with backoff.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+
 use super::waiting::WaitingRoom;
 use super::{BackendError, Granted, LockRequest};
-use crate::OwnerToken;
-
-/// A boxed, sendable future: what the object-safe [`WaitQueue`] returns.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+use crate::token::OwnerToken;
 
 /// The answer to a queued attempt.
 #[derive(Debug)]

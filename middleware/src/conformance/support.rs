@@ -7,7 +7,8 @@ use tokio::time::Instant;
 
 use super::Store;
 use crate::backend::{Attempt, BackendError, Granted, LockBackend, LockRequest};
-use crate::{Locker, LockerBuilder, OwnerToken};
+use crate::engine::{Locker, LockerBuilder};
+use crate::token::OwnerToken;
 
 /// A lease that runs out within a case.
 pub(super) const SHORT: Duration = Duration::from_millis(300);

@@ -10,8 +10,8 @@ use tokio::time::sleep;
 
 use super::Store;
 use super::support::LONG;
-use crate::OwnerToken;
 use crate::backend::{FencingToken, LockBackend, LockRequest, QueuedAttempt, WaitQueue};
+use crate::token::OwnerToken;
 
 /// Tickets that outlive every lease asked for: a release always hands the lock to the first.
 const TICKETS: Duration = Duration::from_secs(60);

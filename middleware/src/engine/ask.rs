@@ -7,9 +7,10 @@
 
 use std::num::NonZeroU32;
 
+use futures_util::future::BoxFuture;
+
 use crate::backend::{
-    Attempt, BackendError, BoxFuture, Granted, Hold, LockBackend, LockRequest, Semaphores,
-    SharedLocks,
+    Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, Semaphores, SharedLocks,
 };
 
 /// What one attempt answers.

@@ -22,8 +22,8 @@ use super::policy::{BusyPolicy, WaitMode};
 use super::reentry::{self, Reentry};
 use super::settings::{LockerBuilder, Settings};
 use super::telemetry::{Instruments, Meters, Outcome, Shape, Tally};
-use crate::OwnerToken;
 use crate::backend::{FencingToken, LockBackend, Semaphores, SharedLocks, lease_deadline};
+use crate::token::OwnerToken;
 use tokio::time::Instant;
 
 /// Takes locks in a backend, under one set of settings: the lock engine, usable from any code —

@@ -11,7 +11,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use crate::backend::LockBackend;
-use crate::{HeldLock, LeaseLost, LockError};
+use crate::engine::{HeldLock, LeaseLost, LockError};
 
 /// The error of a [`ResponseBody`]: the inner body's, or the lock's when its lease was lost
 /// while the body streamed (with [`OnLost::Abort`](crate::OnLost::Abort)).

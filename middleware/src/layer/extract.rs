@@ -11,7 +11,7 @@ use http::request::Parts;
 
 use super::guards::LockGuards;
 use super::rejection::problem;
-use crate::LockGuard;
+use crate::engine::LockGuard;
 
 /// A handler took a [`LockGuard`] or [`LockGuards`] but no [`LockLayer`](crate::LockLayer)
 /// locked its request: the route has no lock layer, the request had no key, or the layer

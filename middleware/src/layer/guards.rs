@@ -1,6 +1,6 @@
 //! [`LockGuards`]: every lock a request holds when several layers lock it.
 
-use crate::LockGuard;
+use crate::engine::LockGuard;
 
 /// Every lock the request holds, outermost layer first: what a handler behind nested
 /// [`LockLayer`](crate::LockLayer)s reads to reach an outer layer's lock.

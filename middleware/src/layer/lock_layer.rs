@@ -12,9 +12,9 @@ use super::mode::{Mode, safe_methods_read};
 use super::rejection::Rejection;
 use super::request_body::{DEFAULT_BODY_LIMIT, RequestBody};
 use super::service::LockService;
-use crate::Locker;
 use crate::backend::{LockBackend, Semaphores, SharedLocks};
 use crate::engine::Ask;
+use crate::engine::Locker;
 use crate::key::KeyExtractor;
 
 /// Runs each request under a distributed lock on the key its [`KeyExtractor`] finds: an

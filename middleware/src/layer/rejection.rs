@@ -7,7 +7,7 @@ use std::time::Duration;
 use http::{HeaderValue, Response, StatusCode, header};
 
 use super::request_body::BodyError;
-use crate::LockError;
+use crate::engine::LockError;
 use crate::key::KeyError;
 
 /// Why the layer answered a request itself instead of running its handler.

@@ -18,8 +18,8 @@ use super::lock_layer::Config;
 use super::rejection::Rejection;
 use crate::backend::LockBackend;
 use crate::engine::Ran;
+use crate::engine::{LockError, OnLost};
 use crate::key::KeyExtractor;
-use crate::{LockError, OnLost};
 
 /// Runs the inner service under the request's lock. Built by [`LockLayer`](crate::LockLayer).
 ///

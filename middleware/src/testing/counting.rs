@@ -7,12 +7,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::OwnerToken;
+use futures_util::future::BoxFuture;
+
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{
-    Attempt, BackendError, BoxFuture, Granted, LockBackend, LockRequest, QueuedAttempt, Semaphores,
+    Attempt, BackendError, Granted, LockBackend, LockRequest, QueuedAttempt, Semaphores,
     SharedLocks, WaitQueue,
 };
+use crate::token::OwnerToken;
 
 /// Wraps a backend and counts its calls by kind. With the Redis backend each call is one
 /// round trip. Clones share the counts, so keep one to read them while a locker owns another.

@@ -4,14 +4,16 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+
 use super::AnyBackend;
 use super::lease::{AnyLease, AnyMutexLease, LeaseIn, all_wrapped, queued_wrapped, wrapped};
 use super::store::no_queue;
-use crate::OwnerToken;
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{
-    Attempt, BackendError, BoxFuture, Granted, LockBackend, LockRequest, QueuedAttempt, WaitQueue,
+    Attempt, BackendError, Granted, LockBackend, LockRequest, QueuedAttempt, WaitQueue,
 };
+use crate::token::OwnerToken;
 
 /// A lock store chosen at run time for mutexes (one key or several at once): every store of
 /// an [`AnyBackend`], and the stores with mutexes only — RedLock, PostgreSQL's advisory locks,

@@ -6,14 +6,16 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+
 use super::lease::{AnyLease, LeaseIn, all_wrapped, queued_wrapped, wrapped};
-use crate::OwnerToken;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{
-    Attempt, BackendError, BoxFuture, Granted, LockBackend, LockRequest, QueuedAttempt, Semaphores,
+    Attempt, BackendError, Granted, LockBackend, LockRequest, QueuedAttempt, Semaphores,
     SharedLocks, WaitQueue,
 };
+use crate::token::OwnerToken;
 
 /// A lock store chosen at run time — from a URL ([`AnyBackend::connect`]) or from a backend
 /// you made — with every lock shape: mutexes, read-write locks, semaphores, several keys at

@@ -6,13 +6,14 @@
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
 use super::watches::Watch;
 use super::{EtcdBackend, EtcdLease, LockKeys, first_under, read, revision};
-use crate::OwnerToken;
 use crate::backend::waiting::WaitingRoom;
-use crate::backend::{BackendError, BoxFuture, Granted, LockRequest, QueuedAttempt, WaitQueue};
+use crate::backend::{BackendError, Granted, LockRequest, QueuedAttempt, WaitQueue};
+use crate::token::OwnerToken;
 
 /// Where a queued attempt stands.
 enum InLine {

@@ -11,7 +11,7 @@
 //! The name is escaped (`%` as `%25`, `/` as `%2F`), so one lock's keys never fall under
 //! another lock's prefix (`a/` would otherwise hold the keys of lock `a/b`).
 
-use crate::OwnerToken;
+use crate::token::OwnerToken;
 
 /// The key that marks `token`'s attempts as given up: a put still on its way when the
 /// attempt was abandoned finds it and does nothing. `<namespace>%given-up/<token>`: no lock's

@@ -34,12 +34,12 @@ use etcd_client::{
 };
 use tokio::time::Instant;
 
-use crate::OwnerToken;
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{
     Attempt, BackendError, FencingToken, Granted, LockBackend, LockRequest, WaitQueue,
     lease_deadline,
 };
+use crate::token::OwnerToken;
 use keys::LockKeys;
 use members::Members;
 use session::Session;

@@ -36,10 +36,10 @@ use super::{
     EtcdBackend, EtcdLease, LockKeys, first_under, in_creation_order, occupied, present, read,
     revision, vacant,
 };
-use crate::OwnerToken;
 use crate::backend::{
     Attempt, BackendError, Granted, LockRequest, Patience, Semaphores, SharedLocks,
 };
+use crate::token::OwnerToken;
 
 impl SharedLocks for EtcdBackend {
     async fn acquire_read(

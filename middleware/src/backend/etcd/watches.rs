@@ -26,14 +26,15 @@ use etcd_client::{
     EventType, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse,
     WatchResponseStream,
 };
+use futures_util::future::BoxFuture;
 use tokio::sync::mpsc;
 
 use super::EtcdLease;
 use super::members::Members;
 use super::session::Session;
-use crate::OwnerToken;
+use crate::backend::FencingToken;
 use crate::backend::waiting::{Announcement, Subscriptions, WaitingRoom};
-use crate::backend::{BoxFuture, FencingToken};
+use crate::token::OwnerToken;
 
 /// The backend's end of the watch stream.
 #[derive(Debug)]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::OwnerToken;
+use crate::token::OwnerToken;
 
 mod inspection;
 use crate::backend::shapes::WAITER_MARK_TTL;

@@ -6,14 +6,15 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
 use super::waiting::{Announcement, WaitingRoom};
 use super::{
-    Attempt, BackendError, BoxFuture, Granted, Hold, Holding, Inspect, Listing, LockBackend,
-    LockRequest, LockState, QueuedAttempt, Semaphores, SharedLocks, TokenLease, WaitQueue,
+    Attempt, BackendError, Granted, Hold, Holding, Inspect, Listing, LockBackend, LockRequest,
+    LockState, QueuedAttempt, Semaphores, SharedLocks, TokenLease, WaitQueue,
 };
-use crate::OwnerToken;
+use crate::token::OwnerToken;
 use key_state::{FenceCounter, KeyState, Taken};
 
 mod key_state;

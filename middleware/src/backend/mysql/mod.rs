@@ -16,7 +16,7 @@ use super::{
     Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, Patience,
     Semaphores, SharedLocks, TokenLease, WaitQueue,
 };
-use crate::FencingToken;
+use crate::backend::FencingToken;
 use statements::{MAX_NAME_LEN, Param, Statement, Statements};
 
 mod nowait;
@@ -44,8 +44,7 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 /// never a client's, and whatever the session's time zone. Needs `JSON_TABLE`: MariaDB 10.6 or
 /// MySQL 8.
 ///
-/// The table is created on connect when it is missing, and the columns added since 0.1 when
-/// an older table lacks them (idempotent):
+/// The table is created on connect when it is missing (idempotent):
 ///
 /// ```sql
 /// CREATE TABLE IF NOT EXISTS tower_lock_leases (
@@ -65,9 +64,6 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 ///     tickets        MEDIUMTEXT NULL   -- the queue of waiters' tickets
 /// ) ENGINE = InnoDB;
 /// ```
-///
-/// A table made by an earlier version keeps its columns `intent`, `intent_expires` and `intent_bars`,
-/// which nothing reads any more.
 ///
 /// Lock names are at most 512 bytes (a locker whose names could be longer is refused when it
 /// is built). MySQL has no `LISTEN`: waiters poll with backoff, in line — one per process
@@ -124,7 +120,6 @@ impl MysqlBackend {
             .execute(&pool)
             .await
             .map_err(BackendError::new)?;
-        add_new_columns(&pool, &statements, table).await?;
         Ok(Self {
             slots: AcquireSlots::of_pool(pool.options().get_max_connections()),
             pool: ReachablePool::new(pool),
@@ -350,34 +345,6 @@ impl Semaphores for MysqlBackend {
         self.acquire_detached(name, request, Hold::Permit { permits })
             .await
     }
-}
-
-/// Adds the columns added since 0.1 to a table an earlier version made. Replicas starting
-/// together may both find them missing: the second `ALTER` fails with a duplicate column.
-async fn add_new_columns(
-    pool: &MySqlPool,
-    statements: &Statements,
-    table: &str,
-) -> Result<(), BackendError> {
-    const DUPLICATE_COLUMN: &str = "42S21";
-    let table_name = table.rsplit('.').next().unwrap_or(table);
-    for (column, add) in &statements.add_columns {
-        let present: i64 = sqlx::query_scalar(&statements.has_column)
-            .bind(table_name)
-            .bind(column)
-            .fetch_one(pool)
-            .await
-            .map_err(BackendError::new)?;
-        if present > 0 {
-            continue;
-        }
-        match sqlx::query(add).execute(pool).await {
-            Err(sqlx::Error::Database(error))
-                if error.code().as_deref() == Some(DUPLICATE_COLUMN) => {}
-            added => added.map(drop).map_err(BackendError::new)?,
-        }
-    }
-    Ok(())
 }
 
 /// A duration in whole microseconds, as the statements take it.

@@ -1,5 +1,5 @@
 //! The MySQL/MariaDB backend's wait queue: tickets in the lock's row, changed in short
-//! transactions that hold the row's lock (`sql::queue` decides). MySQL cannot announce a
+//! transactions that hold the row's lock (`sql::tickets` decides). MySQL cannot announce a
 //! release, so the room is silent: waiters poll, in ticket order across processes, and what a
 //! change of this process would announce is told to its own waiters.
 

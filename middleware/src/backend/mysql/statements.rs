@@ -42,11 +42,6 @@ pub(super) struct Statement {
 pub(super) struct Statements {
     pub(super) table: String,
     pub(super) create_table: String,
-    /// `?` table name, `?` column → whether the table has the column (1 or 0).
-    pub(super) has_column: String,
-    /// The columns added since 0.1, each with the statement that adds it to a table made by
-    /// an earlier version.
-    pub(super) add_columns: Vec<(&'static str, String)>,
     pub(super) acquire: Statement,
     pub(super) acquire_read: Statement,
     pub(super) acquire_write: Statement,
@@ -190,23 +185,6 @@ impl Statements {
                     waited BOOLEAN NOT NULL DEFAULT FALSE, \
                     tickets MEDIUMTEXT NULL) ENGINE = InnoDB"
             ),
-            has_column: format!(
-                "SELECT COUNT(*) FROM information_schema.COLUMNS \
-                 WHERE TABLE_SCHEMA = {} AND TABLE_NAME = ? AND COLUMN_NAME = ?",
-                table
-                    .split_once('.')
-                    .map_or("DATABASE()".to_owned(), |(database, _)| format!(
-                        "'{database}'"
-                    ))
-            ),
-            add_columns: ["claims", "writers"]
-                .map(|column| {
-                    (
-                        column,
-                        format!("ALTER TABLE {table} ADD COLUMN {column} JSON NULL"),
-                    )
-                })
-                .into(),
             acquire: exclusive(&free, "", &[Name, Owner, Ttl]),
             // A busy writer that will ask again keeps its place in line (when it came); the
             // first of the line bars readers once readers alone held it back (every claim came
@@ -263,7 +241,7 @@ impl Statements {
                 ),
                 params: &[Ttl, Name, Owner],
             },
-            // A waited-for lock is released through the queue (`sql::queue`) instead.
+            // A waited-for lock is released through the queue (`sql::tickets`) instead.
             release: Statement {
                 sql: format!(
                     "UPDATE {table} SET owner = NULL, expires_at = NULL \

@@ -11,12 +11,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::sync::watch;
 
+use crate::backend::BackendError;
 use crate::backend::waiting::{Announcement, Subscriptions, WaitingRoom};
-use crate::backend::{BackendError, BoxFuture};
 
 /// How long the listener waits before trying to reconnect after a failed attempt.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(250);

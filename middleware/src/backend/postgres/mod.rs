@@ -14,7 +14,7 @@ use super::{
     Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, Patience,
     Semaphores, SharedLocks, TokenLease, WaitQueue,
 };
-use crate::FencingToken;
+use crate::backend::FencingToken;
 use statements::Statements;
 
 mod advisory;
@@ -42,8 +42,7 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 /// `UPDATE` each. Expiry is measured by the database's clock (`clock_timestamp()`), never a
 /// client's, so replicas with skewed clocks agree on who holds a lock.
 ///
-/// The table is created on connect when it is missing, and the columns added since 0.1 when
-/// an older table lacks them (idempotent):
+/// The table is created on connect when it is missing (idempotent):
 ///
 /// ```sql
 /// CREATE TABLE IF NOT EXISTS tower_lock_leases (
@@ -62,9 +61,6 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 ///     tickets        text NOT NULL DEFAULT ''       -- the queue of waiters' tickets
 /// );
 /// ```
-///
-/// A table made by an earlier version keeps its columns `intent`, `intent_expires` and `intent_bars`,
-/// which nothing reads any more.
 ///
 /// Rows stay after release, so fencing tokens keep increasing per name: one small row per
 /// lock name in use. Waiters are woken by `LISTEN/NOTIFY` (one listening connection of the
@@ -128,16 +124,6 @@ impl PostgresBackend {
         // (replicas starting together); the second try finds the table made.
         if create().await.is_err() {
             create().await.map_err(BackendError::new)?;
-        }
-        let current: bool = sqlx::query_scalar(&statements.has_new_columns)
-            .fetch_one(&pool)
-            .await
-            .map_err(BackendError::new)?;
-        if !current {
-            sqlx::query(&statements.add_columns)
-                .execute(&pool)
-                .await
-                .map_err(BackendError::new)?;
         }
         let channel = listener::channel(table);
         let room = listener::waiting_room(&pool, &channel).await?;

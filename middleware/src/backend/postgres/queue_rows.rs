@@ -1,5 +1,5 @@
 //! The PostgreSQL backend's wait queue: tickets in the lock's row, changed optimistically
-//! (`sql::queue` decides, the write applies only to the row version read), and releases
+//! (`sql::tickets` decides, the write applies only to the row version read), and releases
 //! announced with `NOTIFY` on the table's channel, delivered when the write commits.
 
 use std::sync::Arc;

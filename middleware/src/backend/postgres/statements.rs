@@ -22,11 +22,6 @@ pub(super) struct Statements {
     pub(super) acquire_write: String,
     /// → (0 if taken, ms until the first permit's lease ends if busy, waited for).
     pub(super) acquire_permit: String,
-    /// Whether the table has the columns added since 0.1 (a role that may use the table but
-    /// not alter it must not be asked to).
-    pub(super) has_new_columns: String,
-    /// Adds the columns added since 0.1 to a table made by an earlier version.
-    pub(super) add_columns: String,
     /// A busy writer that will ask again keeps its place among the waiting writers (its
     /// intent: when it came, until when it stands); the first of them has the next writer's
     /// turn, and bars new readers once readers alone held it back.
@@ -161,16 +156,6 @@ impl Statements {
                     waited boolean NOT NULL DEFAULT false, \
                     tickets text NOT NULL DEFAULT '')"
             ),
-            has_new_columns: format!(
-                "SELECT EXISTS (SELECT FROM pg_attribute \
-                 WHERE attrelid = to_regclass('{table}') AND attname = 'writers' \
-                    AND NOT attisdropped)"
-            ),
-            add_columns: format!(
-                "ALTER TABLE {table} \
-                    ADD COLUMN IF NOT EXISTS claims jsonb NOT NULL DEFAULT '{{}}', \
-                    ADD COLUMN IF NOT EXISTS writers jsonb NOT NULL DEFAULT '{{}}'"
-            ),
             acquire: exclusive(&free, ""),
             acquire_write: exclusive(
                 &format!("{free} AND NOT {writers_ahead} AND ({no_claims} OR {own_bar})"),
@@ -195,7 +180,7 @@ impl Statements {
                 "UPDATE {table} AS lease SET expires_at = {EXPIRY} \
                  WHERE name = $1 AND lease.owner = $2 AND lease.expires_at > clock_timestamp()"
             ),
-            // A waited-for lock is released through the queue (`sql::queue`) instead.
+            // A waited-for lock is released through the queue (`sql::tickets`) instead.
             release: format!(
                 "UPDATE {table} AS lease SET owner = NULL, expires_at = NULL \
                  WHERE name = $1 AND lease.owner = $2 AND lease.expires_at > clock_timestamp() \

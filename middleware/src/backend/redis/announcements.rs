@@ -3,12 +3,12 @@
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use redis::aio::{AsyncPushSender, ConnectionManager};
 use redis::{Client, ProtocolVersion, PushInfo, PushKind, RedisError, Value};
 
 use super::keys::LockKey;
 use super::manager_config;
-use crate::backend::BoxFuture;
 use crate::backend::waiting::{Announcement, Subscriptions, WaitingRoom};
 
 /// How long a subscription command may take before the waiters poll instead.

@@ -6,8 +6,8 @@ use redis::{Cmd, RedisWrite, ToRedisArgs};
 use tokio::time::Instant;
 
 use super::keys::{FenceCounter, LockKey};
-use crate::OwnerToken;
 use crate::backend::{Attempt, BackendError, FencingToken, Patience, lease_deadline};
+use crate::token::OwnerToken;
 
 /// `SET <lock> <token> NX PX <ttl>`: takes lock `name` if nobody holds it.
 pub(super) fn set_nx(name: &str, token: OwnerToken, ttl: Duration) -> Cmd {

@@ -4,17 +4,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use redis::FromRedisValue;
 
 use super::commands::{ScriptArg, acquire_reply, millis};
 use super::keys::{FenceCounter, LockKey};
 use super::{RedisBackend, RedisConnection};
-use crate::OwnerToken;
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{
-    Attempt, BackendError, BoxFuture, Granted, Hold, LockRequest, QueuedAttempt, TokenLease,
-    WaitQueue,
+    Attempt, BackendError, Granted, Hold, LockRequest, QueuedAttempt, TokenLease, WaitQueue,
 };
+use crate::token::OwnerToken;
 
 impl<C: RedisConnection> RedisBackend<C> {
     /// Runs operation `op` of `fair.lua` on lock `name`.

@@ -20,7 +20,7 @@ use super::{
     Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, Patience, TokenLease,
     WaitQueue, acquire_one_by_one,
 };
-use crate::OwnerToken;
+use crate::token::OwnerToken;
 use commands::{
     ScriptArg, answered_within_lease, fence, fence_incr, holder_ttl, millis, pttl, set_nx,
     unexpected_reply,

@@ -11,16 +11,18 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+
 use super::{AcquireSlots, acquire_detached};
-use crate::OwnerToken;
 use crate::backend::ticket_rules::{
     HolderChange, QueueView, Queued, Step, Ticket, Tickets, to_micros,
 };
 use crate::backend::waiting::{Announcement, WaitingRoom};
 use crate::backend::{
-    BackendError, BoxFuture, FencingToken, Granted, Hold, LockBackend, LockRequest, QueuedAttempt,
-    TokenLease, WaitQueue,
+    BackendError, FencingToken, Granted, Hold, LockBackend, LockRequest, QueuedAttempt, TokenLease,
+    WaitQueue,
 };
+use crate::token::OwnerToken;
 
 /// A SQL backend whose queue operations decide on the lock's row, one atomic step each; its
 /// [`WaitQueue`] follows.

@@ -1,7 +1,7 @@
 //! What a release announcement says about the lock's next holder.
 
-use crate::OwnerToken;
 use crate::backend::FencingToken;
+use crate::token::OwnerToken;
 
 /// What a release announcement says about the lock's next holder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

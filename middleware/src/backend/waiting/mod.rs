@@ -24,10 +24,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use tokio::sync::{Notify, mpsc};
 
-use super::{BoxFuture, FencingToken};
-use crate::{OwnerToken, background};
+use super::FencingToken;
+use crate::background;
+use crate::token::OwnerToken;
 
 mod announcement;
 mod place;

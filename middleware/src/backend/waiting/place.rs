@@ -5,8 +5,8 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use super::WaitingRoom;
-use crate::OwnerToken;
 use crate::backend::FencingToken;
+use crate::token::OwnerToken;
 
 /// A waiter's place in the room; leaving it (drop) stops its wake-ups.
 #[derive(Debug)]

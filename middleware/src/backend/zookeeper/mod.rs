@@ -33,12 +33,12 @@ use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError};
 
 use super::connect::within;
 use super::reach::{Dial, Reach};
-use crate::OwnerToken;
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{
     Attempt, BackendError, FencingToken, Granted, LockBackend, LockRequest, WaitQueue,
     lease_deadline,
 };
+use crate::token::OwnerToken;
 use in_flight::{InFlight, Landed, Start};
 use nodes::{Children, Kind, LockDir, Standing};
 use session::{Ensemble, Session};

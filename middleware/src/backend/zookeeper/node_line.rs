@@ -6,14 +6,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
 use super::nodes::{Kind, Standing};
 use super::watches::Watch;
 use super::{ZookeeperBackend, ZookeeperLease};
-use crate::OwnerToken;
 use crate::backend::waiting::WaitingRoom;
-use crate::backend::{BackendError, BoxFuture, Granted, LockRequest, QueuedAttempt, WaitQueue};
+use crate::backend::{BackendError, Granted, LockRequest, QueuedAttempt, WaitQueue};
+use crate::token::OwnerToken;
 
 /// How many times a queued attempt looks at the line again when what it read changed before
 /// its watch stood.

@@ -11,7 +11,7 @@
 
 use std::fmt::Write;
 
-use crate::OwnerToken;
+use crate::token::OwnerToken;
 
 /// What a child node stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,15 +18,16 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+use futures_util::future::BoxFuture;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use zookeeper_client::{EventType, OneshotWatcher};
 
 use super::ZookeeperLease;
 use super::session::Session;
-use crate::OwnerToken;
+use crate::backend::FencingToken;
 use crate::backend::waiting::{Announcement, Subscriptions, WaitingRoom};
-use crate::backend::{BoxFuture, FencingToken};
+use crate::token::OwnerToken;
 
 /// The backend's waiters and their watches.
 #[derive(Debug)]

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use crate::OwnerToken;
 use crate::backend::{BackendError, LockBackend, LockRequest};
 use crate::background;
 use crate::engine::names::LockNames;
+use crate::token::OwnerToken;
 
 /// Abandons `request` on `names` (see [`LockBackend::abandon`]) when dropped armed: an attempt
 /// whose answer was lost (an error, a timeout, or the acquire dropped mid-flight) may have

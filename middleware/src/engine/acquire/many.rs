@@ -7,12 +7,12 @@ use tokio::time::{Instant, sleep};
 
 use super::cleanup::Abandon;
 use super::{NotObtained, Obtained};
-use crate::OwnerToken;
 use crate::backend::{Attempt, BackendError, LockBackend, LockRequest, Patience};
 use crate::engine::names::LockNames;
 use crate::engine::policy::BusyPolicy;
 use crate::engine::settings::Settings;
 use crate::engine::telemetry::{StoreOp, Tally};
+use crate::token::OwnerToken;
 
 /// Takes every lock in `names` for `token`, exclusively, all or none, retrying while busy as
 /// the policy allows. Grants come in the order of `names`.

@@ -11,8 +11,8 @@ use super::names::LockNames;
 use super::policy::{BusyPolicy, WaitMode};
 use super::settings::Settings;
 use super::telemetry::Tally;
-use crate::OwnerToken;
 use crate::backend::{BackendError, Granted, LockBackend, LockRequest, Patience, WaitQueue};
+use crate::token::OwnerToken;
 use attempts::{Answer, Attempts, How};
 use cleanup::Abandon;
 

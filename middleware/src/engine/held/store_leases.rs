@@ -1,6 +1,6 @@
 //! The backend's leases of a held lock, and the duty to give them back: explicitly, or in the
 //! background when dropped — or to hand them on to the next task of the locker waiting for the
-//! lock (`line.rs`).
+//! lock (`engine/line/`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

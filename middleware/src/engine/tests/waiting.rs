@@ -173,7 +173,7 @@ async fn a_crashed_fair_waiter_holds_up_the_line_only_until_its_ticket_expires()
     let queue = store.wait_queue().unwrap();
     let ticket_ttl = Duration::from_secs(3);
     let ask = |name| async move {
-        let request = LockRequest::new(crate::OwnerToken::new(), TTL);
+        let request = LockRequest::new(crate::token::OwnerToken::new(), TTL);
         (
             request,
             queue
