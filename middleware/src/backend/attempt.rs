@@ -77,7 +77,8 @@ pub enum Attempt<T> {
 }
 
 /// The lease of stores that know a holder by its owner token (Redis, memory, SQL rows): the
-/// token, and the kind of hold it took, which decides how it is extended and released.
+/// token, the kind of hold it took, which decides how it is extended and released, and the
+/// fence it was granted (which a store may record with its first renewal).
 ///
 /// # Example
 ///
@@ -93,12 +94,27 @@ pub enum Attempt<T> {
 pub struct TokenLease {
     token: OwnerToken,
     hold: Hold,
+    fence: Option<FencingToken>,
 }
 
 impl TokenLease {
     /// The lease `token` holds as `hold`.
     pub fn new(token: OwnerToken, hold: Hold) -> Self {
-        Self { token, hold }
+        Self {
+            token,
+            hold,
+            fence: None,
+        }
+    }
+
+    /// The same lease, granted with `fence`.
+    pub fn fenced(self, fence: Option<FencingToken>) -> Self {
+        Self { fence, ..self }
+    }
+
+    /// The fence it was granted with, if the store said.
+    pub fn fence(&self) -> Option<FencingToken> {
+        self.fence
     }
 
     /// The holder's owner token.

@@ -13,12 +13,21 @@ mod fenced {
         semaphore,
         shared_leases,
         wait_queue,
+        inspect,
+        listing,
+        inspect_shapes,
         outage
     );
 }
 
 mod unfenced {
-    tower_lock::conformance_suite!(super::UnfencedRedisStore, leases, read_write, wait_queue);
+    tower_lock::conformance_suite!(
+        super::UnfencedRedisStore,
+        leases,
+        read_write,
+        wait_queue,
+        inspect
+    );
 }
 
 /// A fresh `redis-server`, killed when the case ends.

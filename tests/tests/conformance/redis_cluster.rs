@@ -12,7 +12,9 @@ tower_lock::conformance_suite!(
     read_write,
     semaphore,
     shared_leases,
-    wait_queue
+    wait_queue,
+    inspect,
+    inspect_shapes
 );
 
 /// A fresh cluster, killed when the case ends.

@@ -15,7 +15,10 @@ tower_lock::conformance_suite!(
     read_write,
     semaphore,
     shared_leases,
-    wait_queue
+    wait_queue,
+    inspect,
+    listing,
+    inspect_shapes
 );
 
 /// A fresh group, killed when the case ends.

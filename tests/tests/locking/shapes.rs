@@ -255,8 +255,8 @@ async fn a_writer_that_waited_withdraws_its_intent_when_it_gets_in() {
         "readers are no longer barred once the writer is in: {writers:?}"
     );
     assert_eq!(
-        value,
-        Some(format!("{}*", writer.token)),
+        value.as_deref().and_then(|value| value.get(..33)),
+        Some(format!("{}*", writer.token).as_str()),
         "its release is announced to the readers it held back"
     );
 }

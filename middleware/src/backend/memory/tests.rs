@@ -14,6 +14,7 @@ crate::conformance_suite!(
     shared_leases,
     wait_queue,
     inspect,
+    listing,
     inspect_shapes
 );
 

@@ -6,20 +6,59 @@ use redis::{Cmd, RedisWrite, ToRedisArgs};
 use tokio::time::Instant;
 
 use super::keys::{FenceCounter, LockKey};
-use crate::backend::{Attempt, BackendError, FencingToken, Patience, lease_deadline};
+use crate::backend::{Attempt, BackendError, FencingToken, LockRequest, Patience, lease_deadline};
 use crate::token::OwnerToken;
 
-/// `SET <lock> <token> NX PX <ttl>`: takes lock `name` if nobody holds it.
-pub(super) fn set_nx(name: &str, token: OwnerToken, ttl: Duration) -> Cmd {
-    let mut buf = [0; 32];
-    let mut set = Cmd::with_capacity(6, 64 + name.len());
+/// `SET <lock> <token and record> NX PX <ttl>`: takes lock `name` for `holder` if nobody holds
+/// it. The record's fence is 0: the `INCR` beside it issues the fence, which the holder's first
+/// renewal writes in.
+pub(super) fn set_nx(name: &str, record: HolderRecord<'_>, ttl: Duration) -> Cmd {
+    let mut set = Cmd::with_capacity(6, 128 + name.len() + record.holder.len());
     set.arg("SET")
         .arg(LockKey::lock(name))
-        .arg(token.encode(&mut buf))
+        .arg(record)
         .arg("NX")
         .arg("PX")
         .arg(millis(ttl));
     set
+}
+
+/// A lock key's value as a plain `SET` writes it: `<token> <since ms> 0 <kind> <label>` — the
+/// owner token's 32 hex digits, a space where a waiter's `*` goes, when the lock was taken (ms
+/// since the epoch, by this process's clock; the scripts use Redis's), its fence (0: not known
+/// to the store yet), `m` for a mutex or `w` for a writer, and the holder's label. Written into
+/// the command's buffer directly.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct HolderRecord<'a> {
+    pub(super) token: OwnerToken,
+    pub(super) writer: bool,
+    pub(super) holder: &'a str,
+}
+
+impl<'a> HolderRecord<'a> {
+    /// The record of `request`'s mutex.
+    pub(super) fn mutex(request: LockRequest) -> HolderRecord<'static> {
+        HolderRecord {
+            token: request.token,
+            writer: false,
+            holder: request.holder,
+        }
+    }
+}
+
+impl ToRedisArgs for HolderRecord<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        use std::io::Write;
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis());
+        let mut buf = [0; 32];
+        let mut arg = out.writer_for_next_arg();
+        // Writing into a command's buffer cannot fail.
+        let kind = if self.writer { 'w' } else { 'm' };
+        let token = self.token.encode(&mut buf);
+        let _ = write!(arg, "{token} {since} 0 {kind} {}", self.holder);
+    }
 }
 
 /// `INCR` of the fencing counter of lock `name`'s slot.

@@ -45,11 +45,15 @@ impl<C: RedisConnection> RedisBackend<C> {
             ScriptArg::Int(millis(request.ttl)),
             ScriptArg::Int(millis(ticket_ttl)),
             ScriptArg::Int(u64::from(self.fencing)),
+            ScriptArg::Word(request.holder),
         ];
         let reply = self.run_fair(name, "acquire", request.token, &args).await?;
         let lease = TokenLease::new(request.token, Hold::Mutex);
         let taken = match acquire_reply(reply)? {
-            Attempt::Acquired(fence) => Attempt::Acquired(Granted { lease, fence }),
+            Attempt::Acquired(fence) => Attempt::Acquired(Granted {
+                lease: lease.fenced(fence),
+                fence,
+            }),
             Attempt::Busy { holder_ttl } => Attempt::Busy { holder_ttl },
         };
         Ok(match self.acknowledged(&[name], taken).await? {

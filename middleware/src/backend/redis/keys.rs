@@ -17,7 +17,9 @@ pub(super) struct LockKey<'a> {
 }
 
 impl<'a> LockKey<'a> {
-    /// The lock itself: a string holding the owner token, with the lease as its expiry.
+    /// The lock itself: a string holding the owner token, whether it is waited for, and the
+    /// holder's record (see [`HolderRecord`](super::commands::HolderRecord)), with the lease as
+    /// its expiry.
     pub(super) fn lock(name: &'a str) -> Self {
         Self { name, suffix: "" }
     }
@@ -27,6 +29,15 @@ impl<'a> LockKey<'a> {
         Self {
             name,
             suffix: ":shared",
+        }
+    }
+
+    /// Shared holders' records: a hash of token → `<since ms> <permits, 0 for a reader>
+    /// <label>`.
+    pub(super) fn holders(name: &'a str) -> Self {
+        Self {
+            name,
+            suffix: ":holders",
         }
     }
 

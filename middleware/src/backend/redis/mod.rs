@@ -22,8 +22,8 @@ use super::{
 };
 use crate::token::OwnerToken;
 use commands::{
-    ScriptArg, answered_within_lease, fence, fence_incr, holder_ttl, millis, pttl, set_nx,
-    unexpected_reply,
+    HolderRecord, ScriptArg, answered_within_lease, fence, fence_incr, holder_ttl, millis, pttl,
+    set_nx, unexpected_reply,
 };
 use keys::{FenceCounter, LockKey, ScriptKey};
 use scripts::{LuaScript, Scripts};
@@ -46,6 +46,7 @@ mod commands;
 mod connection;
 mod fair_line;
 mod hash_slot;
+mod inspection;
 mod keys;
 mod redlock;
 mod scripts;
@@ -342,7 +343,7 @@ impl<C: RedisConnection> RedisBackend<C> {
         let taken = if self.fencing {
             let sent = Instant::now();
             let (taken, value): (Option<()>, u64) = redis::Pipeline::with_capacity(2)
-                .add_command(set_nx(name, token, ttl))
+                .add_command(set_nx(name, HolderRecord::mutex(request), ttl))
                 .add_command(fence_incr(name))
                 .query_async(&mut connection)
                 .await
@@ -352,14 +353,14 @@ impl<C: RedisConnection> RedisBackend<C> {
             }
             taken.map(|()| fence(value))
         } else {
-            let taken: Option<()> = set_nx(name, token, ttl)
+            let taken: Option<()> = set_nx(name, HolderRecord::mutex(request), ttl)
                 .query_async(&mut connection)
                 .await
                 .map_err(BackendError::new)?;
             taken.map(|()| None)
         };
         if let Some(fence) = taken {
-            let lease = TokenLease::new(token, Hold::Mutex);
+            let lease = TokenLease::new(token, Hold::Mutex).fenced(fence);
             return Ok(Attempt::Acquired(Granted { lease, fence }));
         }
         self.busy(name, request.patience).await
@@ -399,6 +400,7 @@ impl<C: RedisConnection> RedisBackend<C> {
             LockKey::writers(name).into(),
             FenceCounter::of_lock(name).into(),
             LockKey::claims(name).into(),
+            LockKey::holders(name).into(),
         ];
         self.run_op(&self.scripts.shared, &keys, (op, token), args)
             .await
@@ -504,10 +506,11 @@ impl<C: RedisConnection> LockBackend for RedisBackend<C> {
         }
         let mut buf = [0; 32];
         let extend = &self.scripts.extend;
-        let mut call = extend.call(1, 2);
+        let mut call = extend.call(1, 3);
         call.arg(LockKey::lock(name))
             .arg(token.encode(&mut buf))
-            .arg(ttl_ms);
+            .arg(ttl_ms)
+            .arg(lease.fence().map_or(0, super::FencingToken::get));
         let extended: i64 = extend.run(&call, &mut self.connection.clone()).await?;
         Ok(extended == 1)
     }
@@ -543,22 +546,24 @@ impl<C: RedisConnection> LockBackend for RedisBackend<C> {
         }
         let mut buf = [0; 32];
         let many = &self.scripts.many;
-        let mut call = many.call(2 * names.len(), 3);
+        let mut call = many.call(2 * names.len(), 4);
         for name in names {
             call.arg(LockKey::lock(name))
                 .arg(FenceCounter::of_lock(name));
         }
         call.arg(request.token.encode(&mut buf))
             .arg(millis(request.ttl))
-            .arg(u64::from(self.fencing));
+            .arg(u64::from(self.fencing))
+            .arg(request.holder);
         let reply: Vec<i64> = many.run(&call, &mut self.connection.clone()).await?;
         let lease = TokenLease::new(request.token, Hold::Mutex);
         match reply.split_first() {
             Some((1, fences)) if fences.len() == names.len() => {
                 let grants = (fences.iter())
-                    .map(|&value| Granted {
-                        lease,
-                        fence: u64::try_from(value).ok().and_then(fence),
+                    .map(|&value| {
+                        let fence = u64::try_from(value).ok().and_then(fence);
+                        let lease = lease.fenced(fence);
+                        Granted { lease, fence }
                     })
                     .collect();
                 self.acknowledged(names, Attempt::Acquired(grants)).await

@@ -7,7 +7,8 @@ use redis::{Cmd, FromRedisValue, Value};
 use tokio::time::Instant;
 
 use super::commands::{
-    ScriptArg, acquire_reply, answered_within_lease, fence_incr, millis, patience_arg, set_nx,
+    HolderRecord, ScriptArg, acquire_reply, answered_within_lease, fence_incr, millis,
+    patience_arg, set_nx,
 };
 use super::keys::LockKey;
 use super::{RedisBackend, RedisConnection};
@@ -25,7 +26,7 @@ fn granted(
 ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
     Ok(match acquire_reply(reply)? {
         Attempt::Acquired(fence) => Attempt::Acquired(Granted {
-            lease: TokenLease::new(request.token, hold),
+            lease: TokenLease::new(request.token, hold).fenced(fence),
             fence,
         }),
         Attempt::Busy { holder_ttl } => Attempt::Busy { holder_ttl },
@@ -42,6 +43,7 @@ impl<C: RedisConnection> SharedLocks for RedisBackend<C> {
             ScriptArg::Int(millis(request.ttl)),
             ScriptArg::Word(patience_arg(request.patience)),
             ScriptArg::Int(millis(WAITER_MARK_TTL)),
+            ScriptArg::Word(request.holder),
         ];
         let reply = self.run_shared(name, "read", request.token, &args).await?;
         let taken = granted(reply, request, Hold::Read)?;
@@ -80,7 +82,7 @@ impl<C: RedisConnection> RedisBackend<C> {
         }
         match self.take_write(name, request).await? {
             Some(fence) => Ok(Attempt::Acquired(Granted {
-                lease: TokenLease::new(request.token, Hold::Write),
+                lease: TokenLease::new(request.token, Hold::Write).fenced(fence),
                 fence,
             })),
             None if request.patience == Patience::Once => self.busy(name, request.patience).await,
@@ -102,7 +104,11 @@ impl<C: RedisConnection> RedisBackend<C> {
         let mut claims = Cmd::with_capacity(2, 16 + name.len());
         claims.arg("ZCARD").arg(LockKey::claims(name));
         let mut pipeline = redis::Pipeline::with_capacity(4);
-        pipeline.add_command(set_nx(name, token, ttl));
+        let record = HolderRecord {
+            writer: true,
+            ..HolderRecord::mutex(request)
+        };
+        pipeline.add_command(set_nx(name, record, ttl));
         if self.fencing {
             pipeline.add_command(fence_incr(name));
         }
@@ -150,6 +156,7 @@ impl<C: RedisConnection> RedisBackend<C> {
             ScriptArg::Int(millis(WAITER_MARK_TTL)),
             ScriptArg::Int(u64::from(self.fencing)),
             ScriptArg::Word(patience_arg(request.patience)),
+            ScriptArg::Word(request.holder),
         ];
         let reply = self.run_shared(name, "write", request.token, &args).await?;
         granted(reply, request, Hold::Write)
@@ -166,6 +173,7 @@ impl<C: RedisConnection> Semaphores for RedisBackend<C> {
         let args = [
             ScriptArg::Int(millis(request.ttl)),
             ScriptArg::Int(u64::from(permits.get())),
+            ScriptArg::Word(request.holder),
         ];
         let reply = self
             .run_shared(name, "permit", request.token, &args)

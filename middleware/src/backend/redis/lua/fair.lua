@@ -1,15 +1,16 @@
 -- A first-come-first-served line of expiring tickets in front of a lock: every waiter in fair
 -- mode holds a ticket, and in notified mode each process's head of line does.
--- KEYS[1]  lock key (value: owner token; followed by '*' when waited for)
+-- KEYS[1]  lock key: '<token><mark><record>' (see release.lua)
 -- KEYS[2]  the fencing counter of the lock's slot
 -- KEYS[3]  line: a list of tickets (owner tokens) in arrival order
 -- KEYS[4]  ticket terms: a hash of ticket -> '<expiry ms, Redis server time> <lease TTL ms>
---          <fencing 0|1>' (what release.lua needs to hand the lock to the ticket)
+--          <fencing 0|1> <label>' (what release.lua needs to hand the lock to the ticket)
 -- ARGV[1]  operation: 'acquire' or 'leave'
 -- ARGV[2]  owner token (the caller's ticket)
 -- ARGV[3]  lease TTL in ms                     (acquire)
 -- ARGV[4]  ticket TTL in ms                    (acquire)
 -- ARGV[5]  '1' to issue a fencing token, else the fence is 0   (acquire)
+-- ARGV[6]  the holder's label                  (acquire)
 -- returns  acquire: {1, fence} when taken; {0, ms} when not: wait at most ms before asking again
 --          leave:   1 when the lock had been handed to the leaving ticket (the caller releases
 --                   it), else 0
@@ -53,34 +54,43 @@ end
 local op, token = ARGV[1], ARGV[2]
 local now = now_ms()
 
-local function fence()
-  return ARGV[5] == '1' and redis.call('INCR', KEYS[2]) or 0
+-- the caller takes the lock, marked as waited for, with a fresh fence: its fence
+local function take()
+  local fence = ARGV[5] == '1' and redis.call('INCR', KEYS[2]) or 0
+  local record = now .. ' ' .. fence .. ' m ' .. ARGV[6]
+  redis.call('SET', KEYS[1], token .. '*' .. record, 'PX', ARGV[3])
+  return fence
+end
+
+-- whether `holder` (the lock key's value) is the caller's lock, handed to its ticket
+local function handed(holder)
+  return holder and string.sub(holder, 1, 33) == token .. '*'
 end
 
 if op == 'acquire' then
   local holder = redis.call('GET', KEYS[1])
-  if holder == token .. '*' then
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
-    return {1, fence()}
+  if handed(holder) then
+    return {1, take()}
   end
   local first = first_ticket(now)
   if not holder and (not first or first == token) then
-    redis.call('SET', KEYS[1], token .. '*', 'PX', ARGV[3])
     if first then
       redis.call('LPOP', KEYS[3])
       redis.call('HDEL', KEYS[4], token)
     end
-    return {1, fence()}
+    return {1, take()}
   end
   local ticket_ttl = tonumber(ARGV[4])
-  local terms = (now + ticket_ttl) .. ' ' .. ARGV[3] .. ' ' .. ARGV[5]
+  local terms = (now + ticket_ttl) .. ' ' .. ARGV[3] .. ' ' .. ARGV[5] .. ' ' .. ARGV[6]
   if redis.call('HSET', KEYS[4], token, terms) == 1 then
     redis.call('RPUSH', KEYS[3], token)
   end
   redis.call('PEXPIRE', KEYS[3], 2 * ticket_ttl)
   redis.call('PEXPIRE', KEYS[4], 2 * ticket_ttl)
-  if holder and string.sub(holder, -1) ~= '*' then
+  if holder == 'readers' then
     redis.call('APPEND', KEYS[1], '*')
+  elseif holder and string.sub(holder, 33, 33) == ' ' then
+    redis.call('SETRANGE', KEYS[1], 32, '*')
   end
   local wait = redis.call('PTTL', KEYS[1])
   if wait < 0 then
@@ -93,7 +103,7 @@ elseif op == 'leave' then
   redis.call('LREM', KEYS[3], 1, token)
   redis.call('HDEL', KEYS[4], token)
   local holder = redis.call('GET', KEYS[1])
-  if holder == token .. '*' then
+  if handed(holder) then
     return 1
   end
   if not holder then

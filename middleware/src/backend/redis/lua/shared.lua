@@ -1,7 +1,8 @@
 -- Shared holds: read locks (many readers, or one writer) and semaphore permits (at most N).
--- KEYS[1]  the exclusive lock key: a writer's owner token (as for a mutex), or 'readers' while
---          readers hold the lock, expiring with the last of them; so a plain `SET NX`, which is
---          how a writer first asks (no script), fails while anybody holds the lock
+-- KEYS[1]  the exclusive lock key: a writer's '<token><mark><record>' (as for a mutex, see
+--          release.lua), or 'readers' while readers hold the lock, expiring with the last of
+--          them; so a plain `SET NX`, which is how a writer first asks (no script), fails while
+--          anybody holds the lock
 -- KEYS[2]  shared holders: a sorted set of owner token -> lease expiry (ms, Redis server time)
 -- KEYS[3]  waiting writers' intents, each writer's place in line: a hash of token ->
 --          '<arrival µs> <expiry ms>' (Redis server time); the first to come has the next
@@ -10,6 +11,8 @@
 -- KEYS[4]  the fencing counter of the lock's slot (writers only)
 -- KEYS[5]  readers' claims on the next turn: a sorted set of waiting reader's token -> expiry
 --          (ms); while one lives, a writer waits unless its intent bars readers
+-- KEYS[6]  shared holders' records: a hash of token -> '<since ms> <permits, 0 for a reader>
+--          <label>', living as long as KEYS[2]
 -- ARGV[1]  operation: 'read', 'permit', 'write', 'wrote', 'extend', 'release' or 'abandon'
 -- ARGV[2]  owner token
 -- ARGV[3]  lease TTL in ms                                  (read, permit, write, extend)
@@ -18,7 +21,8 @@
 -- ARGV[5]  '1' to issue a fencing token, else the fence is 0   (write); a reader's claim TTL
 --          in ms (read)
 -- ARGV[6]  how the caller waits when busy: 'polls' or 'listens' (write; a writer that asks
---          once never comes here)
+--          once never comes here); the holder's label (read)
+-- ARGV[7]  the holder's label (write); ARGV[5] for a permit
 -- returns  read / permit / write: {1, fence} when held (fence 0 for shared holds);
 --                                 {0, ms} when busy: wait at most ms before asking again
 --          wrote:                 1 when a writer that took KEYS[1] with `SET NX` (finding
@@ -99,14 +103,19 @@ local function bar_expiry(live)
   return first and first[4] and math.max(first[3] - now, 1)
 end
 
+-- keeps `key` for at least `ttl` ms
+local function keep_for(key, ttl)
+  if redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+
 -- puts the caller in sorted set `key` for `ttl` ms (a hold, or a claim), the set living as
 -- long as its last member
 local function add_for(key, ttl)
   ttl = tonumber(ttl)
   redis.call('ZADD', key, now + ttl, token)
-  if redis.call('PTTL', key) < ttl then
-    redis.call('PEXPIRE', key, ttl)
-  end
+  keep_for(key, ttl)
 end
 
 -- the lock key while readers hold it (marked or not)
@@ -116,13 +125,18 @@ end
 
 -- a waiter for the exclusive holder marks it, so its release is announced
 local function mark_waited(holder)
-  if string.sub(holder, -1) ~= '*' then
+  if holder == 'readers' then
     redis.call('APPEND', KEYS[1], '*')
+  elseif string.sub(holder, 33, 33) == ' ' then
+    redis.call('SETRANGE', KEYS[1], 32, '*')
   end
 end
 
-local function hold_shared()
+-- the caller's shared hold, with its record: `permits` 0 for a reader
+local function hold_shared(permits, label)
   add_for(KEYS[2], ARGV[3])
+  redis.call('HSET', KEYS[6], token, now .. ' ' .. permits .. ' ' .. label)
+  keep_for(KEYS[6], tonumber(ARGV[3]))
   return {1, 0}
 end
 
@@ -132,6 +146,7 @@ local function drop_shared()
   if redis.call('ZREM', KEYS[2], token) == 0 then
     return 0
   end
+  redis.call('HDEL', KEYS[6], token)
   if is_readers(redis.call('GET', KEYS[1])) then
     local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
     if last[2] then
@@ -169,10 +184,10 @@ if op == 'read' then
   elseif redis.call('PTTL', KEYS[1]) < ttl then
     redis.call('PEXPIRE', KEYS[1], ttl)
   end
-  return hold_shared()
+  return hold_shared(0, ARGV[6])
 elseif op == 'permit' then
   if redis.call('ZCARD', KEYS[2]) < tonumber(ARGV[4]) then
-    return hold_shared()
+    return hold_shared(ARGV[4], ARGV[5])
   end
   return {0, first_expiry(KEYS[2])}
 elseif op == 'write' then
@@ -212,12 +227,14 @@ elseif op == 'write' then
   end
   -- the readers our intent held back, and the writers behind us, wait for this writer's
   -- release: have it announced
-  local announce = #live > 0 and '*' or ''
+  local mark = #live > 0 and '*' or ' '
   if place then
     redis.call('HDEL', KEYS[3], token)
   end
-  redis.call('SET', KEYS[1], token .. announce, 'PX', ARGV[3])
-  return {1, fence()}
+  local issued = fence()
+  local record = now .. ' ' .. issued .. ' w ' .. ARGV[7]
+  redis.call('SET', KEYS[1], token .. mark .. record, 'PX', ARGV[3])
+  return {1, issued}
 elseif op == 'wrote' then
   local live, place = writers()
   local bars = place and live[place][4]
@@ -225,9 +242,9 @@ elseif op == 'wrote' then
   if ahead_expiry(live, place) or (not bars and redis.call('ZCARD', KEYS[5]) > 0) then
     -- the turn of writers that came first, or of waiting readers: give the lock back, and
     -- wake whoever found it taken meanwhile
-    if holder and string.sub(holder, 1, #token) == token then
+    if holder and string.sub(holder, 1, 32) == token then
       redis.call('DEL', KEYS[1])
-      if holder ~= token then
+      if string.sub(holder, 33, 33) == '*' then
         redis.call('PUBLISH', KEYS[1] .. ':free', '')
       end
     end
@@ -236,8 +253,8 @@ elseif op == 'wrote' then
   if place then
     redis.call('HDEL', KEYS[3], token)
   end
-  if #live > 0 and holder == token then
-    redis.call('APPEND', KEYS[1], '*')
+  if #live > 0 and holder and string.sub(holder, 1, 33) == token .. ' ' then
+    redis.call('SETRANGE', KEYS[1], 32, '*')
   end
   return 1
 elseif op == 'extend' then
@@ -247,8 +264,9 @@ elseif op == 'extend' then
   end
   local ttl = tonumber(ARGV[3])
   add_for(KEYS[2], ttl)
-  if is_readers(redis.call('GET', KEYS[1])) and redis.call('PTTL', KEYS[1]) < ttl then
-    redis.call('PEXPIRE', KEYS[1], ttl)
+  keep_for(KEYS[6], ttl)
+  if is_readers(redis.call('GET', KEYS[1])) then
+    keep_for(KEYS[1], ttl)
   end
   return 1
 elseif op == 'release' then

@@ -1,0 +1,268 @@
+//! The operator's view of Redis locks: the holders' records read in one pipeline, held lock
+//! keys paged through with `SCAN`, and the operator's release through the holders' own release
+//! scripts, so that waiters are handed the lock or told as after any release.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use super::keys::LockKey;
+use super::{RedisBackend, RedisConnection, ReleaseKeys};
+use crate::backend::{BackendError, FencingToken, Hold, Holding, Inspect, Listing, LockState};
+use crate::token::OwnerToken;
+
+/// How many `SCAN` calls one page may make, at most.
+const SCANS_PER_PAGE: usize = 16;
+
+/// A holder as the lock's keys record it: its owner token and what an operator sees.
+struct Recorded {
+    token: OwnerToken,
+    holding: Holding,
+}
+
+impl<C: RedisConnection> RedisBackend<C> {
+    /// Every holder of lock `name` the store records, and how many wait in its line, among the
+    /// waiting writers or the readers' claims.
+    async fn recorded(&self, name: &str) -> Result<(Vec<Recorded>, usize), BackendError> {
+        let mut pipeline = redis::Pipeline::with_capacity(8);
+        pipeline
+            .cmd("GET")
+            .arg(LockKey::lock(name))
+            .cmd("PTTL")
+            .arg(LockKey::lock(name))
+            .cmd("ZRANGE")
+            .arg(LockKey::shared(name))
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .cmd("HGETALL")
+            .arg(LockKey::holders(name))
+            .cmd("LLEN")
+            .arg(LockKey::line(name))
+            .cmd("HLEN")
+            .arg(LockKey::writers(name))
+            .cmd("ZCARD")
+            .arg(LockKey::claims(name))
+            .cmd("TIME");
+        type Replies = (
+            Option<String>,
+            i64,
+            Vec<(String, u64)>,
+            HashMap<String, String>,
+            usize,
+            usize,
+            usize,
+            (u64, u64),
+        );
+        let (value, pttl, shared, records, line, writers, claims, (secs, micros)): Replies =
+            (pipeline.query_async(&mut self.connection.clone()).await)
+                .map_err(BackendError::new)?;
+        let now = secs * 1000 + micros / 1000;
+        let mut holders = Vec::new();
+        if let Some(holder) = value.as_deref().and_then(|value| exclusive(value, now)) {
+            let lease_left = u64::try_from(pttl).ok().map(Duration::from_millis);
+            holders.push(Recorded {
+                holding: Holding {
+                    lease_left,
+                    ..holder.holding
+                },
+                ..holder
+            });
+        }
+        for (token, expiry) in shared.into_iter().filter(|(_, expiry)| *expiry > now) {
+            let Some(owner) = OwnerToken::parse(&token) else {
+                continue;
+            };
+            let record = records.get(&token).map_or("", String::as_str);
+            let holding = shared_holding(record, now, Duration::from_millis(expiry - now));
+            holders.push(Recorded {
+                token: owner,
+                holding,
+            });
+        }
+        Ok((holders, line + writers + claims))
+    }
+}
+
+/// The exclusive holder a lock key's value records: `<token><mark><since> <fence> <m|w>
+/// <label>` (see `release.lua`); `None` while readers hold the lock.
+fn exclusive(value: &str, now: u64) -> Option<Recorded> {
+    let token = OwnerToken::parse(value.get(..32)?)?;
+    let mut fields = value.get(33..)?.splitn(4, ' ');
+    let since: u64 = fields.next()?.parse().ok()?;
+    let fence: u64 = fields.next()?.parse().ok()?;
+    let hold = match fields.next()? {
+        "w" => Hold::Write,
+        _ => Hold::Mutex,
+    };
+    let label = fields.next().unwrap_or_default();
+    let held_for = Duration::from_millis(now.saturating_sub(since));
+    let holding = Holding::new(hold, label, held_for, None).fence(fence_of(fence));
+    Some(Recorded { token, holding })
+}
+
+/// A shared holder from its record, `<since> <permits, 0 for a reader> <label>`: an unknown
+/// label and no time held when the record is missing.
+fn shared_holding(record: &str, now: u64, lease_left: Duration) -> Holding {
+    let mut fields = record.splitn(3, ' ');
+    let since = fields.next().and_then(|since| since.parse::<u64>().ok());
+    let permits = fields
+        .next()
+        .and_then(|permits| permits.parse::<u32>().ok());
+    let hold = match permits.and_then(NonZeroU32::new) {
+        Some(permits) => Hold::Permit { permits },
+        None => Hold::Read,
+    };
+    let label = fields.next().unwrap_or("unknown");
+    let held_for = Duration::from_millis(since.map_or(0, |since| now.saturating_sub(since)));
+    Holding::new(hold, label, held_for, Some(lease_left))
+}
+
+fn fence_of(value: u64) -> Option<FencingToken> {
+    (value > 0).then_some(FencingToken::new(value))
+}
+
+/// Redis's holders' records: the holder's label and start in the lock key's value (written by
+/// the acquire itself, at no extra command), its fence there too — except for a lock taken by
+/// the one-round-trip `SET NX PX`, whose fence the holder's first renewal writes in, so a hold
+/// younger than a third of its TTL may show none. Waiters counted: tickets in the lock's line,
+/// waiting writers and readers' claims (one that gave up within the last 2 s may still count);
+/// a waiter that only listens for the release leaves nothing to count. Listing pages through
+/// one node's keys with `SCAN`: not on a Redis Cluster.
+impl<C: RedisConnection> Inspect for RedisBackend<C> {
+    async fn inspect(&self, name: &str) -> Result<LockState, BackendError> {
+        let (holders, waiting) = self.recorded(name).await?;
+        let holders = holders.into_iter().map(|holder| holder.holding).collect();
+        Ok(LockState::new(holders, waiting))
+    }
+
+    async fn held_names(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Listing, BackendError> {
+        if C::SHARDED {
+            return Err(BackendError::new(
+                "listing held locks pages through one node's keys (SCAN); on a Redis Cluster \
+                 it is not supported yet",
+            ));
+        }
+        let limit = limit.max(1);
+        let (mut cursor, mut skip) = parse_cursor(after)?;
+        let pattern = format!("{{{}*}}", escape_glob(prefix));
+        let mut names = Vec::new();
+        for _ in 0..SCANS_PER_PAGE {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(limit.max(64))
+                .query_async(&mut self.connection.clone())
+                .await
+                .map_err(BackendError::new)?;
+            let batch: Vec<String> = keys.iter().filter_map(|key| lock_name(key)).collect();
+            let room = limit - names.len();
+            let fresh = batch.len().saturating_sub(skip);
+            names.extend(batch.into_iter().skip(skip).take(room));
+            if fresh > room {
+                return Ok(Listing::new(
+                    names,
+                    Some(format!("{cursor}/{}", skip + room)),
+                ));
+            }
+            (cursor, skip) = (next, 0);
+            if cursor == 0 || names.len() == limit {
+                break;
+            }
+        }
+        let next = (cursor != 0).then(|| format!("{cursor}/0"));
+        Ok(Listing::new(names, next))
+    }
+
+    async fn force_release(&self, name: &str) -> Result<Vec<Holding>, BackendError> {
+        let (holders, _) = self.recorded(name).await?;
+        let mut freed = Vec::new();
+        for holder in holders {
+            let released: i64 = if holder.holding.hold.is_exclusive() {
+                self.run_release(name, holder.token, ReleaseKeys::WithLine)
+                    .await?
+            } else {
+                self.run_shared(name, "release", holder.token, &[]).await?
+            };
+            if released == 1 {
+                freed.push(holder.holding);
+            }
+        }
+        Ok(freed)
+    }
+}
+
+/// A page's cursor, `<SCAN cursor>/<keys of that batch already listed>`.
+fn parse_cursor(after: Option<&str>) -> Result<(u64, usize), BackendError> {
+    let Some(after) = after else {
+        return Ok((0, 0));
+    };
+    let parsed = after
+        .split_once('/')
+        .and_then(|(cursor, skip)| Some((cursor.parse().ok()?, skip.parse().ok()?)));
+    parsed.ok_or_else(|| BackendError::new(format!("not a listing's cursor: {after:?}")))
+}
+
+/// The lock name of a lock key (`{name}`), and `None` for a lock's other keys.
+fn lock_name(key: &str) -> Option<String> {
+    let name = key.strip_prefix('{')?.strip_suffix('}')?;
+    (!name.contains(['{', '}'])).then(|| name.to_owned())
+}
+
+/// `text` with `SCAN`'s glob characters escaped.
+fn escape_glob(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for character in text.chars() {
+        if matches!(character, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(character);
+    }
+    escaped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exclusive_record_is_read_back() {
+        let token = OwnerToken::new();
+        let value = format!("{token}*1000 7 w web-1 (eu)");
+        let holder = exclusive(&value, 1500).expect("a record");
+        assert_eq!(holder.token, token);
+        let holding = holder.holding;
+        assert_eq!(
+            (holding.hold, holding.label.as_str()),
+            (Hold::Write, "web-1 (eu)")
+        );
+        assert_eq!(holding.fence, Some(FencingToken::new(7)));
+        assert_eq!(holding.held_for, Duration::from_millis(500));
+        assert!(exclusive("readers*", 1500).is_none());
+    }
+
+    #[test]
+    fn a_fence_not_yet_written_is_none() {
+        let value = format!("{} 1000 0 m web-1", OwnerToken::new());
+        assert_eq!(
+            exclusive(&value, 1000).expect("a record").holding.fence,
+            None
+        );
+    }
+
+    #[test]
+    fn lock_keys_are_told_from_the_other_keys() {
+        assert_eq!(lock_name("{lock:a}").as_deref(), Some("lock:a"));
+        assert_eq!(lock_name("{lock:a}:shared"), None);
+        assert_eq!(escape_glob("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+        assert!(parse_cursor(Some("nonsense")).is_err());
+        assert_eq!(parse_cursor(Some("42/3")).unwrap(), (42, 3));
+    }
+}
