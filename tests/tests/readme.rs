@@ -50,8 +50,8 @@ fn the_dependencies_cover_the_whole_router_recipe() {
 
 #[test]
 fn a_router_layer_is_said_to_lock_every_route_before_it() {
-    assert!(README.contains("Either locks **every route added before it**"));
-    assert!(README.contains("added after the layer: not locked"));
+    assert!(README.contains("locks **every route added before it**"));
+    assert!(README.contains("routes added after the layer are not locked"));
 }
 
 /// The store table's memory row says one counter fences the whole store, and it does: locks

@@ -65,7 +65,9 @@ fn a_store_url_of_unknown_scheme_is_one_line_naming_the_known_ones() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("redis://, redis+cluster://, redis+sentinel://, postgres:// or mysql://"),
+        stderr.contains(
+            "redis://, rediss://, redis+cluster://, redis+sentinel://, postgres:// or mysql://"
+        ),
         "{stderr}"
     );
     assert!(
