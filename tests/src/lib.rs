@@ -42,10 +42,7 @@ pub use etcd_cluster::EtcdCluster;
 pub use failover::lockers_recover_from;
 pub use http_client::Http;
 pub use in_process::{Reply, post, send};
-pub use locks::{
-    a_waiting_readers_claim_holds_the_next_writer_back, fence_of, granted, hold, request,
-    waiting_writers_take_turns_in_the_order_they_came,
-};
+pub use locks::{fence_of, granted, hold, request};
 pub use mariadb_server::MariadbServer;
 pub use mysql::MysqlDatabase;
 pub use mysql_user::MysqlUser;

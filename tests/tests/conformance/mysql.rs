@@ -3,10 +3,7 @@
 
 use std::time::Duration;
 
-use integration_tests::{
-    MysqlDatabase, a_waiting_readers_claim_holds_the_next_writer_back, granted, request,
-    waiting_writers_take_turns_in_the_order_they_came,
-};
+use integration_tests::{MysqlDatabase, granted, request};
 use tower_lock::backend::mysql::{MysqlBackend, NowaitBackend};
 use tower_lock::backend::{Attempt, LockBackend};
 use tower_lock::conformance::Store;
@@ -104,28 +101,4 @@ async fn replicas_starting_together_all_find_their_table() {
     for backend in backends {
         backend.expect("the table is there, whoever created it");
     }
-}
-
-/// A lease table made by tower-lock 0.1 (without the columns readers' turns and writers' places
-/// in line keep) gets them on connect: a waiting reader's claim then holds the next writer
-/// back, and waiting writers take turns in the order they came.
-#[tokio::test]
-async fn a_table_made_by_version_0_1_gets_the_columns_for_readers_and_writers_turns() {
-    let database = MysqlDatabase::create().await;
-    let table = database.table("leases");
-    sqlx::query(&format!(
-        "CREATE TABLE {table} (name VARBINARY(512) NOT NULL PRIMARY KEY, owner CHAR(32) NULL, \
-            expires_at DATETIME(6) NULL, fence BIGINT UNSIGNED NOT NULL, shared JSON NOT NULL, \
-            intent CHAR(32) NULL, intent_expires DATETIME(6) NULL, \
-            waited BOOLEAN NOT NULL DEFAULT FALSE, tickets MEDIUMTEXT NULL) ENGINE = InnoDB"
-    ))
-    .execute(&database.pool().await)
-    .await
-    .expect("the 0.1 table is made");
-    let backend = MysqlBackend::with_table(database.pool().await, &table)
-        .await
-        .expect("the table gets its new columns");
-
-    a_waiting_readers_claim_holds_the_next_writer_back(&backend).await;
-    waiting_writers_take_turns_in_the_order_they_came(&backend).await;
 }

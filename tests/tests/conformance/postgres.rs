@@ -3,10 +3,7 @@
 
 use std::time::Duration;
 
-use integration_tests::{
-    PostgresSchema, a_waiting_readers_claim_holds_the_next_writer_back, granted, request,
-    waiting_writers_take_turns_in_the_order_they_came,
-};
+use integration_tests::{PostgresSchema, granted, request};
 use tower_lock::Locker;
 use tower_lock::backend::postgres::{AdvisoryBackend, PostgresBackend};
 use tower_lock::backend::{Attempt, LockBackend};
@@ -138,28 +135,4 @@ async fn a_release_wakes_one_waiting_writer_not_all() {
         handoffs <= 3 * WRITERS,
         "{handoffs} write attempts for {WRITERS} handoffs: releases woke every waiter"
     );
-}
-
-/// A lease table made by tower-lock 0.1 (without the columns readers' turns and writers' places
-/// in line keep) gets them on connect: a waiting reader's claim then holds the next writer
-/// back, and waiting writers take turns in the order they came.
-#[tokio::test]
-async fn a_table_made_by_version_0_1_gets_the_columns_for_readers_and_writers_turns() {
-    let schema = PostgresSchema::create().await;
-    let table = schema.table("leases");
-    sqlx::query(&format!(
-        "CREATE TABLE {table} (name text PRIMARY KEY, owner text, expires_at timestamptz, \
-            fence bigint NOT NULL, shared jsonb NOT NULL DEFAULT '{{}}', intent text, \
-            intent_expires timestamptz, waited boolean NOT NULL DEFAULT false, \
-            tickets text NOT NULL DEFAULT '')"
-    ))
-    .execute(&schema.pool().await)
-    .await
-    .expect("the 0.1 table is made");
-    let backend = PostgresBackend::with_table(schema.pool().await, &table)
-        .await
-        .expect("the table gets its new columns");
-
-    a_waiting_readers_claim_holds_the_next_writer_back(&backend).await;
-    waiting_writers_take_turns_in_the_order_they_came(&backend).await;
 }
