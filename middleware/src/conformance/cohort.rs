@@ -200,8 +200,9 @@ where
 }
 
 /// A lock handed on keeps the lease its run began with: without renewal, the next holder's
-/// lease ends when the first holder's would have (not a TTL after the handoff), it sees the
-/// loss then, and another process takes the lock once the store's lease ran out.
+/// lease ends when the first holder's would have (not a TTL after the handoff, half a TTL into
+/// the run), it sees the loss then, and another process takes the lock once the store's lease
+/// ran out.
 pub async fn a_handed_lease_ends_when_the_runs_lease_ends<S: Store>(store: &S) {
     let (a, b) = (store.backend().await, store.backend().await);
     let unrenewed = |builder: LockerBuilder<_>| builder.wait(LONG).ttl(SHORT).renew(false);
@@ -210,7 +211,7 @@ pub async fn a_handed_lease_ends_when_the_runs_lease_ends<S: Store>(store: &S) {
     let taken = Instant::now();
     let next_process = first_process.clone();
     let next = tokio::spawn(async move { next_process.lock("k").await });
-    sleep(SHORT / 6).await;
+    sleep(SHORT / 2).await;
     first.release().await.expect("released");
     let next = next.await.expect("the next task finished");
     let next = next.expect("the lock is handed on");
@@ -221,8 +222,10 @@ pub async fn a_handed_lease_ends_when_the_runs_lease_ends<S: Store>(store: &S) {
 
     next.lost().await;
     let lost_after = taken.elapsed();
+    // A lease counted afresh from the handoff would end after SHORT * 3 / 2; the margin below
+    // that is for a loaded machine's late wake-up.
     assert!(
-        lost_after < SHORT,
+        lost_after < SHORT + SHORT / 4,
         "the handed lease ended {lost_after:?} after the run began, past its {SHORT:?} TTL"
     );
     if store.leases_expire() {
