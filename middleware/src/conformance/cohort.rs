@@ -125,7 +125,15 @@ where
         short_runs.iter().all(|&holds| holds <= 8),
         "the other processes' writers waited {short_runs:?} holds, with runs of 4"
     );
-    let long_runs = holds_before_the_others(store, 32, 2, write).await;
+    // The twin: the busy process's runs must keep the lock for the probe to see anything, which
+    // a loaded machine's scheduler may keep them from in one try.
+    let mut long_runs = Vec::new();
+    for _ in 0..3 {
+        long_runs = holds_before_the_others(store, 32, 2, write).await;
+        if long_runs.iter().any(|&holds| holds > 8) {
+            break;
+        }
+    }
     assert!(
         long_runs.iter().any(|&holds| holds > 8),
         "with runs of 32, the other processes waited only {long_runs:?} holds (the probe works)"
