@@ -235,6 +235,7 @@ impl Pairs {
                         .bind(key)
                         .bind(&owner)
                         .bind(millis)
+                        .bind("lockbench")
                         .fetch_one(pool)
                         .await
                         .expect("PostgreSQL answers");
@@ -256,6 +257,7 @@ impl Pairs {
                     .bind(key.as_bytes())
                     .bind(&owner)
                     .bind(millis * 1000)
+                    .bind("lockbench")
                     .execute(pool)
                     .await
                     .expect("MySQL answers");

@@ -78,7 +78,8 @@ pub enum Attempt<T> {
 
 /// The lease of stores that know a holder by its owner token (Redis, memory, SQL rows): the
 /// token, the kind of hold it took, which decides how it is extended and released, and the
-/// fence it was granted (which a store may record with its first renewal).
+/// fence it was granted and its holder's label (which a store may record with its first
+/// renewal, where the grant could not).
 ///
 /// # Example
 ///
@@ -95,6 +96,7 @@ pub struct TokenLease {
     token: OwnerToken,
     hold: Hold,
     fence: Option<FencingToken>,
+    label: Option<&'static str>,
 }
 
 impl TokenLease {
@@ -104,12 +106,24 @@ impl TokenLease {
             token,
             hold,
             fence: None,
+            label: None,
         }
     }
 
     /// The same lease, granted with `fence`.
     pub fn fenced(self, fence: Option<FencingToken>) -> Self {
         Self { fence, ..self }
+    }
+
+    /// The same lease, held by the locker labelled `label` (its request's `holder`).
+    pub fn labelled(self, label: &'static str) -> Self {
+        let label = Some(label);
+        Self { label, ..self }
+    }
+
+    /// Its holder's label, if the store was told.
+    pub fn label(&self) -> Option<&'static str> {
+        self.label
     }
 
     /// The fence it was granted with, if the store said.

@@ -15,7 +15,10 @@ mod lease_rows {
         read_write,
         semaphore,
         shared_leases,
-        wait_queue
+        wait_queue,
+        inspect,
+        listing,
+        inspect_shapes
     );
 }
 

@@ -17,7 +17,10 @@ mod lease_rows {
         read_write,
         semaphore,
         shared_leases,
-        wait_queue
+        wait_queue,
+        inspect,
+        listing,
+        inspect_shapes
     );
 }
 

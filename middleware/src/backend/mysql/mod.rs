@@ -19,6 +19,7 @@ use super::{
 use crate::backend::FencingToken;
 use statements::{MAX_NAME_LEN, Param, Statement, Statements};
 
+mod inspection;
 mod nowait;
 mod queue_rows;
 mod statements;
@@ -52,8 +53,12 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 ///     owner          CHAR(32) NULL,    -- the mutex's or writer's owner token; NULL when free
 ///     expires_at     DATETIME(6) NULL, -- UTC, by the server's clock; NULL when free
 ///     fence          BIGINT UNSIGNED NOT NULL, -- the version: the last fencing token issued
-///     shared         JSON NOT NULL,    -- readers or permit holders:
-///                                      -- [{"t": owner token, "e": expiry, µs since the epoch}]
+///     holder         VARCHAR(512) NULL, -- the exclusive holder's label
+///     since          DATETIME(6) NULL, -- when it took the lock (UTC)
+///     is_writer      BOOLEAN NOT NULL DEFAULT FALSE, -- it is a writer, not a mutex holder
+///     shared         JSON NOT NULL,    -- readers or permit holders: [{"t": owner token,
+///                                      -- "e": expiry, µs since the epoch, and for an
+///                                      -- operator "l": label, "s": since µs, "p": permits}]
 ///     claims         JSON NULL,        -- waiting readers, the next turn is theirs:
 ///                                      -- [{"t": owner token, "e": expiry, µs since the epoch}]
 ///     writers        JSON NULL,        -- waiting writers, in line by arrival; the first has
@@ -149,6 +154,7 @@ impl MysqlBackend {
             ttl: request.ttl,
             permits,
             patient: request.patience != Patience::Once,
+            label: Some(request.holder),
         };
         let done = args
             .bind(statement)
@@ -157,7 +163,7 @@ impl MysqlBackend {
             .map_err(BackendError::new)?;
         if let answer @ 1.. = done.last_insert_id() {
             return Ok(Attempt::Acquired(Granted {
-                lease: TokenLease::new(request.token, hold),
+                lease: TokenLease::new(request.token, hold).labelled(request.holder),
                 fence: hold.is_exclusive().then(|| FencingToken::new(answer)),
             }));
         }
@@ -189,14 +195,16 @@ impl MysqlBackend {
         .await
     }
 
-    /// Runs the owner-checked `statement` on `name` for `owner` (and `ttl`, where it takes
-    /// one): whether it matched the row, that is whether the lease was still the owner's.
+    /// Runs the owner-checked `statement` on `name` for `owner` (and `ttl` and its `label`,
+    /// where it takes them): whether it matched the row, that is whether the lease was still
+    /// the owner's.
     async fn owner_checked(
         &self,
         statement: &Statement,
         name: &str,
         owner: OwnerToken,
         ttl: Duration,
+        label: Option<&'static str>,
     ) -> Result<bool, BackendError> {
         let args = Args {
             name,
@@ -204,6 +212,7 @@ impl MysqlBackend {
             ttl,
             permits: None,
             patient: false,
+            label,
         };
         let done = args
             .bind(statement)
@@ -222,6 +231,7 @@ struct Args<'a> {
     ttl: Duration,
     permits: Option<NonZeroU32>,
     patient: bool,
+    label: Option<&'static str>,
 }
 
 impl<'a> Args<'a> {
@@ -236,6 +246,8 @@ impl<'a> Args<'a> {
                 Param::Ttl => query.bind(micros(self.ttl)),
                 Param::Permits => query.bind(self.permits.map_or(0, NonZeroU32::get)),
                 Param::Patient => query.bind(self.patient),
+                Param::Label => query.bind(self.label),
+                Param::Zero => query.bind(0),
             })
     }
 }
@@ -267,7 +279,7 @@ impl LockBackend for MysqlBackend {
         } else {
             &statements.extend_shared
         };
-        self.owner_checked(extend, name, lease.token(), ttl).await
+        (self.owner_checked(extend, name, lease.token(), ttl, lease.label())).await
     }
 
     /// One owner-checked `UPDATE` while nobody waits; a lock that is waited for goes through
@@ -284,6 +296,7 @@ impl LockBackend for MysqlBackend {
                     name,
                     lease.token(),
                     Duration::ZERO,
+                    None,
                 )
                 .await?;
             if self.room.has_waiters(name) {
@@ -293,7 +306,13 @@ impl LockBackend for MysqlBackend {
         }
         if !self.room.has_waiters(name)
             && self
-                .owner_checked(&statements.release, name, lease.token(), Duration::ZERO)
+                .owner_checked(
+                    &statements.release,
+                    name,
+                    lease.token(),
+                    Duration::ZERO,
+                    None,
+                )
                 .await?
         {
             return Ok(true);
@@ -303,7 +322,7 @@ impl LockBackend for MysqlBackend {
 
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
         let abandon = &self.statements.abandon;
-        self.owner_checked(abandon, name, request.token, request.ttl)
+        self.owner_checked(abandon, name, request.token, request.ttl, None)
             .await
             .map(drop)
     }
@@ -356,8 +375,8 @@ fn micros(duration: Duration) -> i64 {
 impl MysqlBackend {
     /// The statements a mutex's acquire and release send (feature `test-util`), for
     /// benchmarks that compare the backend with its own SQL sent directly. The acquire takes
-    /// name (bytes), owner token, TTL in µs and answers in `LAST_INSERT_ID` (the fence, or 0
-    /// when busy); the release takes name, owner token.
+    /// name (bytes), owner token, TTL in µs, holder label and answers in `LAST_INSERT_ID`
+    /// (the fence, or 0 when busy); the release takes name, owner token.
     pub fn mutex_statements(&self) -> (&str, &str) {
         (&self.statements.acquire.sql, &self.statements.release.sql)
     }

@@ -28,6 +28,10 @@ pub(super) enum Param {
     /// Whether a busy caller will ask again (a writer then leaves its intent, a reader its
     /// claim).
     Patient,
+    /// The holder's label (`NULL` where unknown).
+    Label,
+    /// 0: a reader's permits, in its record.
+    Zero,
 }
 
 /// One statement and what its `?`s stand for.
@@ -65,9 +69,20 @@ pub(super) struct Statements {
     /// µs until the first shared hold ends, fence, tickets, whether readers wait.
     pub(super) lock_row: String,
     /// Writes a queue operation's change. `?`: action (0 keeps the holder, 1 makes the owner
-    /// the holder for the lease, 2 frees the lock), lease µs, action again, owner, owner again
-    /// (its intent goes), fence, waited, tickets, name.
+    /// the holder for the lease, 2 frees the lock), lease µs, action again, owner, action and
+    /// the new holder's label (if it took the lock itself), action, action, owner again (its
+    /// intent goes), fence, waited, tickets, name.
     pub(super) write_row: String,
+    /// `?` name → its live exclusive holder, for an operator: (now ms, owner, label, since ms,
+    /// expiry ms, fence, writer) — owner `NULL` when free — and (tickets, waiting writers and
+    /// readers' claims).
+    pub(super) inspect: String,
+    /// `?` name → its live shared holders: (owner, label, since ms, expiry ms, permits; 0 a
+    /// reader).
+    pub(super) inspect_shared: String,
+    /// `?` prefix, after, rows → up to rows names after `after` from the prefix on, in order,
+    /// each with whether it is held now: one page of the operator's listing.
+    pub(super) held_page: String,
 }
 
 /// Now, in microseconds since the epoch by the server's UTC clock: how shared holds expire.
@@ -77,9 +92,17 @@ const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
 /// server's UTC clock whatever the session's time zone.
 const EXCLUSIVE_FREE: &str = "(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6))";
 
-/// The row's shared holds as a table of (token, expiry µs).
+/// The row's shared holds as a table of (token, expiry µs, and for an operator: label, since
+/// µs, permits; 0 a reader).
 const HOLDERS: &str = "JSON_TABLE(shared, '$[*]' \
-    COLUMNS (token CHAR(32) PATH '$.t', expiry BIGINT PATH '$.e')) AS holder";
+    COLUMNS (token CHAR(32) PATH '$.t', expiry BIGINT PATH '$.e', label VARCHAR(512) PATH '$.l', \
+        since BIGINT PATH '$.s', permits INT PATH '$.p')) AS holder";
+
+/// One shared hold of [`HOLDERS`] as the `shared` array keeps it.
+const HOLD: &str = "JSON_OBJECT('t', token, 'e', expiry, 'l', label, 's', since, 'p', permits)";
+
+/// Now in milliseconds since the epoch, by the server's UTC clock.
+const NOW_MS: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000";
 
 /// The row's readers' claims as a table of (token, expiry µs).
 const CLAIMS: &str = "JSON_TABLE(COALESCE(claims, JSON_ARRAY()), '$[*]' \
@@ -100,11 +123,11 @@ const FOREVER: i64 = i64::MAX;
 impl Statements {
     /// The statements on `table`: one or two plain identifiers (`name` or `database.name`).
     pub(super) fn for_table(table: &str) -> Result<Self, BackendError> {
-        use Param::{Name, Owner, Patient, Permits, Ttl};
+        use Param::{Label, Name, Owner, Patient, Permits, Ttl, Zero};
         super::super::sql::check_table_name(table)?;
         let live_count = format!("(SELECT COUNT(*) FROM {HOLDERS} WHERE expiry > {NOW_US})");
         let live_shared = format!(
-            "(SELECT COALESCE(JSON_ARRAYAGG(JSON_OBJECT('t', token, 'e', expiry)), JSON_ARRAY()) \
+            "(SELECT COALESCE(JSON_ARRAYAGG({HOLD}), JSON_ARRAY()) \
              FROM {HOLDERS} WHERE expiry > {NOW_US})"
         );
         let held_shared =
@@ -139,25 +162,31 @@ impl Statements {
                 't', token, 'a', arrival, 'e', expiry, 'b', bars)), JSON_ARRAY()) \
              FROM {WRITERS} WHERE expiry > {NOW_US} AND NOT token <=> ?)"
         );
-        let exclusive = |condition: &str, also: &str, params: &'static [Param]| Statement {
-            sql: format!(
-                "INSERT INTO {table} (name, owner, expires_at, fence, shared) \
-                 VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, LAST_INSERT_ID(1), \
-                    JSON_ARRAY()) \
-                 ON DUPLICATE KEY UPDATE \
-                    fence = IF({condition}, LAST_INSERT_ID(fence + 1), \
-                        fence + 0 * LAST_INSERT_ID(0)), \
-                    owner = IF({TAKEN}, VALUES(owner), owner), \
-                    expires_at = IF({TAKEN}, VALUES(expires_at), expires_at), \
-                    shared = IF({TAKEN}, JSON_ARRAY(), shared){also}"
-            ),
-            params,
-        };
+        let exclusive =
+            |condition: &str, writer: bool, also: &str, params: &'static [Param]| Statement {
+                sql: format!(
+                    "INSERT INTO {table} \
+                        (name, owner, expires_at, holder, since, is_writer, fence, shared) \
+                     VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, UTC_TIMESTAMP(6), \
+                        {writer}, LAST_INSERT_ID(1), JSON_ARRAY()) \
+                     ON DUPLICATE KEY UPDATE \
+                        fence = IF({condition}, LAST_INSERT_ID(fence + 1), \
+                            fence + 0 * LAST_INSERT_ID(0)), \
+                        owner = IF({TAKEN}, VALUES(owner), owner), \
+                        expires_at = IF({TAKEN}, VALUES(expires_at), expires_at), \
+                        holder = IF({TAKEN}, VALUES(holder), holder), \
+                        since = IF({TAKEN}, VALUES(since), since), \
+                        is_writer = IF({TAKEN}, VALUES(is_writer), is_writer), \
+                        shared = IF({TAKEN}, JSON_ARRAY(), shared){also}"
+                ),
+                params,
+            };
         let shared = |condition: &str, also: &str, params: &'static [Param]| Statement {
             sql: format!(
                 "INSERT INTO {table} (name, fence, shared) \
                  VALUES (?, 0 * LAST_INSERT_ID(1), \
-                    JSON_ARRAY(JSON_OBJECT('t', ?, 'e', {NOW_US} + ?))) \
+                    JSON_ARRAY(JSON_OBJECT('t', ?, 'e', {NOW_US} + ?, 'l', ?, 's', {NOW_US}, \
+                        'p', ?))) \
                  ON DUPLICATE KEY UPDATE \
                     fence = fence + 0 * LAST_INSERT_ID(IF({condition}, 1, 0)), \
                     shared = IF({TAKEN}, JSON_MERGE_PRESERVE({live_shared}, VALUES(shared)), \
@@ -179,18 +208,22 @@ impl Statements {
                     owner CHAR(32) NULL, \
                     expires_at DATETIME(6) NULL, \
                     fence BIGINT UNSIGNED NOT NULL, \
+                    holder VARCHAR(512) NULL, \
+                    since DATETIME(6) NULL, \
+                    is_writer BOOLEAN NOT NULL DEFAULT FALSE, \
                     shared JSON NOT NULL, \
                     claims JSON NULL, \
                     writers JSON NULL, \
                     waited BOOLEAN NOT NULL DEFAULT FALSE, \
                     tickets MEDIUMTEXT NULL) ENGINE = InnoDB"
             ),
-            acquire: exclusive(&free, "", &[Name, Owner, Ttl]),
+            acquire: exclusive(&free, false, "", &[Name, Owner, Ttl, Label]),
             // A busy writer that will ask again keeps its place in line (when it came); the
             // first of the line bars readers once readers alone held it back (every claim came
             // in). Taken, its intent goes.
             acquire_write: exclusive(
                 &format!("{free} AND NOT {writers_ahead} AND ({no_claims} OR {own_bar})"),
+                true,
                 &format!(
                     ", writers = IF({TAKEN}, {writers_but}, IF(?, \
                         JSON_ARRAY_APPEND({writers_but}, '$', JSON_OBJECT('t', ?, \
@@ -200,7 +233,7 @@ impl Statements {
                         writers))"
                 ),
                 &[
-                    Name, Owner, Ttl, // the row
+                    Name, Owner, Ttl, Label, // the row
                     Owner, Owner, Owner, Owner, // taken: nobody ahead, or its bar
                     Owner, Patient, Owner, Owner, Owner, Owner, Owner, Owner,
                     Owner, // its place
@@ -213,12 +246,12 @@ impl Statements {
                     ", claims = IF({TAKEN}, {claims_but}, IF(?, JSON_ARRAY_APPEND({claims_but}, \
                         '$', JSON_OBJECT('t', ?, 'e', {NOW_US} + {claim_us})), claims))"
                 ),
-                &[Name, Owner, Ttl, Owner, Patient, Owner, Owner],
+                &[Name, Owner, Ttl, Label, Zero, Owner, Patient, Owner, Owner],
             ),
             acquire_permit: shared(
                 &format!("{EXCLUSIVE_FREE} AND {live_count} < ?"),
                 "",
-                &[Name, Owner, Ttl, Permits],
+                &[Name, Owner, Ttl, Label, Permits, Permits],
             ),
             holder_left: Statement {
                 sql: format!(
@@ -236,10 +269,12 @@ impl Statements {
             },
             extend: Statement {
                 sql: format!(
-                    "UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+                    "UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+                        holder = COALESCE(holder, ?) \
                      WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
                 ),
-                params: &[Ttl, Name, Owner],
+                // A lock a release handed on through the queue gets its holder's label here.
+                params: &[Ttl, Label, Name, Owner],
             },
             // A waited-for lock is released through the queue (`sql::tickets`) instead.
             release: Statement {
@@ -253,8 +288,9 @@ impl Statements {
             extend_shared: Statement {
                 sql: format!(
                     "UPDATE {table} SET shared = (\
-                        SELECT JSON_ARRAYAGG(JSON_OBJECT(\
-                            't', token, 'e', IF(token = ?, {NOW_US} + ?, expiry))) \
+                        SELECT JSON_ARRAYAGG(JSON_OBJECT('t', token, \
+                            'e', IF(token = ?, {NOW_US} + ?, expiry), \
+                            'l', label, 's', since, 'p', permits)) \
                         FROM {HOLDERS} WHERE expiry > {NOW_US}) \
                      WHERE name = ? AND {held_shared}"
                 ),
@@ -263,8 +299,7 @@ impl Statements {
             release_shared: Statement {
                 sql: format!(
                     "UPDATE {table} SET shared = (\
-                        SELECT COALESCE(JSON_ARRAYAGG(JSON_OBJECT('t', token, 'e', expiry)), \
-                            JSON_ARRAY()) \
+                        SELECT COALESCE(JSON_ARRAYAGG({HOLD}), JSON_ARRAY()) \
                         FROM {HOLDERS} WHERE expiry > {NOW_US} AND token <> ?) \
                      WHERE name = ? AND {held_shared}"
                 ),
@@ -278,8 +313,7 @@ impl Statements {
                         expires_at = IF(owner <=> ?, NULL, expires_at), \
                         owner = IF(owner <=> ?, NULL, owner), \
                         shared = (\
-                            SELECT COALESCE(JSON_ARRAYAGG(JSON_OBJECT('t', token, 'e', expiry)), \
-                                JSON_ARRAY()) \
+                            SELECT COALESCE(JSON_ARRAYAGG({HOLD}), JSON_ARRAY()) \
                             FROM {HOLDERS} WHERE token <> ?), \
                         claims = {claims_but}, \
                         writers = {writers_but} \
@@ -305,9 +339,30 @@ impl Statements {
                     expires_at = CASE ? WHEN 0 THEN expires_at \
                         WHEN 1 THEN UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND END, \
                     owner = CASE ? WHEN 0 THEN owner WHEN 1 THEN ? END, \
+                    holder = CASE ? WHEN 1 THEN ? ELSE holder END, \
+                    since = CASE ? WHEN 1 THEN UTC_TIMESTAMP(6) ELSE since END, \
+                    is_writer = CASE ? WHEN 1 THEN FALSE ELSE is_writer END, \
                     writers = {writers_but}, \
                     fence = ?, waited = ?, tickets = ? \
                  WHERE name = ?"
+            ),
+            inspect: format!(
+                "SELECT {NOW_MS}, IF({EXCLUSIVE_FREE}, NULL, owner), holder, \
+                    TIMESTAMPDIFF(MICROSECOND, '1970-01-01', since) DIV 1000, \
+                    TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000, \
+                    CAST(fence AS SIGNED), is_writer, COALESCE(tickets, ''), \
+                    (SELECT COUNT(*) FROM {WRITERS} WHERE expiry > {NOW_US}) \
+                    + (SELECT COUNT(*) FROM {CLAIMS} WHERE expiry > {NOW_US}) \
+                 FROM {table} WHERE name = ?"
+            ),
+            inspect_shared: format!(
+                "SELECT holder.token, holder.label, holder.since DIV 1000, holder.expiry DIV 1000, \
+                    COALESCE(holder.permits, 0) \
+                 FROM {table}, {HOLDERS} WHERE name = ? AND holder.expiry > {NOW_US}"
+            ),
+            held_page: format!(
+                "SELECT name, NOT ({free}) FROM {table} \
+                 WHERE name >= ? AND name > ? ORDER BY name LIMIT ?"
             ),
         })
     }

@@ -18,6 +18,7 @@ use crate::backend::FencingToken;
 use statements::Statements;
 
 mod advisory;
+mod inspection;
 mod listener;
 mod queue_rows;
 mod statements;
@@ -46,12 +47,17 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 ///
 /// ```sql
 /// CREATE TABLE IF NOT EXISTS tower_lock_leases (
-///     name           text PRIMARY KEY,
+///     name           text COLLATE "C" PRIMARY KEY,
 ///     owner          text,             -- the mutex's or writer's owner token; NULL when free
 ///     expires_at     timestamptz,      -- by the database's clock; NULL when free
 ///     fence          bigint NOT NULL,  -- the last fencing token issued for this name
+///     holder         text,             -- the exclusive holder's label
+///     since          timestamptz,      -- when it took the lock
+///     is_writer      boolean NOT NULL DEFAULT false, -- it is a writer, not a mutex holder
 ///     shared         jsonb NOT NULL DEFAULT '{}', -- readers or permit holders:
 ///                                      -- owner token -> expiry, ms since the epoch
+///     holders        jsonb NOT NULL DEFAULT '{}', -- their records, for an operator: owner
+///                                      -- token -> [label, since ms, permits; 0 a reader]
 ///     claims         jsonb NOT NULL DEFAULT '{}', -- waiting readers: the next turn is theirs
 ///                                      -- owner token -> expiry, ms since the epoch
 ///     writers        jsonb NOT NULL DEFAULT '{}', -- waiting writers, in line by arrival; the
@@ -198,7 +204,8 @@ impl PostgresBackend {
         let query = sqlx::query_as(statement)
             .bind(name)
             .bind(request.token.to_string())
-            .bind(millis(request.ttl));
+            .bind(millis(request.ttl))
+            .bind(request.holder);
         let query = match hold {
             Hold::Permit { permits } => query.bind(i64::from(permits.get())),
             _ => query,
@@ -209,7 +216,7 @@ impl PostgresBackend {
             .map_err(BackendError::new)?;
         let answer = match taken {
             Some(fence) => Attempt::Acquired(Granted {
-                lease: TokenLease::new(request.token, hold),
+                lease: TokenLease::new(request.token, hold).labelled(request.holder),
                 fence: hold
                     .is_exclusive()
                     .then(|| FencingToken::new(u64::try_from(fence).unwrap_or(0))),
@@ -304,13 +311,21 @@ impl LockBackend for PostgresBackend {
         ttl: Duration,
     ) -> Result<bool, BackendError> {
         let statements = &self.statements;
-        let extend = if lease.hold().is_exclusive() {
-            &statements.extend
-        } else {
-            &statements.extend_shared
-        };
-        self.owner_checked(extend, name, lease.token(), Some(ttl))
+        if !lease.hold().is_exclusive() {
+            let extend = &statements.extend_shared;
+            return self
+                .owner_checked(extend, name, lease.token(), Some(ttl))
+                .await;
+        }
+        let done = sqlx::query(&statements.extend)
+            .bind(name)
+            .bind(lease.token().to_string())
+            .bind(millis(ttl))
+            .bind(lease.label())
+            .execute(&mut *self.pool.connection().await?)
             .await
+            .map_err(BackendError::new)?;
+        Ok(done.rows_affected() == 1)
     }
 
     /// One owner-checked `UPDATE` while nobody waits; a lock that is waited for goes through
@@ -389,8 +404,9 @@ fn millis(duration: Duration) -> i64 {
 impl PostgresBackend {
     /// The statements a mutex's acquire and release send (feature `test-util`), for
     /// benchmarks that compare the backend with its own SQL sent directly. The acquire takes
-    /// `$1` name, `$2` owner token (text), `$3` TTL in ms and answers (fence if taken, ms the
-    /// holder has left, whether waited for); the release takes `$1` name, `$2` owner token.
+    /// `$1` name, `$2` owner token (text), `$3` TTL in ms, `$4` holder label and answers
+    /// (fence if taken, ms the holder has left, whether waited for); the release takes `$1`
+    /// name, `$2` owner token.
     pub fn mutex_statements(&self) -> (&str, &str) {
         (&self.statements.acquire, &self.statements.release)
     }

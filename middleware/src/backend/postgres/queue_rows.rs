@@ -110,6 +110,7 @@ impl PostgresBackend {
             .bind(version)
             .bind(&*self.channel)
             .bind(announcement)
+            .bind(change.taker)
             .fetch_one(&mut *self.pool.connection().await?)
             .await
             .map_err(BackendError::new)?;

@@ -4,7 +4,7 @@
 //! `INSERT … ON CONFLICT (name) DO UPDATE … WHERE` whose condition reads only that row: the
 //! database locks the row and checks the condition against its latest version, which makes the
 //! statement atomic without a transaction of its own. Parameters: `$1` name, `$2` owner token,
-//! `$3` TTL in milliseconds, `$4` permits (semaphores only).
+//! `$3` TTL in milliseconds, `$4` the holder's label, `$5` permits (semaphores only).
 
 use crate::backend::BackendError;
 use crate::backend::shapes::WAITER_MARK_TTL;
@@ -50,11 +50,20 @@ pub(super) struct Statements {
     /// Writes a queue operation's change if the row is still at version `$8`: `$2` 0 keeps
     /// the holder, 1 makes `$3` the holder for `$4` µs (its intent goes), 2 frees the lock;
     /// `$5` fence, `$6` waited, `$7` tickets; announces `$10` on channel `$9` unless it is
-    /// `NULL`.
+    /// `NULL`; `$11` the new holder's label, if it took the lock itself.
     /// → (rows written, announcements made): (0, 0), (1, 0) or (1, 1).
     pub(super) write_row: String,
     /// Announces `$2` on channel `$1`.
     pub(super) notify: String,
+    /// `$1`'s live exclusive holder, for an operator: (now ms, owner, label, since ms, expiry
+    /// ms, fence, writer) — owner `NULL` when free — and (tickets, waiting writers and
+    /// readers' claims).
+    pub(super) inspect: String,
+    /// `$1`'s live shared holders: (owner, label, since ms, expiry ms, permits; 0 a reader).
+    pub(super) inspect_shared: String,
+    /// Up to `$3` names from `$2` on (after it) that start with `$1`, in order, each with
+    /// whether it is held now: one page of the operator's listing.
+    pub(super) held_page: String,
 }
 
 /// `$3` milliseconds from now, by the database's clock.
@@ -82,6 +91,11 @@ impl Statements {
         let live_shared = format!(
             "(SELECT coalesce(jsonb_object_agg(key, value), '{{}}') FROM jsonb_each(lease.shared) \
              WHERE value::bigint > {NOW_MS})"
+        );
+        // Their records, for an operator: token → `[label, since ms, permits; 0 a reader]`.
+        let live_holders = format!(
+            "(SELECT coalesce(jsonb_object_agg(key, value), '{{}}') FROM jsonb_each(lease.holders) \
+             WHERE (lease.shared ->> key)::bigint > {NOW_MS})"
         );
         let held_shared = format!("(lease.shared ->> $2)::bigint > {NOW_MS}");
         let no_claims = format!(
@@ -117,27 +131,35 @@ impl Statements {
             "(SELECT coalesce(jsonb_object_agg(key, value), '{{}}') FROM jsonb_each(lease.claims) \
              WHERE value::bigint > {NOW_MS})"
         );
-        let exclusive = |condition: &str, also: &str| {
+        let exclusive = |condition: &str, writer: bool, also: &str| {
             acquire(
                 table,
                 condition,
-                &format!("(name, owner, expires_at, fence) SELECT $1, $2, {EXPIRY}, 1"),
+                &format!(
+                    "(name, owner, expires_at, fence, holder, since, is_writer) \
+                     SELECT $1, $2, {EXPIRY}, 1, $4, clock_timestamp(), {writer}"
+                ),
                 &format!(
                     "owner = excluded.owner, expires_at = excluded.expires_at, \
-                     fence = lease.fence + 1, shared = '{{}}'{also}"
+                     fence = lease.fence + 1, holder = excluded.holder, since = excluded.since, \
+                     is_writer = excluded.is_writer, shared = '{{}}', holders = '{{}}'{also}"
                 ),
                 "fence",
             )
         };
-        let shared = |condition: &str| {
+        let shared = |condition: &str, permits: &str| {
             acquire(
                 table,
                 condition,
                 &format!(
-                    "(name, fence, shared) \
-                     SELECT $1, 0, jsonb_build_object($2::text, {NOW_MS} + $3::bigint)"
+                    "(name, fence, shared, holders) \
+                     SELECT $1, 0, jsonb_build_object($2::text, {NOW_MS} + $3::bigint), \
+                        jsonb_build_object($2::text, jsonb_build_array($4::text, {NOW_MS}, {permits}))"
                 ),
-                &format!("shared = {live_shared} || excluded.shared, claims = lease.claims - $2"),
+                &format!(
+                    "shared = {live_shared} || excluded.shared, \
+                     holders = {live_holders} || excluded.holders, claims = lease.claims - $2"
+                ),
                 "0::bigint",
             )
         };
@@ -146,23 +168,28 @@ impl Statements {
             table: table.to_owned(),
             create_table: format!(
                 "CREATE TABLE IF NOT EXISTS {table} (\
-                    name text PRIMARY KEY, \
+                    name text COLLATE \"C\" PRIMARY KEY, \
                     owner text, \
                     expires_at timestamptz, \
                     fence bigint NOT NULL, \
+                    holder text, \
+                    since timestamptz, \
+                    is_writer boolean NOT NULL DEFAULT false, \
                     shared jsonb NOT NULL DEFAULT '{{}}', \
+                    holders jsonb NOT NULL DEFAULT '{{}}', \
                     claims jsonb NOT NULL DEFAULT '{{}}', \
                     writers jsonb NOT NULL DEFAULT '{{}}', \
                     waited boolean NOT NULL DEFAULT false, \
                     tickets text NOT NULL DEFAULT '')"
             ),
-            acquire: exclusive(&free, ""),
+            acquire: exclusive(&free, false, ""),
             acquire_write: exclusive(
                 &format!("{free} AND NOT {writers_ahead} AND ({no_claims} OR {own_bar})"),
+                true,
                 &format!(", writers = {live_writers} - $2::text"),
             ),
-            acquire_read: shared(&format!("{EXCLUSIVE_FREE} AND {no_bar}")),
-            acquire_permit: shared(&format!("{EXCLUSIVE_FREE} AND {live_count} < $4")),
+            acquire_read: shared(&format!("{EXCLUSIVE_FREE} AND {no_bar}"), "0"),
+            acquire_permit: shared(&format!("{EXCLUSIVE_FREE} AND {live_count} < $5"), "$5"),
             write_intent: format!(
                 "UPDATE {table} AS lease SET writers = {live_writers} || jsonb_build_object(\
                     $2::text, jsonb_build_array(coalesce({own_arrival}, {NOW_US}), {NOW_MS} + {}, \
@@ -176,8 +203,10 @@ impl Statements {
                  WHERE name = $1",
                 WAITER_MARK_TTL.as_millis()
             ),
+            // A lock a release handed on through the queue gets its holder's label here.
             extend: format!(
-                "UPDATE {table} AS lease SET expires_at = {EXPIRY} \
+                "UPDATE {table} AS lease \
+                 SET expires_at = {EXPIRY}, holder = coalesce(lease.holder, $4) \
                  WHERE name = $1 AND lease.owner = $2 AND lease.expires_at > clock_timestamp()"
             ),
             // A waited-for lock is released through the queue (`sql::tickets`) instead.
@@ -192,7 +221,8 @@ impl Statements {
                  WHERE name = $1 AND {held_shared}"
             ),
             release_shared: format!(
-                "UPDATE {table} AS lease SET shared = lease.shared - $2::text \
+                "UPDATE {table} AS lease \
+                 SET shared = lease.shared - $2::text, holders = lease.holders - $2::text \
                  WHERE name = $1 AND {held_shared} RETURNING waited"
             ),
             abandon: format!(
@@ -200,6 +230,7 @@ impl Statements {
                     owner = CASE WHEN lease.owner = $2 THEN NULL ELSE lease.owner END, \
                     expires_at = CASE WHEN lease.owner = $2 THEN NULL ELSE lease.expires_at END, \
                     shared = lease.shared - $2::text, \
+                    holders = lease.holders - $2::text, \
                     claims = lease.claims - $2::text, \
                     writers = lease.writers - $2::text \
                  WHERE name = $1 AND (lease.owner = $2 OR lease.shared ? $2 \
@@ -228,6 +259,9 @@ impl Statements {
                         expires_at = CASE $2::int WHEN 0 THEN expires_at \
                             WHEN 1 THEN clock_timestamp() + $4::bigint * interval '1 microsecond' \
                         END, \
+                        holder = CASE $2::int WHEN 1 THEN $11 ELSE holder END, \
+                        since = CASE $2::int WHEN 1 THEN clock_timestamp() ELSE since END, \
+                        is_writer = CASE $2::int WHEN 1 THEN false ELSE is_writer END, \
                         fence = $5, waited = $6, tickets = $7, \
                         writers = writers - coalesce($3::text, '') \
                     WHERE name = $1 AND xmin = $8::text::xid \
@@ -237,6 +271,26 @@ impl Statements {
                  SELECT (SELECT count(*) FROM written), (SELECT count(*) FROM announced)"
             ),
             notify: "SELECT pg_notify($1, $2)".to_owned(),
+            inspect: format!(
+                "SELECT {NOW_MS}, CASE WHEN {} THEN NULL ELSE owner END, holder, \
+                    (extract(epoch FROM since) * 1000)::bigint, \
+                    (extract(epoch FROM expires_at) * 1000)::bigint, fence, is_writer, tickets, \
+                    (SELECT count(*) FROM jsonb_each(lease.writers) AS writer WHERE {stands}) \
+                    + (SELECT count(*) FROM jsonb_each(lease.claims) WHERE value::bigint > {NOW_MS}) \
+                 FROM {table} AS lease WHERE name = $1",
+                EXCLUSIVE_FREE
+            ),
+            inspect_shared: format!(
+                "SELECT held.key, lease.holders -> held.key ->> 0, \
+                    (lease.holders -> held.key ->> 1)::bigint, held.value::bigint, \
+                    coalesce((lease.holders -> held.key ->> 2)::bigint, 0) \
+                 FROM {table} AS lease, jsonb_each(lease.shared) AS held \
+                 WHERE lease.name = $1 AND held.value::bigint > {NOW_MS}"
+            ),
+            held_page: format!(
+                "SELECT name, NOT ({EXCLUSIVE_FREE} AND {no_shared}) FROM {table} AS lease \
+                 WHERE name >= $1 AND name > $2 ORDER BY name LIMIT $3"
+            ),
         })
     }
 }

@@ -17,6 +17,7 @@ use super::{
     Attempt, BackendError, Granted, LockBackend, LockRequest, QueuedAttempt, TokenLease, WaitQueue,
 };
 
+pub(super) mod inspection;
 mod reachable_pool;
 pub(super) mod session;
 pub(super) mod tickets;

@@ -109,10 +109,14 @@ async fn acquire_with_ticket<B: QueueRows>(
             let queue = row.queue.clone();
             let (step, queued) = queue.acquire_queued(request.token, lease_us, ticket_us);
             let (change, fence) = row.change(step);
+            let change = RowChange {
+                taker: matches!(queued, Queued::Acquired).then_some(request.holder),
+                ..change
+            };
             (Some(change), (queued, fence))
         })
         .await?;
-    let lease = TokenLease::new(request.token, Hold::Mutex);
+    let lease = TokenLease::new(request.token, Hold::Mutex).labelled(request.holder);
     Ok(match queued {
         Queued::Acquired => QueuedAttempt::Acquired(Granted { lease, fence }),
         Queued::Waiting(holder_ttl) => QueuedAttempt::Queued {
@@ -222,6 +226,7 @@ impl RowState {
         let issued = taken.then(|| FencingToken::new(u64::try_from(fence).unwrap_or(0)));
         let change = RowChange {
             holder: step.holder,
+            taker: None,
             fence,
             waited: step.waited,
             tickets: step.tickets,
@@ -235,6 +240,9 @@ impl RowState {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(in crate::backend) struct RowChange {
     pub(in crate::backend) holder: HolderChange,
+    /// The label of a holder that takes the lock itself; `None` for one a release hands it
+    /// to, which records its label with its first renewal.
+    pub(in crate::backend) taker: Option<&'static str>,
     pub(in crate::backend) fence: i64,
     /// Whether the lock's releases go through the queue (and are announced).
     pub(in crate::backend) waited: bool,
