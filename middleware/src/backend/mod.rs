@@ -125,6 +125,8 @@ mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub(crate) mod holder_label;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod holder_record;
 mod inspect;
 mod masked_url;
 pub mod memory;

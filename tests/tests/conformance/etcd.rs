@@ -10,7 +10,16 @@ use integration_tests::EtcdCluster;
 use tower_lock::backend::etcd::{EtcdBackend, EtcdSettings};
 use tower_lock::conformance::{Outage, Store};
 
-tower_lock::conformance_suite!(EtcdStore, read_write, semaphore, wait_queue, outage);
+tower_lock::conformance_suite!(
+    EtcdStore,
+    read_write,
+    semaphore,
+    wait_queue,
+    outage,
+    inspect,
+    listing,
+    inspect_shapes
+);
 
 /// A fresh one-member cluster, killed when the case ends.
 struct EtcdStore(EtcdCluster);

@@ -11,8 +11,9 @@ use tokio::time::Instant;
 
 use super::watches::Watch;
 use super::{EtcdBackend, EtcdLease, LockKeys, first_under, read, revision};
+use crate::backend::holder_record::record;
 use crate::backend::waiting::WaitingRoom;
-use crate::backend::{BackendError, Granted, LockRequest, QueuedAttempt, WaitQueue};
+use crate::backend::{BackendError, Granted, Hold, LockRequest, QueuedAttempt, WaitQueue};
 use crate::token::OwnerToken;
 
 /// Where a queued attempt stands.
@@ -76,7 +77,7 @@ impl EtcdBackend {
                 self.not_given_up(request.token),
             ])
             .and_then([
-                Self::put(key.clone(), session),
+                Self::put_holding(key.clone(), session, record(&request, Hold::Mutex)),
                 first_under(&line),
                 first_under(&shared),
                 TxnOp::get(line.clone(), Some(newest_two)),

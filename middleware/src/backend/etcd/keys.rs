@@ -123,6 +123,25 @@ impl LockKeys {
     }
 }
 
+/// The lock name an escaped one stands for (`None` when it is no escaped name: the
+/// backend's marks, intents, claims and places start with `%` and a word).
+pub(super) fn unescape(escaped: &[u8]) -> Option<String> {
+    let mut name = Vec::with_capacity(escaped.len());
+    let mut bytes = escaped.iter();
+    while let Some(&byte) = bytes.next() {
+        if byte != b'%' {
+            name.push(byte);
+            continue;
+        }
+        match (bytes.next(), bytes.next()) {
+            (Some(b'2'), Some(b'5')) => name.push(b'%'),
+            (Some(b'2'), Some(b'F')) => name.push(b'/'),
+            _ => return None,
+        }
+    }
+    String::from_utf8(name).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +158,16 @@ mod tests {
             ab.prefix(),
             "escapes are escaped"
         );
+    }
+
+    #[test]
+    fn an_escaped_name_is_read_back() {
+        for name in ["a", "a/b", "100%", "%2F", ""] {
+            let mut escaped = LockKeys::new("", name).prefix().to_vec();
+            escaped.pop();
+            assert_eq!(unescape(&escaped).as_deref(), Some(name));
+        }
+        assert_eq!(unescape(b"%intent"), None);
     }
 
     #[test]

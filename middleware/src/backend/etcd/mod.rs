@@ -12,8 +12,8 @@
 //!   revision, and watches only its predecessor's deletion (`watches.rs`): first come, first
 //!   served across processes, and each release wakes one waiter.
 //! * **Leases**: one etcd lease per backend (its session, `session.rs`), kept alive by one
-//!   keep-alive stream, covers every key it holds; extending a lock asks the store nothing
-//!   while the session is confirmed alive far enough ahead. If the cluster lets the session
+//!   keep-alive stream, covers every key it holds; extending a lock reads its key (an
+//!   operator may have deleted it) while the session is confirmed alive far enough ahead. If the cluster lets the session
 //!   expire (the process was paused or cut off past its TTL), its keys are deleted, its locks
 //!   pass on, and their extends report them lost. [`LockBackend::max_ttl`] is two thirds of the
 //!   session's TTL.
@@ -34,9 +34,10 @@ use etcd_client::{
 };
 use tokio::time::Instant;
 
+use crate::backend::holder_record::record;
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{
-    Attempt, BackendError, FencingToken, Granted, LockBackend, LockRequest, WaitQueue,
+    Attempt, BackendError, FencingToken, Granted, Hold, LockBackend, LockRequest, WaitQueue,
     lease_deadline,
 };
 use crate::token::OwnerToken;
@@ -46,6 +47,7 @@ use session::Session;
 use shapes::WriterPlaces;
 use watches::Watches;
 
+mod inspection;
 mod key_line;
 mod keys;
 mod leader_change;
@@ -243,9 +245,30 @@ impl EtcdBackend {
         self.inner.members.call(call).await
     }
 
+    /// Whether `lease`'s key is still there, put when it was granted: an operator's release
+    /// (`inspection.rs`) deletes it while the session lives on.
+    async fn still_put(&self, lease: &EtcdLease) -> Result<bool, BackendError> {
+        let call = |client: etcd_client::Client| {
+            let key = lease.key.clone();
+            async move {
+                let options = GetOptions::new().with_keys_only();
+                client.kv_client().get(key, Some(options)).await
+            }
+        };
+        let answer = self.inner.members.call(call).await?;
+        let held = answer.kvs().first();
+        Ok(held.is_some_and(|kv| kv.create_revision() == lease.revision))
+    }
+
     /// A key of ours for `token`, bound to the session's lease `session`.
     fn put(key: Vec<u8>, session: i64) -> TxnOp {
-        TxnOp::put(key, Vec::new(), Some(PutOptions::new().with_lease(session)))
+        Self::put_holding(key, session, Vec::new())
+    }
+
+    /// A key of ours that holds a lock or waits for it, bound to the session's lease `session`,
+    /// with its holder's `record` (`inspection::record`) for an operator.
+    fn put_holding(key: Vec<u8>, session: i64, record: Vec<u8>) -> TxnOp {
+        TxnOp::put(key, record, Some(PutOptions::new().with_lease(session)))
     }
 
     /// The exclusive hold `lease`, granted by an attempt sent at `sent`, once the session
@@ -414,7 +437,11 @@ impl LockBackend for EtcdBackend {
         // Read back when busy: a first copy of this transaction may have put it.
         let txn = Txn::new()
             .when(self.free_for_exclusive(&keys, request.token))
-            .and_then([Self::put(key.clone(), session)])
+            .and_then([Self::put_holding(
+                key.clone(),
+                session,
+                record(&request, Hold::Mutex),
+            )])
             .or_else([first_under(keys.prefix())]);
         self.inner.session.own(&key);
         let sent = Instant::now();
@@ -439,12 +466,11 @@ impl LockBackend for EtcdBackend {
         lease: &EtcdLease,
         ttl: Duration,
     ) -> Result<bool, BackendError> {
-        let term = self
-            .inner
-            .session
-            .vouch(lease_deadline(Instant::now(), ttl))
-            .await;
-        Ok(term.lease == lease.session)
+        let deadline = lease_deadline(Instant::now(), ttl);
+        let (term, key) = tokio::join!(self.inner.session.vouch(deadline), self.still_put(lease));
+        // A key that cannot be read is not known gone: the session vouches alone, as when
+        // the store is cut off.
+        Ok(term.lease == lease.session && key.unwrap_or(true))
     }
 
     async fn release(&self, _name: &str, lease: &EtcdLease) -> Result<bool, BackendError> {
@@ -491,7 +517,7 @@ impl LockBackend for EtcdBackend {
             .collect();
         let puts: Vec<TxnOp> = ours
             .iter()
-            .map(|key| Self::put(key.clone(), session))
+            .map(|key| Self::put_holding(key.clone(), session, record(&request, Hold::Mutex)))
             .collect();
         // Read back when busy: a first copy of this transaction may have put them.
         let firsts: Vec<TxnOp> = locks

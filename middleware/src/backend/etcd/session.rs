@@ -5,8 +5,8 @@
 //! answered with a TTL of `s` seconds keeps it at least until `t + s` on the cluster (the
 //! leader counts from when it receives it, and a new leader extends every lease), less the
 //! drift margin ([`lease_deadline`]). A lock is vouched for as far as the session is: extending
-//! one asks the store nothing while the session is confirmed far enough ahead, and renews the
-//! session at once when it is not.
+//! one renews nothing while the session is confirmed far enough ahead (it reads the lock's key,
+//! which an operator may have deleted), and renews the session at once when it is not.
 //!
 //! A lease the cluster let expire (a keep-alive answered with TTL 0) is replaced by a new one:
 //! the keys of the old one are gone, and so are its locks, which their extends then report.

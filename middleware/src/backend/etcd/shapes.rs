@@ -36,8 +36,9 @@ use super::{
     EtcdBackend, EtcdLease, LockKeys, first_under, in_creation_order, occupied, present, read,
     revision, vacant,
 };
+use crate::backend::holder_record::record;
 use crate::backend::{
-    Attempt, BackendError, Granted, LockRequest, Patience, Semaphores, SharedLocks,
+    Attempt, BackendError, Granted, Hold, LockRequest, Patience, Semaphores, SharedLocks,
 };
 use crate::token::OwnerToken;
 
@@ -59,7 +60,7 @@ impl SharedLocks for EtcdBackend {
                 self.not_given_up(request.token),
             ])
             .and_then([
-                Self::put(key.clone(), session),
+                Self::put_holding(key.clone(), session, record(&request, Hold::Read)),
                 TxnOp::delete(claim.clone(), None),
                 TxnOp::get(key.clone(), None),
             ]);
@@ -106,7 +107,7 @@ impl SharedLocks for EtcdBackend {
         let turn = self.writers_turn(&keys, token);
         let take = || {
             [
-                Self::put(key.clone(), session),
+                Self::put_holding(key.clone(), session, record(&request, Hold::Write)),
                 TxnOp::delete(intent.clone(), None),
                 TxnOp::delete(place.clone(), None),
             ]
@@ -271,7 +272,14 @@ impl EtcdBackend {
                 vacant(&keys.exclusive_prefix()),
                 self.not_given_up(request.token),
             ])
-            .and_then([Self::put(key.clone(), session), holders()])
+            .and_then([
+                Self::put_holding(
+                    key.clone(),
+                    session,
+                    record(&request, Hold::Permit { permits }),
+                ),
+                holders(),
+            ])
             .or_else([holders()]);
         self.inner.session.own(&key);
         let sent = Instant::now();
