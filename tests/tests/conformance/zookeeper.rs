@@ -10,7 +10,16 @@ use integration_tests::ZookeeperEnsemble;
 use tower_lock::backend::zookeeper::{ZookeeperBackend, ZookeeperSettings};
 use tower_lock::conformance::{Outage, Store};
 
-tower_lock::conformance_suite!(ZookeeperStore, read_write, semaphore, wait_queue, outage);
+tower_lock::conformance_suite!(
+    ZookeeperStore,
+    read_write,
+    semaphore,
+    wait_queue,
+    outage,
+    inspect,
+    listing,
+    inspect_shapes
+);
 
 /// A fresh standalone server, killed when the case ends.
 struct ZookeeperStore(ZookeeperEnsemble);

@@ -15,9 +15,10 @@
 //!   watches only its predecessor (`watches.rs`): first come, first served across processes,
 //!   and each release wakes one waiter — Curator's `InterProcessMutex`.
 //! * **Leases**: one session per backend (`session.rs`) keeps every node alive; extending a
-//!   lock asks the store nothing while the session is confirmed alive far enough ahead. If the
-//!   ensemble expires the session (the process was paused or cut off past its timeout), its
-//!   nodes are deleted, its locks pass on, and their extends report them lost.
+//!   lock renews nothing while the session is confirmed alive far enough ahead (it reads the
+//!   lock's node, which an operator may have deleted). If the ensemble expires the session
+//!   (the process was paused or cut off past its timeout), its nodes are deleted, its locks
+//!   pass on, and their extends report them lost.
 //!   [`LockBackend::max_ttl`] is two thirds of the session timeout.
 //! * **Shapes** (`shapes.rs`): readers and permit holders create shared nodes beside the
 //!   exclusive ones, as Curator's `InterProcessReadWriteLock` and semaphore do.
@@ -33,9 +34,10 @@ use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError};
 
 use super::connect::within;
 use super::reach::{Dial, Reach};
+use crate::backend::holder_record::record;
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{
-    Attempt, BackendError, FencingToken, Granted, LockBackend, LockRequest, WaitQueue,
+    Attempt, BackendError, FencingToken, Granted, Hold, LockBackend, LockRequest, WaitQueue,
     lease_deadline,
 };
 use crate::token::OwnerToken;
@@ -45,6 +47,7 @@ use session::{Ensemble, Session};
 use watches::Watches;
 
 mod in_flight;
+mod inspection;
 mod node_line;
 mod nodes;
 mod session;
@@ -224,13 +227,15 @@ impl ZookeeperBackend {
         self.inner.session.client()
     }
 
-    /// Creates `token`'s `kind` node in `dir` (and the directory, when missing), owned by the
-    /// session from before it is sent.
+    /// Creates `token`'s `kind` node in `dir` (and the directory, when missing), holding
+    /// `record` (a holder's record, `holder_record.rs`, or nothing), owned by the session from
+    /// before it is sent.
     async fn create(
         &self,
         dir: &LockDir,
         kind: Kind,
         token: OwnerToken,
+        record: &[u8],
     ) -> Result<ZookeeperLease, BackendError> {
         let prefix = dir.node_prefix(kind, token);
         self.inner.session.own(&prefix);
@@ -243,7 +248,7 @@ impl ZookeeperBackend {
             match self
                 .inner
                 .reach
-                .call(client.create(&prefix, &[], &node))
+                .call(client.create(&prefix, record, &node))
                 .await?
             {
                 Ok((stat, sequence)) => {
@@ -264,6 +269,18 @@ impl ZookeeperBackend {
             "the lock directory {} kept disappearing",
             dir.path()
         )))
+    }
+
+    /// Whether `lease`'s node is still there: an operator's release (`inspection.rs`)
+    /// deletes it while the session lives on.
+    async fn still_there(&self, lease: &ZookeeperLease) -> Result<bool, BackendError> {
+        match (self.inner.reach)
+            .call(self.client().check_stat(&lease.path))
+            .await?
+        {
+            Ok(stat) => Ok(stat.is_some_and(|stat| stat.czxid == lease.czxid)),
+            Err(error) => Err(BackendError::new(error)),
+        }
     }
 
     /// The children of `dir` (none when it does not exist).
@@ -407,7 +424,8 @@ impl ZookeeperBackend {
     ) -> Result<Attempt<Granted<ZookeeperLease>>, BackendError> {
         let dir = self.dir(name);
         let sent = Instant::now();
-        let mine = self.create(&dir, Kind::Exclusive, request.token).await?;
+        let record = record(&request, Hold::Mutex);
+        let mine = (self.create(&dir, Kind::Exclusive, request.token, &record)).await?;
         let children = self.children(&dir).await?;
         if children.exclusive_standing(mine.sequence()) == Standing::Holds {
             return Ok(Attempt::Acquired(
@@ -441,12 +459,12 @@ impl LockBackend for ZookeeperBackend {
         lease: &ZookeeperLease,
         ttl: Duration,
     ) -> Result<bool, BackendError> {
-        let term = self
-            .inner
-            .session
-            .vouch(lease_deadline(Instant::now(), ttl))
-            .await;
-        Ok(term.session == lease.session)
+        let deadline = lease_deadline(Instant::now(), ttl);
+        let (term, node) =
+            tokio::join!(self.inner.session.vouch(deadline), self.still_there(lease));
+        // A node that cannot be read is not known gone: the session vouches alone, as when
+        // the ensemble is cut off.
+        Ok(term.session == lease.session && node.unwrap_or(true))
     }
 
     async fn release(&self, _name: &str, lease: &ZookeeperLease) -> Result<bool, BackendError> {

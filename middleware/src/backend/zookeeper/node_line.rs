@@ -12,8 +12,9 @@ use tokio::time::Instant;
 use super::nodes::{Kind, Standing};
 use super::watches::Watch;
 use super::{ZookeeperBackend, ZookeeperLease};
+use crate::backend::holder_record::record;
 use crate::backend::waiting::WaitingRoom;
-use crate::backend::{BackendError, Granted, LockRequest, QueuedAttempt, WaitQueue};
+use crate::backend::{BackendError, Granted, Hold, LockRequest, QueuedAttempt, WaitQueue};
 use crate::token::OwnerToken;
 
 /// How many times a queued attempt looks at the line again when what it read changed before
@@ -69,10 +70,13 @@ impl ZookeeperBackend {
         }
         let dir = self.dir(name);
         let sent = Instant::now();
+        let record = record(&request, Hold::Mutex);
         let mut place = match watches.place(request.token) {
             Some(place) => place,
             None => {
-                let place = self.create(&dir, Kind::Exclusive, request.token).await?;
+                let place = self
+                    .create(&dir, Kind::Exclusive, request.token, &record)
+                    .await?;
                 watches.took_place(request.token, place.clone());
                 place
             }
@@ -95,7 +99,9 @@ impl ZookeeperBackend {
                     self.inner
                         .session
                         .disown(super::nodes::owner_prefix(&place.path));
-                    place = self.create(&dir, Kind::Exclusive, request.token).await?;
+                    place = self
+                        .create(&dir, Kind::Exclusive, request.token, &record)
+                        .await?;
                     watches.took_place(request.token, place.clone());
                     continue;
                 }

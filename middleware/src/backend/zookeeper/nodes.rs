@@ -53,7 +53,7 @@ impl Kind {
     }
 
     /// Whether a node of this kind stands in line: holds or waits for the lock.
-    fn in_line(self) -> bool {
+    pub(super) fn in_line(self) -> bool {
         matches!(self, Kind::Exclusive | Kind::Shared)
     }
 }
@@ -98,6 +98,11 @@ impl LockDir {
         &self.path
     }
 
+    /// The directory's own name: the lock name, escaped.
+    pub(super) fn escaped_name(&self) -> &str {
+        self.path.rsplit('/').next().unwrap_or_default()
+    }
+
     /// The path `token` creates its `kind` node at: the server appends the sequence.
     pub(super) fn node_prefix(&self, kind: Kind, token: OwnerToken) -> String {
         format!("{}/{}-{token}-", self.path, kind.letter())
@@ -107,6 +112,21 @@ impl LockDir {
     pub(super) fn child(&self, node: &Node) -> String {
         format!("{}/{}", self.path, node.name)
     }
+}
+
+/// The lock name a directory's name stands for (`None` for a name no backend makes).
+pub(super) fn unescape(escaped: &str) -> Option<String> {
+    let mut name = Vec::with_capacity(escaped.len());
+    let mut bytes = escaped.bytes();
+    while let Some(byte) = bytes.next() {
+        if byte != b'%' {
+            name.push(byte);
+            continue;
+        }
+        let hex = [bytes.next()?, bytes.next()?];
+        name.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+    }
+    String::from_utf8(name).ok()
 }
 
 /// The owner prefix of an ephemeral node's path: the path without its sequence (what
@@ -166,6 +186,11 @@ impl Children {
         let mut nodes: Vec<Node> = names.iter().filter_map(|name| Node::parse(name)).collect();
         nodes.sort_by_key(|node| node.sequence);
         Self(nodes)
+    }
+
+    /// Every child, in creation order.
+    pub(super) fn nodes(&self) -> &[Node] {
+        &self.0
     }
 
     /// `token`'s nodes, of any kind.
@@ -261,6 +286,15 @@ impl Children {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directorys_name_is_read_back() {
+        for name in ["coupon:42", "a/b", "100%", "é ü", ""] {
+            let dir = LockDir::new("/root", name);
+            assert_eq!(unescape(dir.escaped_name()).as_deref(), Some(name));
+        }
+        assert_eq!(unescape("%G1"), None);
+    }
 
     fn children(names: &[&str]) -> Children {
         Children::new(

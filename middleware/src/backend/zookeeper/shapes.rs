@@ -34,8 +34,9 @@ use zookeeper_client::Error as ZkError;
 use super::nodes::{Children, Kind, LockDir, Node, Standing};
 use super::watches::Watch;
 use super::{ZookeeperBackend, ZookeeperLease};
+use crate::backend::holder_record::record;
 use crate::backend::{
-    Attempt, BackendError, Granted, LockRequest, Patience, Semaphores, SharedLocks,
+    Attempt, BackendError, Granted, Hold, LockRequest, Patience, Semaphores, SharedLocks,
 };
 
 impl SharedLocks for ZookeeperBackend {
@@ -74,7 +75,8 @@ impl ZookeeperBackend {
     ) -> Result<Attempt<Granted<ZookeeperLease>>, BackendError> {
         let dir = self.dir(name);
         let sent = Instant::now();
-        let mine = self.create(&dir, Kind::Exclusive, request.token).await?;
+        let record = record(&request, Hold::Write);
+        let mine = (self.create(&dir, Kind::Exclusive, request.token, &record)).await?;
         let children = self.children(&dir).await?;
         let intent = children.mine(Kind::Intent, request.token).cloned();
         let place = children.mine(Kind::Writer, request.token).cloned();
@@ -103,11 +105,11 @@ impl ZookeeperBackend {
         // A writer that asks once leaves nothing.
         if request.patience != Patience::Once {
             if place.is_none() {
-                self.create(&dir, Kind::Writer, request.token).await?;
+                self.create(&dir, Kind::Writer, request.token, &[]).await?;
             }
             let first = writer_ahead.is_none();
             if first && intent.is_none() && children.only_readers_ahead(mine.sequence()) {
-                self.create(&dir, Kind::Intent, request.token).await?;
+                self.create(&dir, Kind::Intent, request.token, &[]).await?;
             }
         }
         self.busy(name, request, &dir, watched).await
@@ -153,7 +155,14 @@ impl ZookeeperBackend {
     ) -> Result<Attempt<Granted<ZookeeperLease>>, BackendError> {
         let dir = self.dir(name);
         let sent = Instant::now();
-        let mine = self.create(&dir, Kind::Shared, request.token).await?;
+        let hold = match wait {
+            SharedWait::Reader => Hold::Read,
+            SharedWait::Permit(permits) => {
+                NonZeroU32::new(permits).map_or(Hold::Read, |permits| Hold::Permit { permits })
+            }
+        };
+        let record = record(&request, hold);
+        let mine = (self.create(&dir, Kind::Shared, request.token, &record)).await?;
         let children = self.children(&dir).await?;
         let blocker = match wait {
             SharedWait::Reader => children.reader_blocker(mine.sequence()),
@@ -170,7 +179,7 @@ impl ZookeeperBackend {
         self.delete(&mine.path).await?;
         let reader = matches!(wait, SharedWait::Reader);
         if reader && claim.is_none() && request.patience != Patience::Once {
-            self.create(&dir, Kind::Claim, request.token).await?;
+            self.create(&dir, Kind::Claim, request.token, &[]).await?;
         }
         let watched = match wait {
             SharedWait::Reader => Watched::Node(blocker),
