@@ -12,6 +12,7 @@
 //! `match` over them all would be as large as the largest (9 KiB against a Redis acquire's
 //! 1 KiB), and every lock's future would carry it.
 
+mod inspection;
 mod lease;
 mod mutex_store;
 #[cfg(feature = "redis")]

@@ -75,6 +75,11 @@ impl AnyMutexBackend {
         }
     }
 
+    /// The chosen store's backend.
+    pub(super) fn store(&self) -> &MutexStore {
+        &self.store
+    }
+
     /// The store's queue of waiters, where it has one (the stores of an [`AnyBackend`]).
     fn queue(&self) -> Option<&AnyBackend> {
         match &self.store {

@@ -98,6 +98,11 @@ impl AnyBackend {
         }
     }
 
+    /// The chosen store's backend.
+    pub(super) fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// The chosen store's own backend, when it is a `B`: for what only that store does (a
     /// Redis backend's connection, say). `None` for any other store.
     ///

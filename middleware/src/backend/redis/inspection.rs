@@ -15,15 +15,18 @@ use crate::token::OwnerToken;
 const SCANS_PER_PAGE: usize = 16;
 
 /// A holder as the lock's keys record it: its owner token and what an operator sees.
-struct Recorded {
-    token: OwnerToken,
-    holding: Holding,
+pub(super) struct Recorded {
+    pub(super) token: OwnerToken,
+    pub(super) holding: Holding,
 }
 
 impl<C: RedisConnection> RedisBackend<C> {
     /// Every holder of lock `name` the store records, and how many wait in its line, among the
     /// waiting writers or the readers' claims.
-    async fn recorded(&self, name: &str) -> Result<(Vec<Recorded>, usize), BackendError> {
+    pub(super) async fn recorded(
+        &self,
+        name: &str,
+    ) -> Result<(Vec<Recorded>, usize), BackendError> {
         let mut pipeline = redis::Pipeline::with_capacity(8);
         pipeline
             .cmd("GET")

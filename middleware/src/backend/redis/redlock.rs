@@ -292,6 +292,8 @@ impl LockBackend for RedlockBackend {
     }
 }
 
+mod inspection;
+
 impl fmt::Debug for RedlockBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let masters: Vec<&str> = self

@@ -1,0 +1,110 @@
+//! The operator's view through [`AnyBackend`] and [`AnyMutexBackend`]: each call goes to the
+//! chosen store's own [`Inspect`].
+
+use super::mutex_store::MutexStore;
+use super::store::Store;
+use super::{AnyBackend, AnyMutexBackend};
+use crate::backend::{BackendError, Holding, Inspect, Listing, LockState};
+
+/// `$body` with `$backend` bound to the chosen store's backend, for every store of an
+/// [`AnyBackend`].
+macro_rules! each_store {
+    ($store:expr, $backend:ident => $body:expr) => {
+        match $store {
+            Store::Memory($backend) => $body,
+            #[cfg(feature = "redis")]
+            Store::Redis($backend) => $body,
+            #[cfg(feature = "redis-cluster")]
+            Store::RedisCluster($backend) => $body,
+            #[cfg(feature = "redis-sentinel")]
+            Store::RedisSentinel($backend) => $body,
+            #[cfg(feature = "postgres")]
+            Store::Postgres($backend) => $body,
+            #[cfg(feature = "mysql")]
+            Store::Mysql($backend) => $body,
+            #[cfg(feature = "etcd")]
+            Store::Etcd($backend) => $body,
+            #[cfg(feature = "zookeeper")]
+            Store::Zookeeper($backend) => $body,
+        }
+    };
+}
+
+impl Inspect for AnyBackend {
+    async fn inspect(&self, name: &str) -> Result<LockState, BackendError> {
+        each_store!(self.store(), backend => Box::pin(backend.inspect(name)).await)
+    }
+
+    async fn held_names(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Listing, BackendError> {
+        each_store!(
+            self.store(),
+            backend => Box::pin(backend.held_names(prefix, after, limit)).await
+        )
+    }
+
+    async fn force_release(&self, name: &str) -> Result<Vec<Holding>, BackendError> {
+        each_store!(self.store(), backend => Box::pin(backend.force_release(name)).await)
+    }
+}
+
+/// `$body` with `$backend` bound to the chosen store's backend, for the stores whose holders
+/// can be read; `$none` (naming the store's kind) for the others.
+macro_rules! each_inspected_store {
+    ($store:expr, $backend:ident => $body:expr, $kind:ident => $none:expr) => {
+        match $store {
+            MutexStore::Any($backend) => $body,
+            #[cfg(feature = "redis")]
+            MutexStore::Redlock($backend) => $body,
+            #[cfg(feature = "postgres")]
+            MutexStore::Advisory($kind) => $none,
+            #[cfg(feature = "mysql")]
+            MutexStore::Nowait($kind) => $none,
+        }
+    };
+}
+
+/// Locks held as a database session's own (PostgreSQL's advisory locks, MySQL's `NOWAIT`
+/// rows) keep no holder's record: the operator's view is not available there.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn sessions_keep_no_record(kind: &str) -> BackendError {
+    BackendError::new(format!(
+        "the {kind} store holds locks as database sessions, which keep no holder's record: \
+         inspecting and releasing its locks is not supported; use its lease rows instead"
+    ))
+}
+
+impl Inspect for AnyMutexBackend {
+    async fn inspect(&self, name: &str) -> Result<LockState, BackendError> {
+        each_inspected_store!(
+            self.store(),
+            backend => Box::pin(backend.inspect(name)).await,
+            other => Err(sessions_keep_no_record(crate::backend::LockBackend::store_kind(other)))
+        )
+    }
+
+    async fn held_names(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Listing, BackendError> {
+        each_inspected_store!(
+            self.store(),
+            backend => Box::pin(backend.held_names(prefix, after, limit)).await,
+            other => Err(sessions_keep_no_record(crate::backend::LockBackend::store_kind(other)))
+        )
+    }
+
+    async fn force_release(&self, name: &str) -> Result<Vec<Holding>, BackendError> {
+        each_inspected_store!(
+            self.store(),
+            backend => Box::pin(backend.force_release(name)).await,
+            other => Err(sessions_keep_no_record(crate::backend::LockBackend::store_kind(other)))
+        )
+    }
+}
