@@ -4,7 +4,7 @@ use std::sync::LazyLock;
 
 use axum::Router;
 use axum::http::request::Parts;
-use axum::routing::{MethodRouter, get, post, put};
+use axum::routing::{MethodRouter, delete, get, post, put};
 use tower_lock::backend::{LockBackend, Semaphores, SharedLocks};
 use tower_lock::key::{KeyError, KeyExtractor, KeyTemplate, many};
 use tower_lock::{LockLayer, Locker};
@@ -12,7 +12,7 @@ use tower_lock::{LockLayer, Locker};
 use crate::locking::Locking;
 use crate::options::LockSettings;
 use crate::state::AppState;
-use crate::{bodies, dashboard, optimistic, problem, routes, telemetry, transfers};
+use crate::{admin, bodies, dashboard, optimistic, problem, routes, telemetry, transfers};
 
 /// A layer taking its locks with `locker`, answering rejections as the demo does.
 fn lock_layer<B: LockBackend, K: KeyExtractor>(locker: &Locker<B>, key: K) -> LockLayer<B, K> {
@@ -135,7 +135,13 @@ pub fn app(state: AppState) -> Router {
         Locking::EveryShape(locker) => with_locks(locker, state.lock, routes),
         Locking::MutexesOnly(locker) => with_mutexes(locker, routes),
     };
-    Router::new()
+    let router = match state.admin_token {
+        Some(_) => Router::new()
+            .route("/admin/locks", get(admin::locks))
+            .route("/admin/locks/{*key}", delete(admin::release)),
+        None => Router::new(),
+    };
+    router
         .route("/coupons/{id}", routes.coupon)
         .route("/coupons/{id}/claim", routes.claim)
         .route("/coupons/{id}/audit", routes.audit)

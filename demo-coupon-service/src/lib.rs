@@ -13,6 +13,7 @@
 //! listen, serve, shut down); the handlers in [`routes`], [`transfers`], [`optimistic`], the
 //! coupons in [`store`].
 
+pub mod admin;
 mod app;
 pub mod bodies;
 pub mod dashboard;

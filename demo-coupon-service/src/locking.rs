@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use tower_lock::backend::LockBackend;
 use tower_lock::backend::any::{AnyBackend, AnyMutexBackend, StoreUrlError};
-use tower_lock::{ConfigError, Locker};
+use tower_lock::backend::{Holding, Inspect, LockBackend, LockState};
+use tower_lock::{ConfigError, LockError, Locker};
 
 use crate::options::LockSettings;
 use crate::wiring::redacted;
@@ -65,6 +65,81 @@ impl Locking {
             Self::MutexesOnly(locker) => Some(locker.ttl()),
         }
     }
+}
+
+/// One held lock, as an operator sees it.
+#[derive(Clone, Debug)]
+pub struct LockView {
+    /// Its key (`coupon:42`).
+    pub key: String,
+    /// Its holders and waiters.
+    pub state: LockState,
+}
+
+/// One page of the held locks.
+#[derive(Clone, Debug, Default)]
+pub struct LocksPage {
+    /// The locks, in the store's order.
+    pub locks: Vec<LockView>,
+    /// Where the next page starts; `None` after the last.
+    pub next: Option<String>,
+}
+
+impl Locking {
+    /// The locks held now under `prefix`, at most `limit`, from `after` on, each with its
+    /// holders and waiters (none when locking is off).
+    ///
+    /// # Errors
+    ///
+    /// The lock store's failure.
+    pub async fn locks_now(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<LocksPage, LockError> {
+        match self {
+            Self::Off => Ok(LocksPage::default()),
+            Self::EveryShape(locker) => page(locker, prefix, after, limit).await,
+            Self::MutexesOnly(locker) => page(locker, prefix, after, limit).await,
+        }
+    }
+
+    /// Frees the lock on `key` whatever its holders; the holders it freed (none when locking
+    /// is off).
+    ///
+    /// # Errors
+    ///
+    /// A key the locker refuses, or the lock store's failure.
+    pub async fn force_release(&self, key: &str) -> Result<Vec<Holding>, LockError> {
+        match self {
+            Self::Off => Ok(Vec::new()),
+            Self::EveryShape(locker) => locker.force_release(key).await,
+            Self::MutexesOnly(locker) => locker.force_release(key).await,
+        }
+    }
+}
+
+/// One page of `locker`'s held locks, each inspected; a lock freed between the listing and
+/// its inspection is left out.
+async fn page<B: Inspect>(
+    locker: &Locker<B>,
+    prefix: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<LocksPage, LockError> {
+    let listing = locker.held_keys(prefix, after, limit).await?;
+    let mut locks = Vec::with_capacity(listing.names.len());
+    for key in listing.names {
+        let state = locker.inspect(&key).await?;
+        if state.is_held() {
+            locks.push(LockView { key, state });
+        }
+    }
+    Ok(LocksPage {
+        locks,
+        next: listing.next,
+    })
 }
 
 /// Why the store at `url`, given as `option`, cannot be used: one line without its password,

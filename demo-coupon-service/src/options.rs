@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use tower_lock::OnLost;
 
+use crate::admin::AdminToken;
+
 /// Command-line options; each can also come from the environment.
 #[derive(Clone, Debug, clap::Parser)]
 #[command(version, about)]
@@ -67,6 +69,12 @@ pub struct Options {
     /// control for the fencing proof).
     #[arg(long, env = "NO_FENCE")]
     pub no_fence: bool,
+    /// Serve the operator's routes — `GET /admin/locks` (who holds which lock, for how long,
+    /// with how many waiting) and `DELETE /admin/locks/{key}` (free a stuck holder's lock) —
+    /// to requests with `Authorization: Bearer <token>` (at least 16 characters). Without it
+    /// they are not served.
+    #[arg(long, env = "ADMIN_TOKEN", conflicts_with_all = ["no_lock", "optimistic"])]
+    pub admin_token: Option<String>,
     /// How many audits (`POST /coupons/{id}/audit`) may run at once across all replicas.
     #[arg(long, env = "AUDIT_PERMITS", default_value_t = TWO)]
     pub audit_permits: NonZeroU32,
@@ -76,6 +84,15 @@ impl Options {
     /// The store's URL, from `--store` or its alias `--redis-url`.
     pub fn store_url(&self) -> Option<&str> {
         self.store.as_deref().or(self.redis_url.as_deref())
+    }
+
+    /// The operator's token, `--admin-token`, if given.
+    ///
+    /// # Errors
+    ///
+    /// One line naming the option, for a token too short or with whitespace.
+    pub fn admin_token(&self) -> Result<Option<AdminToken>, String> {
+        self.admin_token.as_deref().map(AdminToken::new).transpose()
     }
 
     /// The claim's simulated work, `--work-ms`.

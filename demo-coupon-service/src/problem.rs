@@ -1,7 +1,7 @@
 //! The demo's own error answers, as RFC 9457 problem details.
 
 use axum::body::Body;
-use axum::http::{HeaderValue, Response, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use axum::response::IntoResponse;
 use serde_json::json;
 use tower_lock::{BodyError, LockError, Rejection};
@@ -39,6 +39,13 @@ pub enum Problem {
     /// `--optimistic`: the coupon kept changing under the claim or transfer, for every one of
     /// its attempts; retrying later may succeed.
     WriteConflict,
+    /// The operator's routes: no admin token, or a wrong one.
+    Unauthorized,
+    /// The operator's release: nobody holds a lock on this key.
+    NoSuchLock(String),
+    /// The operator's routes: the locker refused the key, or the lock store failed, answered
+    /// as the lock layer answers it (status, headers, problem document).
+    Locking(Box<(StatusCode, HeaderMap, String)>),
     /// The claim's fenced write was refused: its lock on this coupon was lost and taken by a
     /// newer holder. Answered like the lock layer's own lost-lock abort (503 `lock-lost`).
     LockLost(String),
@@ -54,6 +61,22 @@ impl Problem {
                 "invalid request",
             ),
             Self::CouponNotFound => (StatusCode::NOT_FOUND, "coupon-not-found", "no such coupon"),
+            Self::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "this route needs the admin token: Authorization: Bearer <token>",
+            ),
+            Self::NoSuchLock(_) => (
+                StatusCode::NOT_FOUND,
+                "no-such-lock",
+                "nobody holds this lock",
+            ),
+            Self::Locking(answer) => {
+                let (status, headers, body) = answer.as_ref();
+                let mut response = Response::new(body.clone());
+                (*response.status_mut(), *response.headers_mut()) = (*status, headers.clone());
+                return response;
+            }
             Self::NoSuchRoute => (StatusCode::NOT_FOUND, "no-such-route", "no such route"),
             Self::MethodNotAllowed => (
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -102,6 +125,7 @@ impl Problem {
         });
         match self {
             Self::InvalidRequest(detail) => body["detail"] = json!(detail),
+            Self::NoSuchLock(key) => body["detail"] = json!(format!("no holder of {key:?}")),
             Self::StockLimit => {
                 body["detail"] = json!(format!("a coupon holds at most {MAX_STOCK} units"));
             }
@@ -113,6 +137,10 @@ impl Problem {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
+        if matches!(self, Self::Unauthorized) {
+            (response.headers_mut())
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
         response
     }
 }
@@ -133,6 +161,13 @@ pub fn lock_rejection(rejection: Rejection) -> Response<String> {
             Problem::InvalidRequest(COUPON_ID_RULE.into()).to_response()
         }
         other => other.into_response(),
+    }
+}
+
+impl From<LockError> for Problem {
+    fn from(error: LockError) -> Self {
+        let (parts, body) = Rejection::from(error).into_response().into_parts();
+        Self::Locking(Box::new((parts.status, parts.headers, body)))
     }
 }
 

@@ -6,6 +6,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tower_lock::MemoryBackend;
 use tower_lock::backend::any::AnyBackend;
 
+use crate::admin::AdminToken;
 use crate::locking::Locking;
 use crate::options::LockSettings;
 use crate::store::{CouponStore, MemoryStore};
@@ -25,6 +26,8 @@ pub struct AppState {
     pub optimistic: bool,
     /// The metrics recorder whose records `GET /metrics` serves (none: answered 404).
     pub metrics: Option<PrometheusHandle>,
+    /// The token the operator's routes ask for (none: they are not served).
+    pub admin_token: Option<AdminToken>,
 }
 
 impl AppState {
@@ -45,6 +48,7 @@ impl AppState {
             lock: settings,
             optimistic: false,
             metrics: None,
+            admin_token: None,
         })
     }
 
@@ -53,6 +57,14 @@ impl AppState {
     pub fn with_metrics(self, metrics: PrometheusHandle) -> Self {
         Self {
             metrics: Some(metrics),
+            ..self
+        }
+    }
+
+    /// This state serving the operator's routes to requests with `token`.
+    pub fn with_admin_token(self, token: AdminToken) -> Self {
+        Self {
+            admin_token: Some(token),
             ..self
         }
     }

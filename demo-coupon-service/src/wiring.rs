@@ -51,6 +51,7 @@ impl AppState {
             lock: settings,
             optimistic: options.optimistic,
             metrics: None,
+            admin_token: options.admin_token()?,
         })
     }
 }

@@ -13,17 +13,33 @@ use crate::Reply;
 #[derive(Clone, Debug)]
 pub struct Http {
     client: Client<HttpConnector, Full<Bytes>>,
+    /// `Authorization: Bearer <token>` on every request, when set.
+    bearer: Option<String>,
 }
 
 impl Default for Http {
     fn default() -> Self {
         Self {
             client: Client::builder(TokioExecutor::new()).build_http(),
+            bearer: None,
         }
     }
 }
 
 impl Http {
+    /// The same client, sending `Authorization: Bearer <token>` with every request.
+    pub fn bearer(&self, token: &str) -> Self {
+        Self {
+            client: self.client.clone(),
+            bearer: Some(token.to_owned()),
+        }
+    }
+
+    /// `DELETE url`.
+    pub async fn delete(&self, url: &str) -> Reply {
+        self.send(Method::DELETE, url, None).await
+    }
+
     /// Sends `method url` with an optional JSON body and reads the whole answer.
     ///
     /// # Panics
@@ -31,6 +47,9 @@ impl Http {
     /// When the server cannot be reached or the connection breaks.
     pub async fn send(&self, method: Method, url: &str, json: Option<serde_json::Value>) -> Reply {
         let mut request = Request::builder().method(method).uri(url);
+        if let Some(token) = &self.bearer {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
         let body = match json {
             Some(json) => {
                 request = request.header("content-type", "application/json");
