@@ -8,4 +8,5 @@ mod coupon_proof;
 mod fencing_proof;
 mod leader_loss;
 mod lock_store_down;
+mod operator_release;
 mod writer_turns;
