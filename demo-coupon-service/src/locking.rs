@@ -169,6 +169,10 @@ fn locker<B: LockBackend>(backend: B, settings: &LockSettings) -> Result<Locker<
         .renew(settings.renew)
         .max_local_run(settings.local_run)
         .on_lost(settings.on_lost);
+    let builder = match settings.holder {
+        Some(holder) => builder.holder_label(holder),
+        None => builder,
+    };
     match settings.ttl {
         Some(ttl) => builder.ttl(ttl),
         None => builder,

@@ -153,6 +153,9 @@ pub struct LockSettings {
     pub fence_writes: bool,
     /// How many audits may run at once across all replicas.
     pub audit_permits: NonZeroU32,
+    /// Who holds a lock this replica takes, as the operator's view shows it: the replica's
+    /// listening address (as the dashboard names replicas); `None`: host and process id.
+    pub holder: Option<&'static str>,
 }
 
 impl Default for LockSettings {
@@ -165,6 +168,7 @@ impl Default for LockSettings {
             on_lost: OnLost::Abort,
             fence_writes: true,
             audit_permits: TWO,
+            holder: None,
         }
     }
 }
@@ -179,6 +183,8 @@ impl From<&Options> for LockSettings {
             on_lost: options.on_lost.into(),
             fence_writes: !options.no_fence,
             audit_permits: options.audit_permits,
+            // Made once per process, for the locker's life.
+            holder: Some(Box::leak(options.listen.to_string().into_boxed_str())),
         }
     }
 }

@@ -263,3 +263,87 @@ async fn the_coupon_under_attack_comes_first_in_view() {
     storm.await.unwrap();
     browser.close().await;
 }
+
+const ADMIN_TOKEN: &str = "the-operators-token-1";
+
+/// The "locks now" panel, on a replica with the operator's routes: before the token it says
+/// how to see the locks; given the token, it shows the coupon a claim on the other replica
+/// holds, with the holder's label (that replica's address) and how long it has held it; once an
+/// operator releases the lock, the row goes and the stuck claim answers lock-lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_locks_panel_shows_who_holds_a_coupon_until_an_operator_releases_it() {
+    let redis = RedisServer::start();
+    let replica = |work: &'static str| {
+        let args = [
+            "--store",
+            &redis.url(),
+            "--admin-token",
+            ADMIN_TOKEN,
+            "--work-ms",
+            work,
+        ];
+        DemoReplica::start(DEMO, &args)
+    };
+    let (stuck, watched) = (replica("8000"), replica("5"));
+    let browser = Browser::start().await;
+    browser.open(&format!("{}/", watched.url())).await;
+    let note = browser
+        .text_when("#locks-note", PATIENCE, |text| !text.is_empty())
+        .await;
+    assert!(note.contains("--admin-token"), "{note}");
+
+    let http = Http::default();
+    let seeded = (http.put(
+        &format!("{}/coupons/held", stuck.url()),
+        json!({ "stock": 1 }),
+    ))
+    .await;
+    assert_eq!(seeded.status, StatusCode::OK, "{}", seeded.body);
+    let claim = {
+        let (http, url) = (http.clone(), format!("{}/coupons/held/claim", stuck.url()));
+        tokio::spawn(async move { http.post(&url, json!({ "user_id": "a" })).await })
+    };
+    let fill_in = "document.getElementById('admin-token').value = arguments[0]; \
+                   document.querySelector('#token-form button').click();";
+    browser.evaluate(fill_in, vec![json!(ADMIN_TOKEN)]).await;
+    let row = "[data-lock='coupon:held']";
+    let holder = (browser.text_when(&format!("{row} [data-field=holder]"), PATIENCE, |text| {
+        text.contains(':')
+    }))
+    .await;
+    let shape = browser.text(&format!("{row} [data-field=shape]")).await;
+    assert_eq!(shape, "write", "holder {holder}");
+    let address = stuck.url().replace("http://", "");
+    assert_eq!(
+        holder, address,
+        "the holder is the replica as the dashboard names it"
+    );
+    let held_for = |text: &str| text.trim_end_matches(" ms").parse::<f64>().unwrap_or(0.0);
+    let first = held_for(&browser.text(&format!("{row} [data-field=held_for]")).await);
+    (browser.text_when(&format!("{row} [data-field=held_for]"), PATIENCE, |text| {
+        held_for(text) > first
+    }))
+    .await;
+    let screenshot = artifact("dashboard-locks-now.png");
+    browser.screenshot(&screenshot).await;
+    eprintln!("screenshot: {}", screenshot.display());
+
+    let operator = http.bearer(ADMIN_TOKEN);
+    let released = operator
+        .delete(&format!("{}/admin/locks/coupon:held", watched.url()))
+        .await;
+    assert_eq!(released.status, StatusCode::OK, "{}", released.body);
+    (browser.text_when("#locks-note", PATIENCE, |text| {
+        text == "No lock is held right now."
+    }))
+    .await;
+    assert_eq!(browser.count(row).await, 0);
+    let stuck_answer = claim.await.unwrap();
+    assert_eq!(
+        stuck_answer.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        stuck_answer.body
+    );
+    browser.close().await;
+}
