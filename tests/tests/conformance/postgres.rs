@@ -25,7 +25,7 @@ mod lease_rows {
 }
 
 mod advisory {
-    tower_lock::conformance_suite!(super::AdvisoryStore);
+    tower_lock::conformance_suite!(super::AdvisoryStore, inspect);
 }
 
 /// A fresh schema whose lease table the backends share.

@@ -53,7 +53,7 @@ impl Inspect for AnyBackend {
 }
 
 /// `$body` with `$backend` bound to the chosen store's backend, for the stores whose holders
-/// can be read; `$none` (naming the store's kind) for the others.
+/// can be read; `$none` (with `$kind` bound to the backend) for `NOWAIT` rows.
 macro_rules! each_inspected_store {
     ($store:expr, $backend:ident => $body:expr, $kind:ident => $none:expr) => {
         match $store {
@@ -61,20 +61,21 @@ macro_rules! each_inspected_store {
             #[cfg(feature = "redis")]
             MutexStore::Redlock($backend) => $body,
             #[cfg(feature = "postgres")]
-            MutexStore::Advisory($kind) => $none,
+            MutexStore::Advisory($backend) => $body,
             #[cfg(feature = "mysql")]
             MutexStore::Nowait($kind) => $none,
         }
     };
 }
 
-/// Locks held as a database session's own (PostgreSQL's advisory locks, MySQL's `NOWAIT`
-/// rows) keep no holder's record: the operator's view is not available there.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
+/// MySQL's `NOWAIT` rows are locked by a session's open transaction, and MySQL tells which
+/// session holds a row lock only while another waits for it: the operator's view is not
+/// available there.
+#[cfg(feature = "mysql")]
 fn sessions_keep_no_record(kind: &str) -> BackendError {
     BackendError::new(format!(
-        "the {kind} store holds locks as database sessions, which keep no holder's record: \
-         inspecting and releasing its locks is not supported; use its lease rows instead"
+        "the {kind} store's locks are row locks of open transactions, whose holders MySQL does \
+         not tell: inspecting and releasing them is not supported; use its lease rows instead"
     ))
 }
 
