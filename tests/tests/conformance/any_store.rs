@@ -17,7 +17,10 @@ mod redis_url {
         semaphore,
         shared_leases,
         wait_queue,
-        outage
+        outage,
+        inspect,
+        listing,
+        inspect_shapes
     );
 }
 
@@ -35,16 +38,18 @@ mod postgres_url {
         read_write,
         semaphore,
         shared_leases,
-        wait_queue
+        wait_queue,
+        inspect,
+        listing
     );
 }
 
 mod redlock_url {
-    tower_lock::conformance_suite!(super::RedlockByUrl, leases, outage);
+    tower_lock::conformance_suite!(super::RedlockByUrl, leases, outage, inspect, listing);
 }
 
 mod advisory_url {
-    tower_lock::conformance_suite!(super::AdvisoryByUrl);
+    tower_lock::conformance_suite!(super::AdvisoryByUrl, inspect);
 }
 
 /// A fresh `redis-server`, its backends connected by `redis://` URL.

@@ -5,7 +5,7 @@ use integration_tests::RedisServer;
 use tower_lock::backend::redis::RedlockBackend;
 use tower_lock::conformance::{Outage, Store};
 
-tower_lock::conformance_suite!(RedlockStore, leases, outage);
+tower_lock::conformance_suite!(RedlockStore, leases, outage, inspect, listing);
 
 /// Three fresh, independent masters, killed when the case ends.
 struct RedlockStore([RedisServer; 3]);
