@@ -16,6 +16,7 @@ mod key_error;
 mod line;
 mod locker;
 mod names;
+pub(crate) mod observer;
 mod operator;
 mod policy;
 mod reentry;

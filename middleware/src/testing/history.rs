@@ -50,59 +50,82 @@ use serde_json::json;
 
 use crate::backend::Hold;
 use crate::engine::LockGuard;
+use crate::engine::observer::{self, HoldObserver};
 
-static RECORD: OnceLock<Mutex<File>> = OnceLock::new();
-static HOLDS: AtomicU64 = AtomicU64::new(0);
+/// The history's file, and how many holds it has numbered.
+struct History {
+    file: Mutex<File>,
+    holds: AtomicU64,
+}
 
 /// Records every hold of this process from now on, appending to `path` (created if missing).
 /// Once per process: a second call fails with [`io::ErrorKind::AlreadyExists`].
 pub fn record_to(path: &Path) -> io::Result<()> {
+    static ATTACHED: OnceLock<()> = OnceLock::new();
+    if ATTACHED.set(()).is_err() {
+        return Err(already_recording());
+    }
     let file = OpenOptions::new().create(true).append(true).open(path)?;
-    RECORD.set(Mutex::new(file)).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            "this process already records its holds",
-        )
-    })
-}
-
-/// Records that the hold of `guard` began: its number, if recording.
-pub(crate) fn granted(guard: &LockGuard) -> Option<u64> {
-    RECORD.get()?;
-    let hold = HOLDS.fetch_add(1, Ordering::Relaxed) + 1;
-    let task = tokio::task::try_id().map_or(0, |id| id.to_string().parse().unwrap_or(0));
-    let (kind, permits) = match guard.hold() {
-        Hold::Mutex => ("mutex", None),
-        Hold::Write => ("write", None),
-        Hold::Read => ("read", None),
-        Hold::Permit { permits } => ("permit", Some(permits.get())),
-    };
-    let names: Vec<&str> = guard.names().collect();
-    let fences: Vec<Option<u64>> = (guard.fences().iter())
-        .map(|fence| fence.map(|fence| fence.get()))
-        .collect();
-    let mut event = json!({
-        "grant": hold, "pid": std::process::id(), "task": task, "at": now(),
-        "hold": kind, "names": names, "fences": fences,
-    });
-    if let Some(permits) = permits {
-        event["permits"] = json!(permits);
-    }
-    append(&event);
-    Some(hold)
-}
-
-/// Records that hold number `hold` ended, its lease `held` until then or not.
-pub(crate) fn ended(hold: Option<u64>, held: bool) {
-    if let Some(hold) = hold {
-        append(&json!({"end": hold, "pid": std::process::id(), "at": now(), "held": held}));
+    let history = Box::leak(Box::new(History {
+        file: Mutex::new(file),
+        holds: AtomicU64::new(0),
+    }));
+    match observer::attach(history) {
+        true => Ok(()),
+        false => Err(already_recording()),
     }
 }
 
-/// Records that the store said hold number `hold`'s lock was no longer its own.
-pub(crate) fn lost(hold: Option<u64>) {
-    if let Some(hold) = hold {
-        append(&json!({"lost": hold, "pid": std::process::id(), "at": now()}));
+fn already_recording() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        "this process already records its holds",
+    )
+}
+
+impl HoldObserver for History {
+    fn granted(&self, guard: &LockGuard) -> u64 {
+        let hold = self.holds.fetch_add(1, Ordering::Relaxed) + 1;
+        let task = tokio::task::try_id().map_or(0, |id| id.to_string().parse().unwrap_or(0));
+        let (kind, permits) = match guard.hold() {
+            Hold::Mutex => ("mutex", None),
+            Hold::Write => ("write", None),
+            Hold::Read => ("read", None),
+            Hold::Permit { permits } => ("permit", Some(permits.get())),
+        };
+        let names: Vec<&str> = guard.names().collect();
+        let fences: Vec<Option<u64>> = (guard.fences().iter())
+            .map(|fence| fence.map(|fence| fence.get()))
+            .collect();
+        let mut event = json!({
+            "grant": hold, "pid": std::process::id(), "task": task, "at": now(),
+            "hold": kind, "names": names, "fences": fences,
+        });
+        if let Some(permits) = permits {
+            event["permits"] = json!(permits);
+        }
+        self.append(&event);
+        hold
+    }
+
+    fn lost(&self, hold: u64) {
+        self.append(&json!({"lost": hold, "pid": std::process::id(), "at": now()}));
+    }
+
+    fn ended(&self, hold: u64, held: bool) {
+        self.append(&json!({"end": hold, "pid": std::process::id(), "at": now(), "held": held}));
+    }
+}
+
+impl History {
+    /// Appends `event` as one line, in one write, so lines never interleave.
+    fn append(&self, event: &serde_json::Value) {
+        let mut line = event.to_string();
+        line.push('\n');
+        let mut file = (self.file.lock()).unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Err(error) = file.write_all(line.as_bytes()) {
+            tracing::warn!(%error, "could not record a hold in the history");
+        }
     }
 }
 
@@ -110,17 +133,4 @@ fn now() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_nanos())
-}
-
-/// Appends `event` as one line, in one write, so lines never interleave.
-fn append(event: &serde_json::Value) {
-    let Some(file) = RECORD.get() else {
-        return;
-    };
-    let mut line = event.to_string();
-    line.push('\n');
-    let mut file = file.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Err(error) = file.write_all(line.as_bytes()) {
-        tracing::warn!(%error, "could not record a hold in the history");
-    }
 }

@@ -14,6 +14,7 @@ use crate::engine::error::LockError;
 use crate::engine::guard::LockGuard;
 use crate::engine::line::{Baton, RunId};
 use crate::engine::locker::LockerInner;
+use crate::engine::observer;
 use crate::engine::telemetry::StoreOp;
 
 /// A held lock's leases, one per name, counted among the locker's held locks until dropped.
@@ -29,9 +30,8 @@ pub(crate) struct StoreLeases<B: LockBackend> {
     run: Option<RunId>,
     released: AtomicBool,
     taken_at: Instant,
-    /// Its number in the history of holds, if this process records one (`test-util`).
-    #[cfg(any(test, feature = "test-util"))]
-    recorded: Option<u64>,
+    /// Its number among the holds an observer watches, if one does (`engine/observer.rs`).
+    observed: Option<u64>,
 }
 
 impl<B: LockBackend> StoreLeases<B> {
@@ -45,8 +45,7 @@ impl<B: LockBackend> StoreLeases<B> {
         locker.held.fetch_add(1, Ordering::Relaxed);
         guard.lease().meters().taken();
         Self {
-            #[cfg(any(test, feature = "test-util"))]
-            recorded: crate::testing::history::granted(&guard),
+            observed: observer::granted(&guard),
             locker,
             guard,
             leases,
@@ -69,9 +68,8 @@ impl<B: LockBackend> StoreLeases<B> {
     pub(crate) async fn extend(&self) -> Result<bool, BackendError> {
         let sent = Instant::now();
         let extended = self.extend_all().await;
-        #[cfg(any(test, feature = "test-util"))]
         if let Ok(false) = extended {
-            crate::testing::history::lost(self.recorded);
+            observer::lost(self.observed);
         }
         if let (Some(run), Ok(true)) = (self.run, &extended) {
             let lease_ends = lease_deadline(sent, self.locker.settings.ttl);
@@ -118,9 +116,8 @@ impl<B: LockBackend> StoreLeases<B> {
         let give_back = give_back(&*self.locker.backend, &self.guard, &self.leases);
         let meters = self.guard.lease().meters();
         let released = (meters.store_call(StoreOp::Release, store_timeout, give_back)).await;
-        #[cfg(any(test, feature = "test-util"))]
         if let Ok(Ok(false)) = released {
-            crate::testing::history::lost(self.recorded);
+            observer::lost(self.observed);
         }
         match released {
             Ok(Ok(true)) if was_held => Ok(()),
@@ -165,8 +162,7 @@ impl<B: LockBackend> StoreLeases<B> {
     fn ends(&self) -> bool {
         self.record_hold_time();
         let was_held = self.guard.is_held();
-        #[cfg(any(test, feature = "test-util"))]
-        crate::testing::history::ended(self.recorded, was_held);
+        observer::ended(self.observed, was_held);
         self.guard.lease().release();
         was_held
     }
