@@ -91,7 +91,8 @@ fn recorded(kv: &KeyValue) -> Recorded {
 /// makes it. Time held counts from when the holder asked (its key was put, by its process's
 /// clock): for a holder that waited in line, its wait too. Leases are the holders' sessions
 /// (none is shown). Waiters counted: keys in line behind the holder, waiting writers and
-/// readers' claims. Listing reads the namespace's keys in order, a bounded number per page.
+/// readers' claims. Listing reads the namespace's keys in order, a bounded number per page (its
+/// cursor is the key the next page starts at).
 impl Inspect for EtcdBackend {
     async fn inspect(&self, name: &str) -> Result<LockState, BackendError> {
         let (holders, waiting) = self.recorded(name).await?;
@@ -107,15 +108,9 @@ impl Inspect for EtcdBackend {
     ) -> Result<Listing, BackendError> {
         let limit = limit.max(1);
         let namespace = &self.inner.namespace;
-        let escaped = |name: &str| {
-            let mut prefix = LockKeys::new(namespace, name).prefix().to_vec();
-            prefix.pop();
-            prefix
-        };
-        let under = escaped(prefix);
+        let under = escaped(namespace, prefix);
         let from = match after {
-            // Past every key of that lock, `<name>/…`.
-            Some(after) => [escaped(after).as_slice(), b"0"].concat(),
+            Some(after) => parse_cursor(after)?.max(under.clone()),
             None => under.clone(),
         };
         let rows = limit.saturating_mul(KEYS_PER_NAME);
@@ -128,23 +123,29 @@ impl Inspect for EtcdBackend {
             async move { client.kv_client().get(from, Some(options)).await }
         };
         let answer = self.inner.members.call(call).await?;
-        let read = answer.kvs().len();
         let mut names: Vec<String> = Vec::new();
-        let mut last = None;
         for kv in answer.kvs() {
             let Some(name) = lock_name(&kv.key()[namespace.len()..]) else {
                 continue;
             };
-            last = Some(name.clone());
-            if names.last() != Some(&name) {
-                if names.len() == limit {
-                    let next = names.last().cloned();
-                    return Ok(Listing::new(names, next));
-                }
-                names.push(name);
+            if names.last() == Some(&name) {
+                continue;
             }
+            if names.len() == limit {
+                let next = names.last().map(|last| past_lock(namespace, last));
+                return Ok(Listing::new(names, next));
+            }
+            names.push(name);
         }
-        let next = (read == rows).then_some(last).flatten();
+        // A full page goes on past its last lock (whose other keys may follow), or past the
+        // last key read when that was none of a lock's.
+        let next = match (answer.kvs().len() == rows, answer.kvs().last()) {
+            (true, Some(last)) => Some(match lock_name(&last.key()[namespace.len()..]) {
+                Some(name) => past_lock(namespace, &name),
+                None => cursor(&[last.key(), b"\0"].concat()),
+            }),
+            _ => None,
+        };
         Ok(Listing::new(names, next))
     }
 
@@ -176,6 +177,37 @@ fn lock_name(key: &[u8]) -> Option<String> {
     unescape(escaped)
 }
 
+/// The keys of lock `name` and of every lock whose name starts with it start with this:
+/// `<namespace><escaped name>`.
+fn escaped(namespace: &str, name: &str) -> Vec<u8> {
+    let mut prefix = LockKeys::new(namespace, name).prefix().to_vec();
+    prefix.pop();
+    prefix
+}
+
+/// The cursor past every key of lock `name` (`<escaped name>/…`).
+fn past_lock(namespace: &str, name: &str) -> String {
+    cursor(&[escaped(namespace, name).as_slice(), b"0"].concat())
+}
+
+/// A listing's cursor: the key the next page starts at, in hex.
+fn cursor(key: &[u8]) -> String {
+    key.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// The key a listing's cursor names.
+fn parse_cursor(cursor: &str) -> Result<Vec<u8>, BackendError> {
+    let digits = cursor.as_bytes();
+    let bytes = (cursor.is_ascii() && digits.len() % 2 == 0)
+        .then(|| {
+            (digits.chunks(2))
+                .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())
+                .collect::<Option<Vec<u8>>>()
+        })
+        .flatten();
+    bytes.ok_or_else(|| BackendError::new(format!("not a listing's cursor: {cursor:?}")))
+}
+
 /// The end of the range of keys that start with `prefix`.
 fn range_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
@@ -186,4 +218,25 @@ fn range_end(prefix: &[u8]) -> Vec<u8> {
         }
     }
     vec![0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_is_read_back_and_a_stranger_refused() {
+        let key = b"tower-lock/a%2Fb0\0\xff".to_vec();
+        assert_eq!(parse_cursor(&cursor(&key)).unwrap(), key);
+        assert!(parse_cursor("zz").is_err());
+        assert!(parse_cursor("abc").is_err());
+    }
+
+    #[test]
+    fn only_a_locks_own_keys_name_it() {
+        assert_eq!(lock_name(b"a%2Fb/x/token").as_deref(), Some("a/b"));
+        assert_eq!(lock_name(b"coupon:1/s/token").as_deref(), Some("coupon:1"));
+        assert_eq!(lock_name(b"%intent/coupon:1/token"), None);
+        assert_eq!(lock_name(b"%given-up/token"), None);
+    }
 }
