@@ -349,6 +349,9 @@ impl EtcdBackend {
     }
 }
 
+/// How long an extend waits to read its key before the session's word alone decides.
+const KEY_READ_PATIENCE: Duration = Duration::from_millis(500);
+
 /// A grant whose session expired before it could be vouched for (its keys are gone with it).
 fn session_expired() -> BackendError {
     BackendError::new("the etcd session expired while the lock was being taken")
@@ -467,10 +470,11 @@ impl LockBackend for EtcdBackend {
         ttl: Duration,
     ) -> Result<bool, BackendError> {
         let deadline = lease_deadline(Instant::now(), ttl);
-        let (term, key) = tokio::join!(self.inner.session.vouch(deadline), self.still_put(lease));
-        // A key that cannot be read is not known gone: the session vouches alone, as when
-        // the store is cut off.
-        Ok(term.lease == lease.session && key.unwrap_or(true))
+        let read = tokio::time::timeout(KEY_READ_PATIENCE, self.still_put(lease));
+        let (term, key) = tokio::join!(self.inner.session.vouch(deadline), read);
+        // A key that cannot be read in time is not known gone: the session vouches alone, as
+        // when the store is cut off.
+        Ok(term.lease == lease.session && !matches!(key, Ok(Ok(false))))
     }
 
     async fn release(&self, _name: &str, lease: &EtcdLease) -> Result<bool, BackendError> {

@@ -56,9 +56,10 @@ pub const DEFAULT_TABLE: &str = "tower_lock_leases";
 ///     holder         VARCHAR(512) NULL, -- the exclusive holder's label
 ///     since          DATETIME(6) NULL, -- when it took the lock (UTC)
 ///     is_writer      BOOLEAN NOT NULL DEFAULT FALSE, -- it is a writer, not a mutex holder
-///     shared         JSON NOT NULL,    -- readers or permit holders: [{"t": owner token,
-///                                      -- "e": expiry, µs since the epoch, and for an
-///                                      -- operator "l": label, "s": since µs, "p": permits}]
+///     shared         JSON NOT NULL,    -- readers or permit holders:
+///                                      -- [{"t": owner token, "e": expiry, µs since the epoch}]
+///     holders        JSON NULL,        -- their records, for an operator:
+///                                      -- {owner token: [label, since µs, permits; 0 a reader]}
 ///     claims         JSON NULL,        -- waiting readers, the next turn is theirs:
 ///                                      -- [{"t": owner token, "e": expiry, µs since the epoch}]
 ///     writers        JSON NULL,        -- waiting writers, in line by arrival; the first has

@@ -92,14 +92,15 @@ const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
 /// server's UTC clock whatever the session's time zone.
 const EXCLUSIVE_FREE: &str = "(owner IS NULL OR expires_at <= UTC_TIMESTAMP(6))";
 
-/// The row's shared holds as a table of (token, expiry µs, and for an operator: label, since
-/// µs, permits; 0 a reader).
+/// The row's shared holds as a table of (token, expiry µs).
 const HOLDERS: &str = "JSON_TABLE(shared, '$[*]' \
-    COLUMNS (token CHAR(32) PATH '$.t', expiry BIGINT PATH '$.e', label VARCHAR(512) PATH '$.l', \
-        since BIGINT PATH '$.s', permits INT PATH '$.p')) AS holder";
+    COLUMNS (token CHAR(32) PATH '$.t', expiry BIGINT PATH '$.e')) AS holder";
 
-/// One shared hold of [`HOLDERS`] as the `shared` array keeps it.
-const HOLD: &str = "JSON_OBJECT('t', token, 'e', expiry, 'l', label, 's', since, 'p', permits)";
+/// The path of a shared holder's record in `holders`, the token `?`'s, or `holder.token`'s
+/// with `record("holder.token")`.
+fn record(token: &str) -> String {
+    format!("CONCAT('$.\"', {token}, '\"')")
+}
 
 /// Now in milliseconds since the epoch, by the server's UTC clock.
 const NOW_MS: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000";
@@ -127,9 +128,10 @@ impl Statements {
         super::super::sql::check_table_name(table)?;
         let live_count = format!("(SELECT COUNT(*) FROM {HOLDERS} WHERE expiry > {NOW_US})");
         let live_shared = format!(
-            "(SELECT COALESCE(JSON_ARRAYAGG({HOLD}), JSON_ARRAY()) \
+            "(SELECT COALESCE(JSON_ARRAYAGG(JSON_OBJECT('t', token, 'e', expiry)), JSON_ARRAY()) \
              FROM {HOLDERS} WHERE expiry > {NOW_US})"
         );
+        let own_record = record("?");
         let held_shared =
             format!("EXISTS (SELECT 1 FROM {HOLDERS} WHERE token = ? AND expiry > {NOW_US})");
         let free = format!("{EXCLUSIVE_FREE} AND {live_count} = 0");
@@ -177,20 +179,24 @@ impl Statements {
                         holder = IF({TAKEN}, VALUES(holder), holder), \
                         since = IF({TAKEN}, VALUES(since), since), \
                         is_writer = IF({TAKEN}, VALUES(is_writer), is_writer), \
-                        shared = IF({TAKEN}, JSON_ARRAY(), shared){also}"
+                        shared = IF({TAKEN}, JSON_ARRAY(), shared), \
+                        holders = IF({TAKEN}, NULL, holders){also}"
                 ),
                 params,
             };
         let shared = |condition: &str, also: &str, params: &'static [Param]| Statement {
             sql: format!(
-                "INSERT INTO {table} (name, fence, shared) \
+                "INSERT INTO {table} (name, fence, shared, holders) \
                  VALUES (?, 0 * LAST_INSERT_ID(1), \
-                    JSON_ARRAY(JSON_OBJECT('t', ?, 'e', {NOW_US} + ?, 'l', ?, 's', {NOW_US}, \
-                        'p', ?))) \
+                    JSON_ARRAY(JSON_OBJECT('t', ?, 'e', {NOW_US} + ?)), \
+                    JSON_OBJECT(?, JSON_ARRAY(?, {NOW_US}, ?))) \
                  ON DUPLICATE KEY UPDATE \
                     fence = fence + 0 * LAST_INSERT_ID(IF({condition}, 1, 0)), \
                     shared = IF({TAKEN}, JSON_MERGE_PRESERVE({live_shared}, VALUES(shared)), \
-                        shared){also}"
+                        shared), \
+                    holders = IF({TAKEN}, \
+                        JSON_MERGE_PATCH(COALESCE(holders, JSON_OBJECT()), VALUES(holders)), \
+                        holders){also}"
             ),
             params,
         };
@@ -212,6 +218,7 @@ impl Statements {
                     since DATETIME(6) NULL, \
                     is_writer BOOLEAN NOT NULL DEFAULT FALSE, \
                     shared JSON NOT NULL, \
+                    holders JSON NULL, \
                     claims JSON NULL, \
                     writers JSON NULL, \
                     waited BOOLEAN NOT NULL DEFAULT FALSE, \
@@ -246,12 +253,14 @@ impl Statements {
                     ", claims = IF({TAKEN}, {claims_but}, IF(?, JSON_ARRAY_APPEND({claims_but}, \
                         '$', JSON_OBJECT('t', ?, 'e', {NOW_US} + {claim_us})), claims))"
                 ),
-                &[Name, Owner, Ttl, Label, Zero, Owner, Patient, Owner, Owner],
+                &[
+                    Name, Owner, Ttl, Owner, Label, Zero, Owner, Patient, Owner, Owner,
+                ],
             ),
             acquire_permit: shared(
                 &format!("{EXCLUSIVE_FREE} AND {live_count} < ?"),
                 "",
-                &[Name, Owner, Ttl, Label, Permits, Permits],
+                &[Name, Owner, Ttl, Owner, Label, Permits, Permits],
             ),
             holder_left: Statement {
                 sql: format!(
@@ -288,9 +297,8 @@ impl Statements {
             extend_shared: Statement {
                 sql: format!(
                     "UPDATE {table} SET shared = (\
-                        SELECT JSON_ARRAYAGG(JSON_OBJECT('t', token, \
-                            'e', IF(token = ?, {NOW_US} + ?, expiry), \
-                            'l', label, 's', since, 'p', permits)) \
+                        SELECT JSON_ARRAYAGG(JSON_OBJECT(\
+                            't', token, 'e', IF(token = ?, {NOW_US} + ?, expiry))) \
                         FROM {HOLDERS} WHERE expiry > {NOW_US}) \
                      WHERE name = ? AND {held_shared}"
                 ),
@@ -299,11 +307,13 @@ impl Statements {
             release_shared: Statement {
                 sql: format!(
                     "UPDATE {table} SET shared = (\
-                        SELECT COALESCE(JSON_ARRAYAGG({HOLD}), JSON_ARRAY()) \
-                        FROM {HOLDERS} WHERE expiry > {NOW_US} AND token <> ?) \
+                        SELECT COALESCE(JSON_ARRAYAGG(JSON_OBJECT('t', token, 'e', expiry)), \
+                            JSON_ARRAY()) \
+                        FROM {HOLDERS} WHERE expiry > {NOW_US} AND token <> ?), \
+                        holders = JSON_REMOVE(holders, {own_record}) \
                      WHERE name = ? AND {held_shared}"
                 ),
-                params: &[Owner, Name, Owner],
+                params: &[Owner, Owner, Name, Owner],
             },
             // `expires_at` is assigned before `owner`: it still reads whether the old owner was
             // the caller.
@@ -313,13 +323,15 @@ impl Statements {
                         expires_at = IF(owner <=> ?, NULL, expires_at), \
                         owner = IF(owner <=> ?, NULL, owner), \
                         shared = (\
-                            SELECT COALESCE(JSON_ARRAYAGG({HOLD}), JSON_ARRAY()) \
+                            SELECT COALESCE(JSON_ARRAYAGG(JSON_OBJECT('t', token, 'e', expiry)), \
+                                JSON_ARRAY()) \
                             FROM {HOLDERS} WHERE token <> ?), \
+                        holders = JSON_REMOVE(holders, {own_record}), \
                         claims = {claims_but}, \
                         writers = {writers_but} \
                      WHERE name = ?"
                 ),
-                params: &[Owner, Owner, Owner, Owner, Owner, Name],
+                params: &[Owner, Owner, Owner, Owner, Owner, Owner, Name],
             },
             ensure_row: format!(
                 "INSERT INTO {table} (name, fence, shared) VALUES (?, 0, JSON_ARRAY()) \
@@ -355,11 +367,20 @@ impl Statements {
                     + (SELECT COUNT(*) FROM {CLAIMS} WHERE expiry > {NOW_US}) \
                  FROM {table} WHERE name = ?"
             ),
-            inspect_shared: format!(
-                "SELECT holder.token, holder.label, holder.since DIV 1000, holder.expiry DIV 1000, \
-                    COALESCE(holder.permits, 0) \
-                 FROM {table}, {HOLDERS} WHERE name = ? AND holder.expiry > {NOW_US}"
-            ),
+            inspect_shared: {
+                let field = |index: u8| {
+                    let path = record("holder.token");
+                    format!("JSON_EXTRACT(holders, CONCAT({path}, '[{index}]'))")
+                };
+                format!(
+                    "SELECT holder.token, CAST(JSON_UNQUOTE({}) AS CHAR), CAST({} AS SIGNED) DIV 1000, \
+                        holder.expiry DIV 1000, CAST(COALESCE({}, 0) AS SIGNED) \
+                     FROM {table}, {HOLDERS} WHERE name = ? AND holder.expiry > {NOW_US}",
+                    field(0),
+                    field(1),
+                    field(2)
+                )
+            },
             held_page: format!(
                 "SELECT name, NOT ({free}) FROM {table} \
                  WHERE name >= ? AND name > ? ORDER BY name LIMIT ?"

@@ -99,6 +99,7 @@ impl<K: SessionLock> SessionLocks<K> {
     }
 
     /// The pool the locks' connections come from.
+    #[cfg(feature = "postgres")]
     pub(in crate::backend) fn pool(&self) -> &ReachablePool<K::Db> {
         &self.pool
     }

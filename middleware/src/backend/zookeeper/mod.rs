@@ -54,6 +54,9 @@ mod session;
 mod shapes;
 mod watches;
 
+/// How long an extend waits to read its node before the session's word alone decides.
+const NODE_READ_PATIENCE: Duration = Duration::from_millis(500);
+
 /// The path every node of the backend lies under, unless [`ZookeeperSettings::root`] says
 /// otherwise.
 pub const DEFAULT_ROOT: &str = "/tower-lock";
@@ -460,11 +463,11 @@ impl LockBackend for ZookeeperBackend {
         ttl: Duration,
     ) -> Result<bool, BackendError> {
         let deadline = lease_deadline(Instant::now(), ttl);
-        let (term, node) =
-            tokio::join!(self.inner.session.vouch(deadline), self.still_there(lease));
-        // A node that cannot be read is not known gone: the session vouches alone, as when
-        // the ensemble is cut off.
-        Ok(term.session == lease.session && node.unwrap_or(true))
+        let read = tokio::time::timeout(NODE_READ_PATIENCE, self.still_there(lease));
+        let (term, node) = tokio::join!(self.inner.session.vouch(deadline), read);
+        // A node that cannot be read in time is not known gone: the session vouches alone, as
+        // when the ensemble is cut off.
+        Ok(term.session == lease.session && !matches!(node, Ok(Ok(false))))
     }
 
     async fn release(&self, _name: &str, lease: &ZookeeperLease) -> Result<bool, BackendError> {
