@@ -49,7 +49,7 @@ mod redlock_url {
 }
 
 mod advisory_url {
-    tower_lock::conformance_suite!(super::AdvisoryByUrl, inspect);
+    tower_lock::conformance_suite!(super::AdvisoryByUrl);
 }
 
 /// A fresh `redis-server`, its backends connected by `redis://` URL.

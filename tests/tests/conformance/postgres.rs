@@ -25,7 +25,7 @@ mod lease_rows {
 }
 
 mod advisory {
-    tower_lock::conformance_suite!(super::AdvisoryStore, inspect);
+    tower_lock::conformance_suite!(super::AdvisoryStore);
 }
 
 /// A fresh schema whose lease table the backends share.
@@ -138,4 +138,48 @@ async fn a_release_wakes_one_waiting_writer_not_all() {
         handoffs <= 3 * WRITERS,
         "{handoffs} write attempts for {WRITERS} handoffs: releases woke every waiter"
     );
+}
+
+/// Beyond the suite, whose operator's cases read the locker's label: an advisory lock's holder
+/// is the session PostgreSQL names (its application name and pid); the operator's release ends
+/// that session, so the lock is free when it answers and the holder learns at its next renewal
+/// that it lost it. The twin: before the release, the lock stays busy.
+#[tokio::test]
+async fn an_operator_sees_and_frees_an_advisory_lock_by_its_session() {
+    let schema = PostgresSchema::create().await;
+    let stuck = AdvisoryBackend::with_pool(schema.pool_as("stuck").await, schema.name());
+    let stuck = Locker::builder(stuck)
+        .ttl(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let operator = AdvisoryBackend::with_pool(schema.pool().await, schema.name());
+    let operator = Locker::builder(operator).reject().build().unwrap();
+    let held = stuck.lock("coupon:1").await.expect("free");
+
+    let state = operator.inspect("coupon:1").await.expect("inspected");
+    let [holder] = &state.holders[..] else {
+        panic!("one holder: {state:?}");
+    };
+    assert!(
+        holder.label.starts_with("stuck ") && holder.label.contains("(pid "),
+        "the holding session as PostgreSQL names it: {holder:?}"
+    );
+    assert_eq!((holder.fence, holder.lease_left), (None, None));
+    assert!(
+        operator.lock("coupon:1").await.is_err(),
+        "busy before the release"
+    );
+    assert!(
+        operator.held_keys("", None, 10).await.is_err(),
+        "hashes cannot be listed"
+    );
+
+    let freed = operator.force_release("coupon:1").await.expect("released");
+    assert_eq!(freed.len(), 1, "{freed:?}");
+    operator
+        .lock("coupon:1")
+        .await
+        .expect("free once its session ended");
+    let told = tokio::time::timeout(Duration::from_secs(1), held.lost()).await;
+    assert!(told.is_ok(), "the holder learns at its next renewal");
 }

@@ -122,7 +122,6 @@ impl SessionLock for Nowait {
         &self,
         connection: &mut PoolConnection<MySql>,
         name: &str,
-        _holder: &str,
     ) -> Result<bool, sqlx::Error> {
         for _ in 0..2 {
             (&mut **connection).execute(BEGIN).await?;

@@ -77,28 +77,21 @@ pub(crate) struct Advisory {
     namespace: Arc<str>,
 }
 
-/// Takes the lock and, when taken, names the session after its holder (`$2`, the record
-/// `inspection.rs` reads): in the same statement, so at no extra round trip.
-const LOCK: &str = "SELECT CASE WHEN pg_try_advisory_lock(hashtextextended($1, 0)) \
-    THEN set_config('application_name', $2, false) IS NOT NULL ELSE false END";
+const LOCK: &str = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))";
 const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended($1, 0))";
 
 impl Advisory {
-    /// Runs `statement` (`LOCK` or `UNLOCK`) on `name` in `connection`'s session, with
-    /// `record` where it takes one.
+    /// Runs `statement` (`LOCK` or `UNLOCK`) on `name` in `connection`'s session.
     async fn call(
         &self,
         statement: &'static str,
         connection: &mut PoolConnection<Postgres>,
         name: &str,
-        record: Option<String>,
     ) -> Result<bool, sqlx::Error> {
-        let query = sqlx::query_scalar(statement).bind(self.hashed_name(name));
-        let query = match record {
-            Some(record) => query.bind(record),
-            None => query,
-        };
-        query.fetch_one(&mut **connection).await
+        sqlx::query_scalar(statement)
+            .bind(self.hashed_name(name))
+            .fetch_one(&mut **connection)
+            .await
     }
 
     /// What the lock on `name` hashes.
@@ -114,10 +107,8 @@ impl SessionLock for Advisory {
         &self,
         connection: &mut PoolConnection<Postgres>,
         name: &str,
-        holder: &str,
     ) -> Result<bool, sqlx::Error> {
-        let record = inspection::session_name(holder);
-        self.call(LOCK, connection, name, Some(record)).await
+        self.call(LOCK, connection, name).await
     }
 
     async fn unlock(
@@ -125,7 +116,7 @@ impl SessionLock for Advisory {
         connection: &mut PoolConnection<Postgres>,
         name: &str,
     ) -> Result<bool, sqlx::Error> {
-        self.call(UNLOCK, connection, name, None).await
+        self.call(UNLOCK, connection, name).await
     }
 }
 

@@ -21,13 +21,11 @@ pub(in crate::backend) trait SessionLock: Clone + Send + Sync + 'static {
     /// The database whose sessions hold the locks.
     type Db: Database;
 
-    /// Takes `name`'s lock in `connection`'s session if it is free, for the locker labelled
-    /// `holder`: whether it was.
+    /// Takes `name`'s lock in `connection`'s session if it is free: whether it was.
     fn lock(
         &self,
         connection: &mut PoolConnection<Self::Db>,
         name: &str,
-        holder: &str,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
     /// Gives `name`'s lock back in `connection`'s session: whether the session held it.
@@ -113,10 +111,9 @@ impl<K: SessionLock> SessionLocks<K> {
     async fn try_lock(
         &self,
         name: &str,
-        holder: &str,
     ) -> Result<Attempt<Granted<ConnectionLease<K::Db>>>, BackendError> {
         let mut connection = self.pool.connection().await?;
-        match self.kind.lock(&mut connection, name, holder).await {
+        match self.kind.lock(&mut connection, name).await {
             Ok(true) => Ok(Attempt::Acquired(Granted {
                 lease: ConnectionLease::new(connection),
                 fence: None,
@@ -146,7 +143,7 @@ impl<K: SessionLock> LockBackend for SessionLocks<K> {
             &self.slots,
             name,
             request,
-            |backend, name, request| async move { backend.try_lock(&name, request.holder).await },
+            |backend, name, _| async move { backend.try_lock(&name).await },
         )
         .await
     }

@@ -1,29 +1,17 @@
 //! The operator's view of advisory locks: PostgreSQL knows which session holds one
-//! (`pg_locks`), and the session is named after its holder (`application_name`, set by the
-//! statement that took the lock); the operator's release ends that session.
+//! (`pg_locks`) and what that session is (`pg_stat_activity`); the operator's release ends it.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::AdvisoryBackend;
 use crate::backend::{BackendError, Hold, Holding, Inspect, Listing, LockState};
 
-/// What a holding session's `application_name` starts with.
-const MARK: &str = "tower-lock ";
-
-/// The holding session's name for the locker labelled `holder`: `tower-lock <since ms>
-/// <label>`. PostgreSQL keeps 63 bytes of it (a longer label is cut) and shows characters
-/// outside ASCII as `?`.
-pub(super) fn session_name(holder: &str) -> String {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis();
-    format!("{MARK}{since} {holder}")
-}
-
-/// The sessions holding the advisory lock whose key `$1` hashes to, in this database: (pid,
-/// application name).
-const HOLDERS: &str = "SELECT activity.pid, activity.application_name \
+/// The sessions holding the advisory lock whose key `$1` hashes to, in this database: pid,
+/// the session's name as PostgreSQL shows it (`<application_name> (pid <pid>)`), and the ms
+/// since its last statement — the one that took the lock, as a holder's renewals only ping.
+const HOLDERS: &str = "SELECT activity.pid, \
+        trim(coalesce(activity.application_name, '') || ' (pid ' || activity.pid || ')'), \
+        (extract(epoch FROM clock_timestamp() - activity.state_change) * 1000)::bigint \
     FROM pg_locks AS held JOIN pg_stat_activity AS activity ON activity.pid = held.pid \
     WHERE held.locktype = 'advisory' AND held.granted AND held.objsubid = 1 \
         AND held.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
@@ -34,38 +22,33 @@ const HOLDERS: &str = "SELECT activity.pid, activity.application_name \
 const RELEASE_PATIENCE: Duration = Duration::from_secs(2);
 
 impl AdvisoryBackend {
-    /// The sessions holding `name`'s lock, and what their names record.
+    /// The sessions holding `name`'s lock, and what PostgreSQL says of them.
     async fn holders(&self, name: &str) -> Result<Vec<(i32, Holding)>, BackendError> {
-        let rows: Vec<(i32, Option<String>)> = sqlx::query_as(HOLDERS)
+        let rows: Vec<(i32, Option<String>, Option<i64>)> = sqlx::query_as(HOLDERS)
             .bind(self.0.kind().hashed_name(name))
             .fetch_all(&mut *self.0.pool().connection().await?)
             .await
             .map_err(BackendError::new)?;
-        let holding = |application: Option<String>| {
-            let record = application.unwrap_or_default();
-            let mut fields = record.strip_prefix(MARK).unwrap_or_default().splitn(2, ' ');
-            let since = fields.next().and_then(|since| since.parse::<u64>().ok());
-            let label = fields.next().unwrap_or_default();
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or_default();
-            let held_for = since.map_or(Duration::ZERO, |since| {
-                now.saturating_sub(Duration::from_millis(since))
-            });
-            Holding::new(Hold::Mutex, label, held_for, None)
+        let holding = |(pid, session, idle_ms): (i32, Option<String>, Option<i64>)| {
+            let held_for =
+                Duration::from_millis(idle_ms.and_then(|ms| u64::try_from(ms).ok()).unwrap_or(0));
+            (
+                pid,
+                Holding::new(Hold::Mutex, session.unwrap_or_default(), held_for, None),
+            )
         };
-        Ok((rows.into_iter())
-            .map(|(pid, application)| (pid, holding(application)))
-            .collect())
+        Ok(rows.into_iter().map(holding).collect())
     }
 }
 
-/// Advisory locks' holders: the session PostgreSQL says holds the lock, named by the statement
-/// that took it (label cut to fit 63 bytes); no fence, no lease (the session is the lease),
-/// no waiters (they poll). The names held cannot be listed: PostgreSQL keeps their hashes.
-/// The operator's release ends the holder's session (`pg_terminate_backend`: the role needs
-/// to be the holder's or have `pg_signal_backend`), which frees the lock; the holder's next
-/// renewal finds its connection gone and reports the lock lost.
+/// Advisory locks' holders: the session PostgreSQL says holds the lock, named as PostgreSQL
+/// shows it — its `application_name` and pid, not the locker's label, which a session lock
+/// has nowhere to keep without overwriting the application's own — held since the session's
+/// last statement; no fence, no lease (the session is the lease), no waiters (they poll). The
+/// names held cannot be listed: PostgreSQL keeps their hashes. The operator's release ends
+/// the holder's session (`pg_terminate_backend`: the role must be the holder's or have
+/// `pg_signal_backend`); the holder's next renewal finds its connection gone and reports the
+/// lock lost.
 impl Inspect for AdvisoryBackend {
     async fn inspect(&self, name: &str) -> Result<LockState, BackendError> {
         let holders = self.holders(name).await?;
