@@ -13,6 +13,9 @@ use super::ConsensusStore;
 /// How long the requests are counted.
 const WAITED: Duration = Duration::from_secs(3);
 
+/// The holder's lease: its first renewal comes after the counting ends.
+const HOLDER_TTL: Duration = Duration::from_secs(20);
+
 /// Sessions long enough to renew themselves rarely (see
 /// [`ConsensusStore::HEARTBEATS_IN_3_S`]).
 const SESSION: Duration = Duration::from_secs(40);
@@ -68,7 +71,10 @@ async fn requests_while_waiting<S: ConsensusStore>(
     configure: impl FnOnce(LockerBuilder<S::Backend>) -> LockerBuilder<S::Backend>,
 ) -> u64 {
     let cluster = S::start(1);
+    // A lease renewed after the counting (every TTL/3): a renewal reads the holder's key or
+    // node, which is the holder's request, not the waiter's.
     let holder = Locker::builder(cluster.backend(&[0], SESSION).await)
+        .ttl(HOLDER_TTL)
         .build()
         .expect("valid settings");
     let waiter =
