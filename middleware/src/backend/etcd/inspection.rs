@@ -198,7 +198,7 @@ fn cursor(key: &[u8]) -> String {
 /// The key a listing's cursor names.
 fn parse_cursor(cursor: &str) -> Result<Vec<u8>, BackendError> {
     let digits = cursor.as_bytes();
-    let bytes = (cursor.is_ascii() && digits.len() % 2 == 0)
+    let bytes = (cursor.is_ascii() && digits.len().is_multiple_of(2))
         .then(|| {
             (digits.chunks(2))
                 .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())

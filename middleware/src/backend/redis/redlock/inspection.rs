@@ -10,7 +10,7 @@ use crate::token::OwnerToken;
 impl RedlockBackend {
     /// Each answering master's answer to `call`, or the error when fewer than a majority
     /// answered.
-    async fn from_quorum<T, F>(
+    async fn answered_by_a_quorum<T, F>(
         &self,
         name: &str,
         call: impl Fn(usize) -> F,
@@ -39,8 +39,9 @@ impl RedlockBackend {
 /// that answers; a majority must.
 impl Inspect for RedlockBackend {
     async fn inspect(&self, name: &str) -> Result<LockState, BackendError> {
-        let answers =
-            (self.from_quorum(name, |master| self.masters[master].backend.recorded(name))).await?;
+        let answers = (self
+            .answered_by_a_quorum(name, |master| self.masters[master].backend.recorded(name)))
+        .await?;
         let mut seen: HashMap<OwnerToken, (usize, Holding)> = HashMap::new();
         for (recorded, _) in answers {
             for holder in recorded {
@@ -84,7 +85,7 @@ impl Inspect for RedlockBackend {
 
     async fn force_release(&self, name: &str) -> Result<Vec<Holding>, BackendError> {
         let state = self.inspect(name).await?;
-        self.from_quorum(name, |master| {
+        self.answered_by_a_quorum(name, |master| {
             self.masters[master].backend.force_release(name)
         })
         .await?;
