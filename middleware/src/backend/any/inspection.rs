@@ -2,33 +2,9 @@
 //! chosen store's own [`Inspect`].
 
 use super::mutex_store::MutexStore;
-use super::store::Store;
+use super::store::{Store, each_store};
 use super::{AnyBackend, AnyMutexBackend};
 use crate::backend::{BackendError, Holding, Inspect, Listing, LockState};
-
-/// `$body` with `$backend` bound to the chosen store's backend, for every store of an
-/// [`AnyBackend`].
-macro_rules! each_store {
-    ($store:expr, $backend:ident => $body:expr) => {
-        match $store {
-            Store::Memory($backend) => $body,
-            #[cfg(feature = "redis")]
-            Store::Redis($backend) => $body,
-            #[cfg(feature = "redis-cluster")]
-            Store::RedisCluster($backend) => $body,
-            #[cfg(feature = "redis-sentinel")]
-            Store::RedisSentinel($backend) => $body,
-            #[cfg(feature = "postgres")]
-            Store::Postgres($backend) => $body,
-            #[cfg(feature = "mysql")]
-            Store::Mysql($backend) => $body,
-            #[cfg(feature = "etcd")]
-            Store::Etcd($backend) => $body,
-            #[cfg(feature = "zookeeper")]
-            Store::Zookeeper($backend) => $body,
-        }
-    };
-}
 
 impl Inspect for AnyBackend {
     async fn inspect(&self, name: &str) -> Result<LockState, BackendError> {

@@ -89,6 +89,7 @@ macro_rules! each_store {
         }
     };
 }
+pub(super) use each_store;
 
 impl AnyBackend {
     pub(super) fn on(store: Store) -> Self {
