@@ -42,8 +42,14 @@ impl MysqlDatabase {
 
     /// A pool of its own on this database, as another process would have.
     pub async fn pool(&self) -> MySqlPool {
+        self.pool_of(4).await
+    }
+
+    /// A pool of its own of up to `connections` connections (a lock held in a session keeps
+    /// one).
+    pub async fn pool_of(&self, connections: u32) -> MySqlPool {
         MySqlPoolOptions::new()
-            .max_connections(4)
+            .max_connections(connections)
             .connect(&self.url())
             .await
             .expect("MariaDB answered a moment ago")

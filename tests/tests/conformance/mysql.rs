@@ -23,7 +23,7 @@ mod lease_rows {
 }
 
 mod nowait {
-    tower_lock::conformance_suite!(super::NowaitStore);
+    tower_lock::conformance_suite!(super::NowaitStore, inspect, listing);
 }
 
 /// A fresh database whose lease table the backends share.
@@ -54,7 +54,7 @@ impl Store for NowaitStore {
     }
 
     async fn backend(&self) -> NowaitBackend {
-        NowaitBackend::with_table(self.0.pool().await, &self.0.table("rows"))
+        NowaitBackend::with_table(self.0.pool_of(8).await, &self.0.table("rows"))
             .await
             .expect("the row table is created")
     }

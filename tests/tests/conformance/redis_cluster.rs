@@ -14,6 +14,7 @@ tower_lock::conformance_suite!(
     shared_leases,
     wait_queue,
     inspect,
+    listing,
     inspect_shapes
 );
 

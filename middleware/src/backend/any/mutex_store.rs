@@ -66,6 +66,7 @@ macro_rules! each_mutex_store {
         }
     };
 }
+pub(super) use each_mutex_store;
 
 impl AnyMutexBackend {
     pub(super) fn on(store: MutexStore) -> Self {

@@ -10,6 +10,7 @@ use sqlx::{Executor, MySql, MySqlPool};
 
 use super::statements::MAX_NAME_LEN;
 use crate::backend::BackendError;
+use crate::backend::holder_label::MAX_LABEL_LEN;
 use crate::backend::sql::session::{SessionLock, SessionLocks, session_backend};
 use crate::backend::sql::{check_table_name, connect_pool};
 
@@ -43,11 +44,16 @@ const LOCK_WAIT_TIMEOUT: u16 = 1205;
 /// * **Mutex only, waiters poll** (with backoff; MySQL has no `LISTEN`).
 ///
 /// The table is created on connect when it is missing (idempotent), and a row is added the
-/// first time a name is locked:
+/// first time a name is locked; the holder writes its label, start and session into the row it
+/// locked, uncommitted — gone with the transaction — so that an operator reading the rows
+/// uncommitted sees who holds each lock ([`Inspect`](crate::backend::Inspect)):
 ///
 /// ```sql
 /// CREATE TABLE IF NOT EXISTS tower_lock_rows (
-///     name VARBINARY(512) NOT NULL PRIMARY KEY
+///     name VARBINARY(512) NOT NULL PRIMARY KEY,
+///     holder VARBINARY(128) NULL,
+///     since DATETIME(6) NULL,
+///     session BIGINT UNSIGNED NULL
 /// ) ENGINE = InnoDB;
 /// ```
 ///
@@ -85,15 +91,17 @@ impl NowaitBackend {
     pub async fn with_table(pool: MySqlPool, table: &str) -> Result<Self, BackendError> {
         check_table_name(table)?;
         let create = format!(
-            "CREATE TABLE IF NOT EXISTS {table} \
-             (name VARBINARY({MAX_NAME_LEN}) NOT NULL PRIMARY KEY) ENGINE = InnoDB"
+            "CREATE TABLE IF NOT EXISTS {table} (\
+                name VARBINARY({MAX_NAME_LEN}) NOT NULL PRIMARY KEY, \
+                holder VARBINARY({MAX_LABEL_LEN}) NULL, \
+                since DATETIME(6) NULL, \
+                session BIGINT UNSIGNED NULL) ENGINE = InnoDB"
         );
         sqlx::query(&create)
             .execute(&pool)
             .await
             .map_err(BackendError::new)?;
         let nowait = Nowait {
-            lock_row: format!("SELECT 1 FROM {table} WHERE name = ? FOR UPDATE NOWAIT").into(),
             add_row: format!("INSERT IGNORE INTO {table} (name) VALUES (?)").into(),
             table: table.into(),
         };
@@ -105,33 +113,46 @@ impl NowaitBackend {
 #[derive(Clone, Debug)]
 pub(crate) struct Nowait {
     table: Arc<str>,
-    lock_row: Arc<str>,
     add_row: Arc<str>,
 }
 
-/// Starts the transaction that will hold the row lock. Read committed: a name without a row
-/// yet takes no gap lock that would stall other names' rows being added.
-const BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION";
+impl Nowait {
+    /// One round trip that takes `name`'s row for the holder labelled `holder`: the transaction
+    /// that will hold the row lock begins, the row is locked without waiting (a row back: it
+    /// was free), and the holder's record written into it, uncommitted. Read committed: a name
+    /// without a row yet takes no gap lock that would stall other names' rows being added.
+    /// Names and labels go as hexadecimal literals, which cannot break out of the statement.
+    fn lock_row(&self, name: &str, holder: &str) -> String {
+        let (table, name) = (&self.table, hex_literal(name));
+        format!(
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION; \
+             SELECT 1 FROM {table} WHERE name = {name} FOR UPDATE NOWAIT; \
+             UPDATE {table} SET holder = {}, since = UTC_TIMESTAMP(6), session = CONNECTION_ID() \
+             WHERE name = {name}",
+            hex_literal(holder)
+        )
+    }
+}
 
 impl SessionLock for Nowait {
     type Db = MySql;
 
-    /// `BEGIN`, then the row locked without waiting; a name locked for the first time gets
-    /// its row (outside the transaction) and is asked again.
+    /// The row locked without waiting, in a transaction left open, and the holder's record
+    /// written into it; a name locked for the first time gets its row (outside the
+    /// transaction) and is asked again.
     async fn lock(
         &self,
         connection: &mut PoolConnection<MySql>,
         name: &str,
+        holder: &str,
     ) -> Result<bool, sqlx::Error> {
+        let lock_row = self.lock_row(name, holder);
         for _ in 0..2 {
-            (&mut **connection).execute(BEGIN).await?;
-            let locked = sqlx::query(&self.lock_row)
-                .bind(name.as_bytes())
-                .fetch_optional(&mut **connection)
-                .await;
+            // Every statement's answer read, so that an error of the last is not left behind.
+            let locked = (&mut **connection).fetch_all(&*lock_row).await;
             match locked {
-                Ok(Some(_)) => return Ok(true),
-                Ok(None) => {
+                Ok(rows) if !rows.is_empty() => return Ok(true),
+                Ok(_) => {
                     (&mut **connection).execute("ROLLBACK").await?;
                     sqlx::query(&self.add_row)
                         .bind(name.as_bytes())
@@ -166,15 +187,28 @@ impl SessionLock for Nowait {
     }
 }
 
+/// `bytes` as a MySQL hexadecimal literal: `X'6b6579'`.
+fn hex_literal(bytes: impl AsRef<[u8]>) -> String {
+    let digits: String = (bytes.as_ref().iter())
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!("X'{digits}'")
+}
+
 /// Whether `error` says the row is locked by another transaction.
 fn is_locked_elsewhere(error: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(error) = error else {
-        return false;
-    };
-    error
-        .try_downcast_ref::<MySqlDatabaseError>()
-        .is_some_and(|error| matches!(error.number(), LOCK_NOWAIT | LOCK_WAIT_TIMEOUT))
+    matches!(error_number(error), Some(LOCK_NOWAIT | LOCK_WAIT_TIMEOUT))
 }
+
+/// The server's error number, for an error the server answered.
+fn error_number(error: &sqlx::Error) -> Option<u16> {
+    let sqlx::Error::Database(error) = error else {
+        return None;
+    };
+    (error.try_downcast_ref::<MySqlDatabaseError>()).map(MySqlDatabaseError::number)
+}
+
+mod inspection;
 
 session_backend!(NowaitBackend, MySql, "mysql-nowait");
 

@@ -103,10 +103,12 @@ impl Advisory {
 impl SessionLock for Advisory {
     type Db = Postgres;
 
+    /// The session is the holder: PostgreSQL names it (see the operator's view).
     async fn lock(
         &self,
         connection: &mut PoolConnection<Postgres>,
         name: &str,
+        _holder: &str,
     ) -> Result<bool, sqlx::Error> {
         self.call(LOCK, connection, name).await
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::aio::ConnectionLike;
+use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{
     Cmd, ConnectionInfo, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
     ServerErrorKind, Value,
@@ -46,6 +46,19 @@ const LONGEST_WAIT: Duration = Duration::from_millis(200);
 #[derive(Clone)]
 pub struct ClusterLink {
     topology: Arc<Topology>,
+}
+
+impl ClusterLink {
+    /// The masters serving slots now, by address in order, each with its own connection.
+    pub(super) fn masters(&self) -> Vec<(String, ConnectionManager)> {
+        let masters = self.topology.masters().into_iter();
+        let mut masters: Vec<_> = masters
+            .map(|node| (node.address().to_owned(), node.connection()))
+            .collect();
+        masters.sort_by(|(a, _), (b, _)| a.cmp(b));
+        masters.dedup_by(|(a, _), (b, _)| a == b);
+        masters
+    }
 }
 
 impl std::fmt::Debug for ClusterLink {

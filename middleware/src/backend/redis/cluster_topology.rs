@@ -281,6 +281,11 @@ impl Node {
         &self.0.address
     }
 
+    /// This node's own connection, for commands about the node itself (its keys).
+    pub(super) fn connection(&self) -> ConnectionManager {
+        self.0.connection.clone()
+    }
+
     /// Sends on this node's connection, counting the command as waiting until it is answered
     /// (or dropped).
     pub(super) async fn send<T>(

@@ -21,25 +21,56 @@ pub trait RedisConnection: ConnectionLike + Clone + Send + Sync + 'static + seal
     /// in different hash slots are taken one by one.
     #[doc(hidden)]
     const SHARDED: bool;
+
+    /// A connection to one node that holds keys.
+    #[doc(hidden)]
+    type KeyNode: ConnectionLike + Clone + Send;
+
+    /// The nodes whose keys together are the store's (a cluster's masters), in order of their
+    /// addresses (`host:port`; one node: an empty address), each with a connection to it
+    /// alone; `None` where the connection cannot address one node.
+    #[doc(hidden)]
+    fn key_nodes(&self) -> Option<Vec<(String, Self::KeyNode)>>;
 }
 
 impl RedisConnection for ConnectionManager {
     const SHARDED: bool = false;
+    type KeyNode = Self;
+
+    fn key_nodes(&self) -> Option<Vec<(String, Self)>> {
+        Some(vec![(String::new(), self.clone())])
+    }
 }
 
 #[cfg(feature = "redis-cluster")]
 impl RedisConnection for ClusterLink {
     const SHARDED: bool = true;
+    type KeyNode = ConnectionManager;
+
+    fn key_nodes(&self) -> Option<Vec<(String, ConnectionManager)>> {
+        Some(self.masters())
+    }
 }
 
+/// redis-rs's cluster connection routes by key: it cannot be asked for one node's keys.
 #[cfg(feature = "redis-cluster")]
 impl RedisConnection for redis::cluster_async::ClusterConnection {
     const SHARDED: bool = true;
+    type KeyNode = Self;
+
+    fn key_nodes(&self) -> Option<Vec<(String, Self)>> {
+        None
+    }
 }
 
 #[cfg(feature = "redis-sentinel")]
 impl RedisConnection for SentinelConnection {
     const SHARDED: bool = false;
+    type KeyNode = Self;
+
+    fn key_nodes(&self) -> Option<Vec<(String, Self)>> {
+        Some(vec![(String::new(), self.clone())])
+    }
 }
 
 mod sealed {

@@ -131,7 +131,9 @@ fn fence_of(value: u64) -> Option<FencingToken> {
 /// younger than a third of its TTL may show none. Waiters counted: tickets in the lock's line,
 /// waiting writers and readers' claims (one that gave up within the last 2 s may still count);
 /// a waiter that only listens for the release leaves nothing to count. Listing pages through
-/// one node's keys with `SCAN`: not on a Redis Cluster.
+/// the keys with `SCAN`, on a Redis Cluster master after master in order of their addresses (a
+/// failover or resharding during the listing may repeat or skip a lock, as `SCAN` may); not
+/// through redis-rs's own `ClusterConnection`, which cannot address one master.
 impl<C: RedisConnection> Inspect for RedisBackend<C> {
     async fn inspect(&self, name: &str) -> Result<LockState, BackendError> {
         let (holders, waiting) = self.recorded(name).await?;
@@ -145,24 +147,36 @@ impl<C: RedisConnection> Inspect for RedisBackend<C> {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Listing, BackendError> {
-        if C::SHARDED {
-            return Err(BackendError::new(
-                "listing held locks pages through one node's keys (SCAN); on a Redis Cluster \
-                 it is not supported yet",
-            ));
-        }
+        let nodes = self.connection.key_nodes().ok_or_else(|| {
+            BackendError::new(
+                "redis-rs's own ClusterConnection routes by key and cannot page through one \
+                 master's keys: listing held locks needs RedisBackend::connect_cluster",
+            )
+        })?;
         let limit = limit.max(1);
-        let (mut cursor, mut skip) = parse_cursor(after)?;
+        let ScanCursor {
+            node,
+            mut cursor,
+            mut skip,
+        } = ScanCursor::parse(after)?;
+        // The node the cursor names, or the next in address order if it is gone.
+        let Some(mut index) = nodes.iter().position(|(address, _)| *address >= node) else {
+            return Ok(Listing::default());
+        };
+        if nodes[index].0 != node {
+            (cursor, skip) = (0, 0);
+        }
         let pattern = format!("{{{}*}}", escape_glob(prefix));
         let mut names = Vec::new();
         for _ in 0..SCANS_PER_PAGE {
+            let (address, connection) = &nodes[index];
             let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
                 .arg(cursor)
                 .arg("MATCH")
                 .arg(&pattern)
                 .arg("COUNT")
                 .arg(limit.max(64))
-                .query_async(&mut self.connection.clone())
+                .query_async(&mut connection.clone())
                 .await
                 .map_err(BackendError::new)?;
             let batch: Vec<String> = keys.iter().filter_map(|key| lock_name(key)).collect();
@@ -170,18 +184,22 @@ impl<C: RedisConnection> Inspect for RedisBackend<C> {
             let fresh = batch.len().saturating_sub(skip);
             names.extend(batch.into_iter().skip(skip).take(room));
             if fresh > room {
-                return Ok(Listing::new(
-                    names,
-                    Some(format!("{cursor}/{}", skip + room)),
-                ));
+                let rest = ScanCursor::at(address, cursor, skip + room);
+                return Ok(Listing::new(names, Some(rest)));
             }
             (cursor, skip) = (next, 0);
-            if cursor == 0 || names.len() == limit {
+            if cursor == 0 {
+                index += 1;
+                if index == nodes.len() {
+                    return Ok(Listing::new(names, None));
+                }
+            }
+            if names.len() == limit {
                 break;
             }
         }
-        let next = (cursor != 0).then(|| format!("{cursor}/0"));
-        Ok(Listing::new(names, next))
+        let next = ScanCursor::at(&nodes[index].0, cursor, 0);
+        Ok(Listing::new(names, Some(next)))
     }
 
     async fn force_release(&self, name: &str) -> Result<Vec<Holding>, BackendError> {
@@ -202,15 +220,43 @@ impl<C: RedisConnection> Inspect for RedisBackend<C> {
     }
 }
 
-/// A page's cursor, `<SCAN cursor>/<keys of that batch already listed>`.
-fn parse_cursor(after: Option<&str>) -> Result<(u64, usize), BackendError> {
-    let Some(after) = after else {
-        return Ok((0, 0));
-    };
-    let parsed = after
-        .split_once('/')
-        .and_then(|(cursor, skip)| Some((cursor.parse().ok()?, skip.parse().ok()?)));
-    parsed.ok_or_else(|| BackendError::new(format!("not a listing's cursor: {after:?}")))
+/// Where a listing's page starts: a node (its address; empty on one node), its `SCAN` cursor,
+/// and how many keys of that cursor's batch were listed already. Written
+/// `[<address>@]<cursor>/<listed>`.
+struct ScanCursor {
+    node: String,
+    cursor: u64,
+    skip: usize,
+}
+
+impl ScanCursor {
+    fn at(node: &str, cursor: u64, skip: usize) -> String {
+        if node.is_empty() {
+            format!("{cursor}/{skip}")
+        } else {
+            format!("{node}@{cursor}/{skip}")
+        }
+    }
+
+    fn parse(after: Option<&str>) -> Result<Self, BackendError> {
+        let Some(after) = after else {
+            return Ok(Self {
+                node: String::new(),
+                cursor: 0,
+                skip: 0,
+            });
+        };
+        let (node, rest) = after.rsplit_once('@').unwrap_or(("", after));
+        let parsed = (rest.split_once('/'))
+            .and_then(|(cursor, skip)| Some((cursor.parse().ok()?, skip.parse().ok()?)));
+        let (cursor, skip) = parsed
+            .ok_or_else(|| BackendError::new(format!("not a listing's cursor: {after:?}")))?;
+        Ok(Self {
+            node: node.to_owned(),
+            cursor,
+            skip,
+        })
+    }
 }
 
 /// The lock name of a lock key (`{name}`), and `None` for a lock's other keys.
@@ -265,7 +311,19 @@ mod tests {
         assert_eq!(lock_name("{lock:a}").as_deref(), Some("lock:a"));
         assert_eq!(lock_name("{lock:a}:shared"), None);
         assert_eq!(escape_glob("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
-        assert!(parse_cursor(Some("nonsense")).is_err());
-        assert_eq!(parse_cursor(Some("42/3")).unwrap(), (42, 3));
+    }
+
+    #[test]
+    fn a_cursor_names_its_node_on_a_cluster_only() {
+        assert!(ScanCursor::parse(Some("nonsense")).is_err());
+        for (node, cursor, skip) in [("", 42, 3), ("10.0.0.1:7001", 7, 0)] {
+            let written = ScanCursor::at(node, cursor, skip);
+            let read = ScanCursor::parse(Some(&written)).expect("a cursor");
+            assert_eq!(
+                (read.node.as_str(), read.cursor, read.skip),
+                (node, cursor, skip)
+            );
+        }
+        assert_eq!(ScanCursor::at("", 42, 3), "42/3");
     }
 }

@@ -34,7 +34,7 @@ pub(in crate::backend) type LockRow = (
 pub(in crate::backend) type SharedRow = (String, Option<String>, Option<i64>, i64, i64);
 
 /// How many rows one page of the listing reads, per name asked for: rows of free locks stay
-/// (their fences must keep counting), so a page passes over some.
+/// (a lease row's fence must keep counting), so a page passes over some.
 const ROWS_PER_NAME: usize = 4;
 
 /// A SQL backend whose rows an operator can read; its [`Inspect`] follows.
@@ -88,26 +88,8 @@ impl<B: RowInspection + Sync> Inspect for B {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Listing, BackendError> {
-        let limit = limit.max(1);
-        let rows = limit.saturating_mul(ROWS_PER_NAME);
-        let page = self.name_page(prefix, after.unwrap_or(""), rows).await?;
-        let last_read = (page.len() == rows)
-            .then(|| page.last().map(|(name, _)| name.clone()))
-            .flatten();
-        let mut names = Vec::new();
-        for (name, held) in page {
-            if !name.starts_with(prefix) {
-                return Ok(Listing::new(names, None));
-            }
-            if held {
-                names.push(name);
-                if names.len() == limit {
-                    let next = names.last().cloned();
-                    return Ok(Listing::new(names, next));
-                }
-            }
-        }
-        Ok(Listing::new(names, last_read))
+        let after = after.unwrap_or("");
+        list_held(prefix, limit, |rows| self.name_page(prefix, after, rows)).await
     }
 
     async fn force_release(&self, name: &str) -> Result<Vec<Holding>, BackendError> {
@@ -120,6 +102,39 @@ impl<B: RowInspection + Sync> Inspect for B {
         }
         Ok(freed)
     }
+}
+
+/// One page of the held names under `prefix`, at most `limit`, from the rows `name_page` reads
+/// (at most the number it is given, in name order from the page's start on, each with whether
+/// it is held): a page that read all it asked for is followed by another.
+pub(in crate::backend) async fn list_held<F>(
+    prefix: &str,
+    limit: usize,
+    name_page: impl FnOnce(usize) -> F,
+) -> Result<Listing, BackendError>
+where
+    F: Future<Output = Result<Vec<(String, bool)>, BackendError>>,
+{
+    let limit = limit.max(1);
+    let rows = limit.saturating_mul(ROWS_PER_NAME);
+    let page = name_page(rows).await?;
+    let last_read = (page.len() == rows)
+        .then(|| page.last().map(|(name, _)| name.clone()))
+        .flatten();
+    let mut names = Vec::new();
+    for (name, held) in page {
+        if !name.starts_with(prefix) {
+            return Ok(Listing::new(names, None));
+        }
+        if held {
+            names.push(name);
+            if names.len() == limit {
+                let next = names.last().cloned();
+                return Ok(Listing::new(names, next));
+            }
+        }
+    }
+    Ok(Listing::new(names, last_read))
 }
 
 /// Every holder `name`'s row records, and how many wait.

@@ -21,11 +21,13 @@ pub(in crate::backend) trait SessionLock: Clone + Send + Sync + 'static {
     /// The database whose sessions hold the locks.
     type Db: Database;
 
-    /// Takes `name`'s lock in `connection`'s session if it is free: whether it was.
+    /// Takes `name`'s lock in `connection`'s session if it is free, for the holder labelled
+    /// `holder` (kept where the store can keep it): whether it was free.
     fn lock(
         &self,
         connection: &mut PoolConnection<Self::Db>,
         name: &str,
+        holder: &str,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
     /// Gives `name`'s lock back in `connection`'s session: whether the session held it.
@@ -97,7 +99,6 @@ impl<K: SessionLock> SessionLocks<K> {
     }
 
     /// The pool the locks' connections come from.
-    #[cfg(feature = "postgres")]
     pub(in crate::backend) fn pool(&self) -> &ReachablePool<K::Db> {
         &self.pool
     }
@@ -111,9 +112,10 @@ impl<K: SessionLock> SessionLocks<K> {
     async fn try_lock(
         &self,
         name: &str,
+        holder: &str,
     ) -> Result<Attempt<Granted<ConnectionLease<K::Db>>>, BackendError> {
         let mut connection = self.pool.connection().await?;
-        match self.kind.lock(&mut connection, name).await {
+        match self.kind.lock(&mut connection, name, holder).await {
             Ok(true) => Ok(Attempt::Acquired(Granted {
                 lease: ConnectionLease::new(connection),
                 fence: None,
@@ -143,7 +145,7 @@ impl<K: SessionLock> LockBackend for SessionLocks<K> {
             &self.slots,
             name,
             request,
-            |backend, name, _| async move { backend.try_lock(&name).await },
+            |backend, name, request| async move { backend.try_lock(&name, request.holder).await },
         )
         .await
     }
