@@ -16,7 +16,8 @@ pub(crate) struct ServerDir(PathBuf);
 
 impl ServerDir {
     /// Creates `<tmp>/tower-lock-<kind>-<pid>-<n>`, owned by `account` (name and ids) when one
-    /// is given: a server running as root is refused by PostgreSQL.
+    /// is given: a server running as root is refused by PostgreSQL. What an earlier run of the
+    /// same process id left there (a test killed before its clean-up) is removed first.
     pub(crate) fn create(kind: &str, account: Option<Account>) -> Self {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let path = std::env::temp_dir().join(format!(
@@ -24,6 +25,7 @@ impl ServerDir {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
+        let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).expect("a temporary directory");
         if let Some(account) = account {
             std::os::unix::fs::chown(&path, Some(account.uid), Some(account.gid))

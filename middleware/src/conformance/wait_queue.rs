@@ -22,7 +22,9 @@ pub async fn fair_waiters_are_served_in_arrival_order<S: Store>(store: &S) {
     let fair = |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG).fair(TICKETS);
     let lockers = [locker(a, fair), locker(b, fair)];
 
-    let order = served_alternately(&lockers, Duration::from_millis(30), Duration::ZERO).await;
+    // Arrival is when a waiter's ticket reaches the store: 100 ms apart, so that a loaded
+    // machine delaying one waiter's first statement does not swap two arrivals.
+    let order = served_alternately(&lockers, Duration::from_millis(100), Duration::ZERO).await;
 
     assert_eq!(
         order,

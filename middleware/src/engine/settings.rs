@@ -177,20 +177,20 @@ pub struct LockerBuilder<B> {
     settings: Settings,
     max_key_len: Option<usize>,
     backoff: (Duration, Duration),
-    waiting: Waiting,
+    waiting: BusyChoices,
     holder_label: Option<String>,
 }
 
 /// The three independent answers to "the lock is busy": how long to wait, how to learn that
 /// it may be free, and whether to queue fairly. Combined into a [`BusyPolicy`] when built.
 #[derive(Clone, Copy, Debug)]
-struct Waiting {
+struct BusyChoices {
     timeout: Duration,
     polling: bool,
     fair: Option<Duration>,
 }
 
-impl Waiting {
+impl BusyChoices {
     fn of(policy: BusyPolicy) -> Self {
         let (polling, fair) = match policy {
             BusyPolicy::Wait {
@@ -245,7 +245,7 @@ impl<B: LockBackend> LockerBuilder<B> {
                 settings.backoff.ceiling(0),
                 settings.backoff.ceiling(u32::MAX),
             ),
-            waiting: Waiting::of(settings.policy),
+            waiting: BusyChoices::of(settings.policy),
             settings,
             max_key_len: None,
             holder_label: None,

@@ -58,12 +58,12 @@ pub(super) struct Term {
 /// frees every lock still held) when it is dropped.
 #[derive(Debug)]
 pub(super) struct Session {
-    shared: Arc<Shared>,
+    shared: Arc<EtcdSessionState>,
     ttl: Duration,
 }
 
 #[derive(Debug)]
-struct Shared {
+struct EtcdSessionState {
     term: watch::Sender<Term>,
     renew_now: Notify,
     /// The session was dropped: revoke the lease now.
@@ -87,7 +87,7 @@ struct Shared {
 /// whose release was lost while the cluster elected a leader is freed as soon as the cluster
 /// answers, not a renewal period later.
 pub(super) struct Deletion<'a> {
-    shared: &'a Shared,
+    shared: &'a EtcdSessionState,
     keys: Vec<Vec<u8>>,
     done: bool,
 }
@@ -118,7 +118,7 @@ impl Session {
     pub(super) async fn start(members: Arc<Members>, ttl: Duration) -> Result<Self, BackendError> {
         let (term, granted) = grant(&members, ttl).await?;
         let sweep_now = Arc::new(Notify::new());
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(EtcdSessionState {
             term: watch::Sender::new(term),
             renew_now: Notify::new(),
             closed: Notify::new(),
@@ -210,7 +210,7 @@ impl Drop for Session {
     }
 }
 
-impl Shared {
+impl EtcdSessionState {
     fn owned(&self) -> MutexGuard<'_, HashSet<Vec<u8>>> {
         lock(&self.owned)
     }
@@ -262,7 +262,7 @@ async fn grant(members: &Members, ttl: Duration) -> Result<(Term, Duration), Bac
 
 /// Keeps the session's lease alive every quarter of its TTL (or at once when asked), until the
 /// session is dropped; then revokes it.
-async fn keep_alive(members: Arc<Members>, shared: Weak<Shared>, ttl: Duration) {
+async fn keep_alive(members: Arc<Members>, shared: Weak<EtcdSessionState>, ttl: Duration) {
     let Some(mut lease) = shared.upgrade().map(|shared| shared.term.borrow().lease) else {
         return;
     };
@@ -309,7 +309,7 @@ enum Stream {
 /// session is dropped.
 async fn keep_stream(
     members: &Members,
-    shared: &Weak<Shared>,
+    shared: &Weak<EtcdSessionState>,
     lease: i64,
     ttl: Duration,
 ) -> Stream {
@@ -351,7 +351,7 @@ async fn keep_stream(
 /// strays are suspected; ends once the session is dropped.
 async fn sweep_strays(
     members: Arc<Members>,
-    shared: Weak<Shared>,
+    shared: Weak<EtcdSessionState>,
     sweep_now: Arc<Notify>,
     period: Duration,
 ) {
@@ -386,7 +386,7 @@ async fn sweep_strays(
 /// again by the time the deletion lands. So each stray's create revision is read first, the
 /// key is checked to be still unowned after that read, and it is deleted only if it is still
 /// that incarnation: a later one was owned before it was put, so it has another revision.
-async fn sweep(shared: &Shared, members: &Members, lease: i64) -> bool {
+async fn sweep(shared: &EtcdSessionState, members: &Members, lease: i64) -> bool {
     let listed = |client: etcd_client::Client| async move {
         let options = LeaseTimeToLiveOptions::new().with_keys();
         client

@@ -39,16 +39,16 @@ use crate::token::OwnerToken;
 /// The backend's end of the watch stream.
 #[derive(Debug)]
 pub(super) struct Watches {
-    shared: Arc<Shared>,
+    shared: Arc<WatchedPredecessors>,
     commands: mpsc::UnboundedSender<Command>,
     serials: AtomicU64,
 }
 
 /// What the stream's task, the backend and the room's subscriptions share.
 #[derive(Debug, Default)]
-struct Shared {
+struct WatchedPredecessors {
     /// Waiters whose predecessor is watched (or about to be), by ticket.
-    waiting: Mutex<HashMap<OwnerToken, Waiting>>,
+    waiting: Mutex<HashMap<OwnerToken, PredecessorWatch>>,
     /// Lock names with waiters in this process.
     names: Mutex<HashSet<String>>,
     /// The stream failed and no new one is up yet.
@@ -76,7 +76,7 @@ pub(super) struct Watch {
 
 /// One waiter's watch, as the stream keeps it.
 #[derive(Debug)]
-struct Waiting {
+struct PredecessorWatch {
     name: String,
     place: Option<EtcdLease>,
     hands_over: bool,
@@ -105,8 +105,8 @@ impl Watches {
     /// Starts the stream's task (the stream itself opens with the first watch) and returns the
     /// waiting room it feeds.
     pub(super) fn start(members: Arc<Members>, session: Arc<Session>) -> (Self, Arc<WaitingRoom>) {
-        let shared = Arc::new(Shared::default());
-        let room = WaitingRoom::with_subscriptions(Subscriber(Arc::clone(&shared)));
+        let shared = Arc::new(WatchedPredecessors::default());
+        let room = WaitingRoom::with_subscriptions(PredecessorWatchSubscriber(Arc::clone(&shared)));
         let (commands, queue) = mpsc::unbounded_channel();
         let stream = Stream {
             members,
@@ -143,7 +143,7 @@ impl Watches {
     pub(super) fn watch(&self, watch: Watch) {
         let serial = self.serials.fetch_add(1, Ordering::Relaxed);
         let from_creation = !watch.whole_prefix;
-        let waiting = Waiting {
+        let waiting = PredecessorWatch {
             name: watch.name,
             place: watch.place,
             hands_over: watch.hands_over,
@@ -179,8 +179,8 @@ impl Watches {
     }
 }
 
-impl Shared {
-    fn waiting(&self) -> MutexGuard<'_, HashMap<OwnerToken, Waiting>> {
+impl WatchedPredecessors {
+    fn waiting(&self) -> MutexGuard<'_, HashMap<OwnerToken, PredecessorWatch>> {
         self.waiting
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -196,7 +196,7 @@ impl Shared {
 /// The stream's task: sets and cancels watches, and routes deletions to the room.
 struct Stream {
     members: Arc<Members>,
-    shared: Arc<Shared>,
+    shared: Arc<WatchedPredecessors>,
     room: Weak<WaitingRoom>,
     session: Arc<Session>,
     /// The stream, and the member it is open on.
@@ -427,9 +427,9 @@ impl Stream {
 
 /// The room's end: names come and go; watches are set per waiter by the backend.
 #[derive(Debug)]
-struct Subscriber(Arc<Shared>);
+struct PredecessorWatchSubscriber(Arc<WatchedPredecessors>);
 
-impl Subscriptions for Subscriber {
+impl Subscriptions for PredecessorWatchSubscriber {
     fn subscribe(&mut self, name: &str) -> BoxFuture<'static, bool> {
         self.0.names().insert(name.to_owned());
         let live = !self.0.down.load(Ordering::SeqCst);

@@ -102,6 +102,12 @@ impl NowaitBackend {
             .await
             .map_err(BackendError::new)?;
         let nowait = Nowait {
+            lock_row: format!("SELECT 1 FROM {table} WHERE name = ? FOR UPDATE NOWAIT").into(),
+            record_holder: format!(
+                "UPDATE {table} SET holder = ?, since = UTC_TIMESTAMP(6), session = CONNECTION_ID() \
+                 WHERE name = ?"
+            )
+            .into(),
             add_row: format!("INSERT IGNORE INTO {table} (name) VALUES (?)").into(),
             table: table.into(),
         };
@@ -113,26 +119,14 @@ impl NowaitBackend {
 #[derive(Clone, Debug)]
 pub(crate) struct Nowait {
     table: Arc<str>,
+    lock_row: Arc<str>,
+    record_holder: Arc<str>,
     add_row: Arc<str>,
 }
 
-impl Nowait {
-    /// One round trip that takes `name`'s row for the holder labelled `holder`: the transaction
-    /// that will hold the row lock begins, the row is locked without waiting (a row back: it
-    /// was free), and the holder's record written into it, uncommitted. Read committed: a name
-    /// without a row yet takes no gap lock that would stall other names' rows being added.
-    /// Names and labels go as hexadecimal literals, which cannot break out of the statement.
-    fn lock_row(&self, name: &str, holder: &str) -> String {
-        let (table, name) = (&self.table, hex_literal(name));
-        format!(
-            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION; \
-             SELECT 1 FROM {table} WHERE name = {name} FOR UPDATE NOWAIT; \
-             UPDATE {table} SET holder = {}, since = UTC_TIMESTAMP(6), session = CONNECTION_ID() \
-             WHERE name = {name}",
-            hex_literal(holder)
-        )
-    }
-}
+/// Starts the transaction that will hold the row lock. Read committed: a name without a row
+/// yet takes no gap lock that would stall other names' rows being added.
+const BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION";
 
 impl SessionLock for Nowait {
     type Db = MySql;
@@ -146,12 +140,21 @@ impl SessionLock for Nowait {
         name: &str,
         holder: &str,
     ) -> Result<bool, sqlx::Error> {
-        let lock_row = self.lock_row(name, holder);
         for _ in 0..2 {
-            // Every statement's answer read, so that an error of the last is not left behind.
-            let locked = (&mut **connection).fetch_all(&*lock_row).await;
+            (&mut **connection).execute(BEGIN).await?;
+            let locked = sqlx::query(&self.lock_row)
+                .bind(name.as_bytes())
+                .fetch_optional(&mut **connection)
+                .await;
             match locked {
-                Ok(rows) if !rows.is_empty() => return Ok(true),
+                Ok(Some(_)) => {
+                    sqlx::query(&self.record_holder)
+                        .bind(holder.as_bytes())
+                        .bind(name.as_bytes())
+                        .execute(&mut **connection)
+                        .await?;
+                    return Ok(true);
+                }
                 Ok(_) => {
                     (&mut **connection).execute("ROLLBACK").await?;
                     sqlx::query(&self.add_row)
@@ -185,14 +188,6 @@ impl SessionLock for Nowait {
     fn max_name_len(&self) -> Option<usize> {
         Some(MAX_NAME_LEN)
     }
-}
-
-/// `bytes` as a MySQL hexadecimal literal: `X'6b6579'`.
-fn hex_literal(bytes: impl AsRef<[u8]>) -> String {
-    let digits: String = (bytes.as_ref().iter())
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
-    format!("X'{digits}'")
 }
 
 /// Whether `error` says the row is locked by another transaction.

@@ -49,7 +49,7 @@ pub(super) async fn waiting_room(
     listener.listen(channel).await.map_err(BackendError::new)?;
     let heard = Arc::new(Heard::default());
     let (closed, on_close) = watch::channel(());
-    let room = WaitingRoom::with_subscriptions(Subscriber {
+    let room = WaitingRoom::with_subscriptions(ListenSubscriber {
         heard: Arc::clone(&heard),
         _closed: closed,
     });
@@ -134,13 +134,13 @@ fn route(room: &WaitingRoom, payload: &str) {
 }
 
 /// The room's end of the listener: names come and go; the channel is always listened to.
-struct Subscriber {
+struct ListenSubscriber {
     heard: Arc<Heard>,
     /// Dropped with the room's subscription task: the listener task then ends.
     _closed: watch::Sender<()>,
 }
 
-impl Subscriptions for Subscriber {
+impl Subscriptions for ListenSubscriber {
     fn subscribe(&mut self, name: &str) -> BoxFuture<'static, bool> {
         self.heard.names().insert(name.to_owned());
         let live = !self.heard.down.load(Ordering::SeqCst);

@@ -19,7 +19,7 @@ const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
 pub(super) async fn waiting_room(client: &Client) -> Result<Arc<WaitingRoom>, RedisError> {
     let (room_slot, deliver) = delivery();
     let subscriber = subscriber(client, deliver).await?;
-    let room = WaitingRoom::with_subscriptions(Subscriber(Arc::new(Mutex::new(subscriber))));
+    let room = WaitingRoom::with_subscriptions(PubSubSubscriber(Arc::new(Mutex::new(subscriber))));
     room_slot.set(Arc::downgrade(&room)).ok();
     Ok(room)
 }
@@ -53,7 +53,7 @@ pub(super) async fn sentinel_waiting_room(
     let (room_slot, deliver) = delivery();
     let client = named.borrow_and_update().clone();
     let current = Arc::new(Mutex::new(subscriber(&client, deliver.clone()).await?));
-    let room = WaitingRoom::with_subscriptions(Subscriber(Arc::clone(&current)));
+    let room = WaitingRoom::with_subscriptions(PubSubSubscriber(Arc::clone(&current)));
     room_slot.set(Arc::downgrade(&room)).ok();
     let following = Arc::downgrade(&room);
     tokio::spawn(async move {
@@ -141,9 +141,9 @@ fn route(room: &WaitingRoom, push: PushInfo) {
 }
 
 /// Subscribes on a node: the one it connected to, or the master the Sentinels name now.
-struct Subscriber(Arc<Mutex<ConnectionManager>>);
+struct PubSubSubscriber(Arc<Mutex<ConnectionManager>>);
 
-impl Subscriptions for Subscriber {
+impl Subscriptions for PubSubSubscriber {
     fn subscribe(&mut self, name: &str) -> BoxFuture<'static, bool> {
         let (mut connection, channel) = (lock(&self.0).clone(), LockKey::channel(name).to_string());
         Box::pin(async move {

@@ -292,7 +292,7 @@ impl Node {
         &self,
         command: impl AsyncFnOnce(&mut ConnectionManager) -> RedisResult<T>,
     ) -> RedisResult<T> {
-        let waiting = Waiting::start(&self.0);
+        let waiting = PendingCommand::start(&self.0);
         let answer = command(&mut self.0.connection.clone()).await;
         waiting.answered();
         answer
@@ -341,12 +341,12 @@ async fn watch(topology: Weak<Topology>) {
 }
 
 /// A command waiting for its answer: counted among the waiting until answered or dropped.
-struct Waiting<'a> {
+struct PendingCommand<'a> {
     link: &'a NodeLink,
     answered: bool,
 }
 
-impl<'a> Waiting<'a> {
+impl<'a> PendingCommand<'a> {
     fn start(link: &'a NodeLink) -> Self {
         let first = link.waiting.fetch_add(1, Ordering::Relaxed) == 0;
         if first && !link.unanswered.load(Ordering::Relaxed) {
@@ -366,7 +366,7 @@ impl<'a> Waiting<'a> {
     }
 }
 
-impl Drop for Waiting<'_> {
+impl Drop for PendingCommand<'_> {
     fn drop(&mut self) {
         if !self.answered {
             self.link.unanswered.store(true, Ordering::Relaxed);

@@ -23,7 +23,7 @@ const FOLLOW_AT_MOST_EVERY: Duration = Duration::from_millis(100);
 /// command that may have run must not run twice): the next one goes to the new master.
 #[derive(Clone)]
 pub struct SentinelConnection {
-    shared: Arc<Shared>,
+    shared: Arc<SentinelState>,
 }
 
 impl std::fmt::Debug for SentinelConnection {
@@ -34,7 +34,7 @@ impl std::fmt::Debug for SentinelConnection {
     }
 }
 
-struct Shared {
+struct SentinelState {
     sentinels: tokio::sync::Mutex<SentinelClient>,
     /// The connection of the master named last, and how many times a new one was named.
     master: Mutex<(u64, ConnectionManager)>,
@@ -65,7 +65,7 @@ impl SentinelConnection {
         let master = client.async_get_client().await?;
         let connection = ConnectionManager::new_with_config(master.clone(), config.clone()).await?;
         Ok(Self {
-            shared: Arc::new(Shared {
+            shared: Arc::new(SentinelState {
                 sentinels: tokio::sync::Mutex::new(client),
                 master: Mutex::new((0, connection)),
                 named: watch::Sender::new(master),
@@ -139,7 +139,7 @@ fn master_gone(error: &RedisError) -> bool {
         || error.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly)
 }
 
-impl Shared {
+impl SentinelState {
     fn master(&self) -> MutexGuard<'_, (u64, ConnectionManager)> {
         // A single assignment changes it: a poisoned lock is still consistent.
         self.master

@@ -61,12 +61,12 @@ pub(super) struct Ensemble {
 /// still held) when it is dropped.
 #[derive(Debug)]
 pub(super) struct Session {
-    shared: Arc<Shared>,
+    shared: Arc<ZookeeperSessionState>,
     timeout: Duration,
 }
 
 #[derive(Debug)]
-struct Shared {
+struct ZookeeperSessionState {
     client: Mutex<Client>,
     term: watch::Sender<Term>,
     /// Whether the client is connected: waiters trust their watches only while it is.
@@ -84,7 +84,7 @@ impl Session {
     pub(super) async fn start(ensemble: Ensemble) -> Result<Self, BackendError> {
         let (client, term) = connect(&ensemble).await?;
         let timeout = client.session_timeout();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(ZookeeperSessionState {
             client: Mutex::new(client),
             term: watch::Sender::new(term),
             connected: watch::Sender::new(true),
@@ -205,7 +205,7 @@ impl Drop for Session {
     }
 }
 
-impl Shared {
+impl ZookeeperSessionState {
     fn owned(&self) -> MutexGuard<'_, HashSet<String>> {
         lock(&self.owned)
     }
@@ -235,7 +235,7 @@ async fn connect(ensemble: &Ensemble) -> Result<(Client, Term), BackendError> {
 /// Keeps the session alive every quarter of its timeout (or at once when asked), follows the
 /// client's connection, and starts a new session when the ensemble expired the old one —
 /// until the session is dropped; then closes it.
-async fn keep_alive(ensemble: Ensemble, shared: Weak<Shared>, timeout: Duration) {
+async fn keep_alive(ensemble: Ensemble, shared: Weak<ZookeeperSessionState>, timeout: Duration) {
     let period = timeout / 4;
     loop {
         let Some(alive) = shared.upgrade() else {
@@ -286,7 +286,7 @@ enum Renewed {
 
 /// The ensemble expired the session (or the client ended it): its locks are lost. Starts a
 /// new one, trying until it can or the backend is dropped, and makes it current.
-async fn renew_session(ensemble: &Ensemble, alive: &Shared) -> Renewed {
+async fn renew_session(ensemble: &Ensemble, alive: &ZookeeperSessionState) -> Renewed {
     tracing::warn!(
         session = alive.term.borrow().session,
         "ZooKeeper session expired: its locks are lost; starting a new one"
@@ -316,7 +316,11 @@ async fn renew_session(ensemble: &Ensemble, alive: &Shared) -> Renewed {
 /// After each renewal, sweeps the session's nodes nobody owns — on a task of its own, so that
 /// no renewal (and no lock waiting to be vouched for) waits for a sweep — until the session is
 /// gone.
-async fn sweeper(mut renewals: watch::Receiver<u64>, shared: Weak<Shared>, root: String) {
+async fn sweeper(
+    mut renewals: watch::Receiver<u64>,
+    shared: Weak<ZookeeperSessionState>,
+    root: String,
+) {
     let mut swept = true;
     loop {
         let renewed = if swept {
@@ -339,7 +343,7 @@ async fn sweeper(mut renewals: watch::Receiver<u64>, shared: Weak<Shared>, root:
 /// Deletes the ephemeral nodes of the session under `root` that nobody here owns: whether
 /// every one is gone. A node's path carries its sequence, so the deletion can only hit the
 /// node listed, never a later one created at the same prefix.
-async fn sweep(shared: &Shared, client: &Client, root: &str) -> bool {
+async fn sweep(shared: &ZookeeperSessionState, client: &Client, root: &str) -> bool {
     let Ok(listed) = client.list_ephemerals(root).await else {
         return false;
     };

@@ -32,15 +32,15 @@ use crate::token::OwnerToken;
 /// The backend's waiters and their watches.
 #[derive(Debug)]
 pub(super) struct Watches {
-    shared: Arc<Shared>,
+    shared: Arc<WatchedNodes>,
     room: Weak<WaitingRoom>,
     session: Weak<Session>,
 }
 
 #[derive(Debug, Default)]
-struct Shared {
+struct WatchedNodes {
     /// Waiters whose watch stands, by ticket.
-    waiting: Mutex<HashMap<OwnerToken, Waiting>>,
+    waiting: Mutex<HashMap<OwnerToken, NodeWatch>>,
     /// Places in line, by ticket: the node a queued waiter keeps while it waits.
     places: Mutex<HashMap<OwnerToken, ZookeeperLease>>,
     /// Lock names with waiters in this process.
@@ -66,7 +66,7 @@ pub(super) struct Watch {
 }
 
 #[derive(Debug)]
-struct Waiting {
+struct NodeWatch {
     name: String,
     place: Option<ZookeeperLease>,
     serial: u64,
@@ -77,11 +77,11 @@ struct Waiting {
 impl Watches {
     /// The watches of a backend whose session is `session`, and the waiting room they feed.
     pub(super) fn start(session: &Arc<Session>) -> (Self, Arc<WaitingRoom>) {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(WatchedNodes {
             connected: Mutex::new(true),
-            ..Shared::default()
+            ..WatchedNodes::default()
         });
-        let room = WaitingRoom::with_subscriptions(Subscriber(Arc::clone(&shared)));
+        let room = WaitingRoom::with_subscriptions(NodeWatchSubscriber(Arc::clone(&shared)));
         tokio::spawn(follow_connection(
             session.connection(),
             Arc::clone(&shared),
@@ -117,7 +117,7 @@ impl Watches {
     pub(super) fn watch(&self, watch: Watch) {
         let serial = self.shared.serials.fetch_add(1, Ordering::Relaxed);
         let (cancel, cancelled) = oneshot::channel();
-        let waiting = Waiting {
+        let waiting = NodeWatch {
             name: watch.name.clone(),
             place: watch.place.clone(),
             serial,
@@ -164,8 +164,8 @@ impl Watches {
     }
 }
 
-impl Shared {
-    fn waiting(&self) -> MutexGuard<'_, HashMap<OwnerToken, Waiting>> {
+impl WatchedNodes {
+    fn waiting(&self) -> MutexGuard<'_, HashMap<OwnerToken, NodeWatch>> {
         lock(&self.waiting)
     }
 
@@ -187,7 +187,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// What a watch's task needs to announce its firing.
 struct Fired {
-    shared: Weak<Shared>,
+    shared: Weak<WatchedNodes>,
     room: Weak<WaitingRoom>,
     session: Weak<Session>,
     serial: u64,
@@ -238,7 +238,7 @@ impl Fired {
 /// (the names waited for are live again).
 async fn follow_connection(
     mut connection: watch::Receiver<bool>,
-    shared: Arc<Shared>,
+    shared: Arc<WatchedNodes>,
     room: Weak<WaitingRoom>,
 ) {
     while connection.changed().await.is_ok() {
@@ -260,9 +260,9 @@ async fn follow_connection(
 
 /// The room's end: names come and go; watches are set per waiter by the backend.
 #[derive(Debug)]
-struct Subscriber(Arc<Shared>);
+struct NodeWatchSubscriber(Arc<WatchedNodes>);
 
-impl Subscriptions for Subscriber {
+impl Subscriptions for NodeWatchSubscriber {
     fn subscribe(&mut self, name: &str) -> BoxFuture<'static, bool> {
         self.0.names().insert(name.to_owned());
         let live = *lock(&self.0.connected);

@@ -258,7 +258,7 @@ pub(crate) enum Entry<'a, L> {
         behind_a_holder: bool,
     },
     /// It waits for a handoff or for its turn to ask.
-    Wait(Waiting<'a, L>),
+    Wait(PlaceInLine<'a, L>),
 }
 
 impl<L> Lines<L> {
@@ -308,11 +308,11 @@ impl<L> Lines<L> {
         line: &mut Line<L>,
         (name, side): (&'a str, Side),
         give_back: GiveBack<L>,
-    ) -> Waiting<'a, L> {
+    ) -> PlaceInLine<'a, L> {
         let id = self.next_id();
         let (turn, told) = oneshot::channel();
         line.queue(side).waiters.push_back(Waiter { id, turn });
-        Waiting {
+        PlaceInLine {
             lines: self,
             name,
             side,
@@ -487,7 +487,7 @@ pub(crate) type GiveBack<L> = Box<dyn FnOnce(Baton<L>) + Send>;
 
 /// A task waiting in its lock's line. Dropped, it leaves the line; a turn it was told
 /// meanwhile is passed on (a handed lock through its `give_back`).
-pub(crate) struct Waiting<'a, L> {
+pub(crate) struct PlaceInLine<'a, L> {
     lines: &'a Lines<L>,
     name: &'a str,
     side: Side,
@@ -524,7 +524,7 @@ enum Look {
     Told,
 }
 
-impl<'a, L> Waiting<'a, L> {
+impl<'a, L> PlaceInLine<'a, L> {
     /// Waits for its turn until `deadline`, and how it ended. The exclusive run lapsing (its
     /// lease ran out unrenewed) is its turn to ask the store, when nobody else of this locker
     /// asks. At the deadline (it has left the line then), the lock counts as busy if the store
@@ -636,7 +636,7 @@ impl<'a, L> Waiting<'a, L> {
     }
 }
 
-impl<L> Drop for Waiting<'_, L> {
+impl<L> Drop for PlaceInLine<'_, L> {
     fn drop(&mut self) {
         if self.told.is_none() {
             return;

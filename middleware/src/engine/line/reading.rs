@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::{Baton, Contender, GiveBack, Lines, RunId, Side, Waiting};
+use super::{Baton, Contender, GiveBack, Lines, PlaceInLine, RunId, Side};
 
 /// A store read hold shared by readers of the locker.
 #[derive(Debug)]
@@ -30,7 +30,7 @@ pub(crate) enum ReadEntry<'a, L> {
     /// It asks the store; the locker's readers that come meanwhile wait for its answer.
     Contend(Contender<'a, L>),
     /// It waits for the answer of the reader asking the store.
-    Wait(Waiting<'a, L>),
+    Wait(PlaceInLine<'a, L>),
     /// It asks the store alone: it will not wait, and another reader is asking.
     Alone,
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use sqlx::mysql::MySqlRow;
 use sqlx::{Executor, Row};
 
-use super::{NowaitBackend, error_number, hex_literal};
+use super::{NowaitBackend, error_number};
 use crate::backend::sql::inspection::list_held;
 use crate::backend::{BackendError, Hold, Holding, Inspect, Listing, LockState};
 
@@ -137,4 +137,13 @@ impl Inspect for NowaitBackend {
         }
         Ok(vec![holder.holding])
     }
+}
+
+/// `bytes` as a MySQL hexadecimal literal (`X'6b6579'`), which cannot break out of the
+/// statement it is written into.
+fn hex_literal(bytes: impl AsRef<[u8]>) -> String {
+    let digits: String = (bytes.as_ref().iter())
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!("X'{digits}'")
 }
