@@ -128,6 +128,7 @@ pub(crate) mod holder_label;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 mod holder_record;
 mod inspect;
+pub(crate) mod lock_shapes;
 mod masked_url;
 pub mod memory;
 #[cfg(feature = "mysql")]
@@ -139,7 +140,6 @@ mod reach;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod request;
-pub(crate) mod shapes;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod sql;
 #[cfg(test)]
@@ -154,9 +154,9 @@ pub use crate::token::OwnerToken;
 pub use attempt::{Attempt, FencingToken, Granted, TokenLease};
 pub use error::BackendError;
 pub use inspect::{Holding, Inspect, Listing, LockState};
+pub use lock_shapes::{Hold, Semaphores, SharedLocks};
 pub(crate) use request::lease_deadline;
 pub use request::{LockRequest, Patience};
-pub use shapes::{Hold, Semaphores, SharedLocks};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use sql::session::ConnectionLease;
 pub use wait_queue::{QueuedAttempt, WaitQueue};

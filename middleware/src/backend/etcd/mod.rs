@@ -17,7 +17,7 @@
 //!   expire (the process was paused or cut off past its TTL), its keys are deleted, its locks
 //!   pass on, and their extends report them lost. [`LockBackend::max_ttl`] is two thirds of the
 //!   session's TTL.
-//! * **Shapes** (`shapes.rs`): readers and permit holders put keys of their own beside the
+//! * **Shapes** (`shared_holds.rs`): readers and permit holders put keys of their own beside the
 //!   exclusive ones; see [`SharedLocks`](crate::backend::SharedLocks) and
 //!   [`Semaphores`](crate::backend::Semaphores).
 //! * **Release** deletes the key and says whether it was still the one granted (same create
@@ -44,16 +44,16 @@ use crate::token::OwnerToken;
 use keys::LockKeys;
 use members::Members;
 use session::Session;
-use shapes::WriterPlaces;
+use shared_holds::WriterPlaces;
 use watches::Watches;
 
 mod inspection;
-mod key_line;
 mod keys;
 mod leader_change;
 mod members;
 mod session;
-mod shapes;
+mod shared_holds;
+mod wait_queue;
 mod watches;
 
 /// The namespace every key of the backend lies under, unless [`EtcdSettings::namespace`]

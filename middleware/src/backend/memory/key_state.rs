@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use crate::token::OwnerToken;
 
 mod inspection;
-use crate::backend::shapes::WAITER_MARK_TTL;
+use crate::backend::lock_shapes::WAITER_MARK_TTL;
 use crate::backend::ticket_rules::{HolderChange, QueueView, Queued, Step, Tickets};
 use crate::backend::ticket_rules::{from_micros, to_micros};
 use crate::backend::waiting::Announcement;

@@ -9,7 +9,7 @@
 //! from the statement's reply.
 
 use crate::backend::BackendError;
-use crate::backend::shapes::WAITER_MARK_TTL;
+use crate::backend::lock_shapes::WAITER_MARK_TTL;
 
 /// The longest lock name the table's key column holds, in bytes.
 pub(super) const MAX_NAME_LEN: usize = 512;

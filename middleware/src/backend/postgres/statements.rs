@@ -7,7 +7,7 @@
 //! `$3` TTL in milliseconds, `$4` the holder's label, `$5` permits (semaphores only).
 
 use crate::backend::BackendError;
-use crate::backend::shapes::WAITER_MARK_TTL;
+use crate::backend::lock_shapes::WAITER_MARK_TTL;
 
 /// The statements on one lease table.
 #[derive(Debug)]

@@ -44,7 +44,6 @@ mod cluster_topology;
 mod command_slot;
 mod commands;
 mod connection;
-mod fair_line;
 mod hash_slot;
 mod inspection;
 mod keys;
@@ -52,7 +51,8 @@ mod redlock;
 mod scripts;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel;
-mod shapes;
+mod shared_holds;
+mod wait_queue;
 
 /// Locks in Redis, shared by every process that talks to the same server.
 ///

@@ -1,6 +1,6 @@
 //! One exclusive attempt per lock at a time from this process: a mutex's, or a writer's that
 //! asks once (a writer that waits asks for itself, to keep its own place among the writers,
-//! `shapes.rs`). An attempt creates a node before it knows whether the lock is free, and a busy
+//! `shared_holds.rs`). An attempt creates a node before it knows whether the lock is free, and a busy
 //! one deletes it again: a burst of N concurrent attempts on one lock costs the ensemble N
 //! creations, N listings of up to N nodes and N − 1 deletions, all but one for nothing. So
 //! while one attempt of this process is taking a lock, another waits for its answer and

@@ -20,7 +20,7 @@
 //!   (the process was paused or cut off past its timeout), its nodes are deleted, its locks
 //!   pass on, and their extends report them lost.
 //!   [`LockBackend::max_ttl`] is two thirds of the session timeout.
-//! * **Shapes** (`shapes.rs`): readers and permit holders create shared nodes beside the
+//! * **Shapes** (`shared_holds.rs`): readers and permit holders create shared nodes beside the
 //!   exclusive ones, as Curator's `InterProcessReadWriteLock` and semaphore do.
 //! * **Release** deletes the node; its path (with its sequence) is the holder's alone. Lock
 //!   directories are container nodes, which the server deletes once they are empty. Dropping the
@@ -48,10 +48,10 @@ use watches::Watches;
 
 mod in_flight;
 mod inspection;
-mod node_line;
 mod nodes;
 mod session;
-mod shapes;
+mod shared_holds;
+mod wait_queue;
 mod watches;
 
 /// How long an extend waits to read its node before the session's word alone decides.

@@ -6,10 +6,10 @@ use std::time::Duration;
 use crate::backend::LockBackend;
 use crate::{Locker, LockerBuilder};
 
+mod beyond_the_mutex;
 mod handles;
 mod outage;
 mod reentry;
-mod shapes;
 mod telemetry;
 mod waiting;
 

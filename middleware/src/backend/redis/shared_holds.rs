@@ -12,7 +12,7 @@ use super::commands::{
 };
 use super::keys::LockKey;
 use super::{RedisBackend, RedisConnection};
-use crate::backend::shapes::WAITER_MARK_TTL;
+use crate::backend::lock_shapes::WAITER_MARK_TTL;
 use crate::backend::{
     Attempt, BackendError, FencingToken, Granted, Hold, LockRequest, Patience, Semaphores,
     SharedLocks, TokenLease,

@@ -12,7 +12,7 @@ use super::support::{
     LONG, Occupancy, SHORT, SLACK, busy, granted, locker, request, two_processes,
 };
 use crate::backend::LockBackend;
-use crate::backend::shapes::WAITER_MARK_TTL;
+use crate::backend::lock_shapes::WAITER_MARK_TTL;
 use crate::backend::{Attempt, Patience, Semaphores, SharedLocks};
 
 /// Readers share a key; a writer, and a mutex, wait for every reader and exclude readers
