@@ -114,37 +114,25 @@ use std::time::Duration;
 
 pub mod any;
 mod attempt;
-#[cfg(any(
-    feature = "redis",
-    feature = "postgres",
-    feature = "mysql",
-    feature = "zookeeper"
-))]
-mod connect;
 mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub(crate) mod holder_label;
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
-mod holder_record;
 mod inspect;
 pub(crate) mod lock_shapes;
-mod masked_url;
 pub mod memory;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "zookeeper"))]
-mod reach;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod request;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod sql;
+mod store_support;
 #[cfg(test)]
 mod tests;
-mod ticket_rules;
 mod wait_queue;
 pub mod waiting;
 #[cfg(feature = "zookeeper")]

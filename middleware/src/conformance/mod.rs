@@ -75,6 +75,13 @@ pub trait Store: Send + Sync + Sized + 'static {
     fn leases_expire(&self) -> bool {
         true
     }
+
+    /// Whether the operator sees a holder from its grant on (default `true`); `false` for
+    /// stores whose holders record themselves at their first renewal, a third of the TTL
+    /// after the grant (MySQL `NOWAIT` rows).
+    fn holders_seen_from_grant(&self) -> bool {
+        true
+    }
 }
 
 /// A store that can be made to stop answering, as a frozen or partitioned server does.

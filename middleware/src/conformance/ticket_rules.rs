@@ -1,6 +1,6 @@
 //! One set of rules for every store's wait queue: random sequences of tickets asking for a
 //! lock, holders releasing it and waiters leaving the line get the same answers from the store
-//! as from a model of the rules (`backend::ticket_rules`, which the memory and SQL backends run;
+//! as from a model of the rules (`backend::store_support::ticket_rules`, which the memory and SQL backends run;
 //! Redis's scripts and etcd's and ZooKeeper's key orders follow them on their own).
 
 use std::collections::VecDeque;

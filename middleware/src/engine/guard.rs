@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use super::held::{Lease, LeaseLost};
+use super::held::{LeaseLost, LocalLease};
 use super::names::LockNames;
 use super::telemetry::Outcome;
 use crate::backend::{FencingToken, Hold};
@@ -51,7 +51,7 @@ struct GuardInfo {
     /// One per name, in the same order.
     fences: Vec<Option<FencingToken>>,
     hold: Hold,
-    lease: Lease,
+    lease: LocalLease,
 }
 
 impl LockGuard {
@@ -59,7 +59,7 @@ impl LockGuard {
     pub(crate) fn new(
         names: LockNames,
         (hold, fences): (Hold, Vec<Option<FencingToken>>),
-        lease: Lease,
+        lease: LocalLease,
     ) -> Self {
         debug_assert_eq!(names.iter().len(), fences.len());
         Self {
@@ -179,7 +179,7 @@ impl LockGuard {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    pub(crate) fn lease(&self) -> &Lease {
+    pub(crate) fn lease(&self) -> &LocalLease {
         &self.inner.lease
     }
 

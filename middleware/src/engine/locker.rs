@@ -14,7 +14,8 @@ use super::ask::Ask;
 use super::error::LockError;
 use super::guard::LockGuard;
 use super::held::{
-    Acquisition, HeldLock, HoldTimes, Lease, Ran, StoreLeases, give_back_baton, give_back_share,
+    Acquisition, HeldLock, HoldTimes, LocalLease, Ran, ReleaseDuty, give_back_baton,
+    give_back_share,
 };
 use super::line::{self, Baton, Entry, Lines, ReadEntry, RunId, Told};
 use super::names::LockNames;
@@ -322,16 +323,16 @@ impl<B: LockBackend> Locker<B> {
         let meters = tally.meters().clone();
         let taken_at = tally.answer(Outcome::Acquired, taken.fences.first().copied().flatten());
         let lease = match taken.lease {
-            LeaseStart::Sent(sent) => Lease::new(sent, settings.ttl, meters),
+            LeaseStart::Sent(sent) => LocalLease::new(sent, settings.ttl, meters),
             LeaseStart::Continued {
                 renewed_at,
                 deadline,
-            } => Lease::continued(renewed_at, deadline, meters),
+            } => LocalLease::continued(renewed_at, deadline, meters),
         };
         let guard = LockGuard::new(names, (ask.hold(), taken.fences), lease);
         tracing::trace!(lock = guard.name(), fence = ?guard.fence(), "acquired");
         let inner = Arc::clone(&self.inner);
-        Ok(Acquisition::Owned(StoreLeases::new(
+        Ok(Acquisition::Owned(ReleaseDuty::new(
             inner,
             (guard, taken.leases, taken.run),
             taken_at,

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use integration_tests::{MysqlDatabase, granted, request};
+use tower_lock::Locker;
 use tower_lock::backend::mysql::{MysqlBackend, NowaitBackend};
 use tower_lock::backend::{Attempt, LockBackend};
 use tower_lock::conformance::Store;
@@ -66,6 +67,44 @@ impl Store for NowaitStore {
     fn leases_expire(&self) -> bool {
         false
     }
+
+    fn holders_seen_from_grant(&self) -> bool {
+        false
+    }
+}
+
+/// A `NOWAIT` holder writes its record at its first renewal, not on the lock path: a hold
+/// younger than that is not seen (the mode's stated limit); past it, it is seen with the time
+/// held since its grant.
+#[tokio::test]
+async fn a_nowait_holder_is_seen_from_its_first_renewal_with_its_grant_time() {
+    let store = NowaitStore::start().await;
+    let ttl = Duration::from_secs(3);
+    let worker = Locker::builder(store.backend().await)
+        .holder_label("worker")
+        .ttl(ttl)
+        .build()
+        .expect("settings");
+    let operator = Locker::new(store.backend().await);
+    let held = worker.lock("coupon:42").await.expect("taken");
+
+    let young = operator.inspect("coupon:42").await.expect("inspected");
+    assert!(
+        !young.is_held(),
+        "no record before the first renewal: {young:?}"
+    );
+
+    tokio::time::sleep(ttl / 3 + Duration::from_millis(500)).await;
+    let state = operator.inspect("coupon:42").await.expect("inspected");
+    let [holder] = &state.holders[..] else {
+        panic!("one holder: {state:?}");
+    };
+    assert_eq!(holder.label, "worker");
+    assert!(
+        holder.held_for >= ttl / 3,
+        "held since its grant: {holder:?}"
+    );
+    held.release().await.expect("released");
 }
 
 /// Beyond the suite, which allows a backend not to know: a busy acquire says how long the

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::url::{SCHEMES, StoreUrlError};
-use crate::backend::masked_url::masked;
+use crate::backend::store_support::masked_url::masked;
 
 /// A store URL taken apart: its scheme, what follows it up to the query, and the query's pairs.
 pub(super) struct Parts<'a> {

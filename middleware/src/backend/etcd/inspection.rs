@@ -9,7 +9,7 @@ use etcd_client::{
 
 use super::keys::{LockKeys, unescape};
 use super::{EtcdBackend, read};
-use crate::backend::holder_record::parse;
+use crate::backend::store_support::holder_record::parse;
 use crate::backend::{BackendError, FencingToken, Hold, Holding, Inspect, Listing, LockState};
 
 /// How many keys one page of the listing reads, per name asked for: a lock's keys are its

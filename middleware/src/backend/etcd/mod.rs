@@ -29,12 +29,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, KeyValue, PutOptions, SortOrder,
-    SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
+    Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp,
+    TxnResponse,
 };
 use tokio::time::Instant;
 
-use crate::backend::holder_record::record;
+use crate::backend::store_support::holder_record::record;
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{
     Attempt, BackendError, FencingToken, Granted, Hold, LockBackend, LockRequest, WaitQueue,
@@ -45,6 +45,9 @@ use keys::LockKeys;
 use members::Members;
 use session::Session;
 use shared_holds::WriterPlaces;
+use transactions::{
+    first_under, in_creation_order, occupied, present, put_by_us, read, revision, vacant,
+};
 use watches::Watches;
 
 mod inspection;
@@ -52,63 +55,13 @@ mod keys;
 mod leader_change;
 mod members;
 mod session;
+mod settings;
 mod shared_holds;
+mod transactions;
 mod wait_queue;
 mod watches;
 
-/// The namespace every key of the backend lies under, unless [`EtcdSettings::namespace`]
-/// says otherwise.
-pub const DEFAULT_NAMESPACE: &str = "tower-lock/";
-
-/// The session lease's TTL unless [`EtcdSettings::session_ttl`] says otherwise: a crashed
-/// holder's locks pass on this long after its last renewal; lockers may lease up to two thirds
-/// of it (10 s, the locker's default).
-pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(15);
-
-/// How the backend connects: its namespace and session TTL.
-///
-/// # Example
-///
-/// ```
-/// use std::time::Duration;
-/// use tower_lock::backend::etcd::EtcdSettings;
-///
-/// let settings = EtcdSettings::default()
-///     .namespace("coupons/locks/")
-///     .session_ttl(Duration::from_secs(30));
-/// # let _ = settings;
-/// ```
-#[derive(Clone, Debug)]
-pub struct EtcdSettings {
-    namespace: String,
-    session_ttl: Duration,
-}
-
-impl Default for EtcdSettings {
-    fn default() -> Self {
-        Self {
-            namespace: DEFAULT_NAMESPACE.to_owned(),
-            session_ttl: DEFAULT_SESSION_TTL,
-        }
-    }
-}
-
-impl EtcdSettings {
-    /// Every key of the backend lies under `namespace` (default `tower-lock/`): backends with
-    /// different namespaces never see each other's locks.
-    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = namespace.into();
-        self
-    }
-
-    /// The session lease's TTL, in whole seconds (default 15 s; the cluster may raise it to its
-    /// minimum, 2 s with etcd's default timing): how long a crashed or cut-off holder keeps
-    /// its locks, and three halves of the longest TTL a locker may use.
-    pub fn session_ttl(mut self, ttl: Duration) -> Self {
-        self.session_ttl = ttl;
-        self
-    }
-}
+pub use settings::{DEFAULT_NAMESPACE, DEFAULT_SESSION_TTL, EtcdSettings};
 
 /// Locks in etcd: a key per holder or waiter under the lock's prefix, the first by create
 /// revision holding it; fenced by that revision; bound to one session lease per backend. See
@@ -355,71 +308,6 @@ const KEY_READ_PATIENCE: Duration = Duration::from_millis(500);
 /// A grant whose session expired before it could be vouched for (its keys are gone with it).
 fn session_expired() -> BackendError {
     BackendError::new("the etcd session expired while the lock was being taken")
-}
-
-/// The header's revision of a transaction's answer.
-fn revision(answer: &TxnResponse) -> Result<i64, BackendError> {
-    answer
-        .header()
-        .map(|header| header.revision())
-        .ok_or_else(|| BackendError::new("etcd answered a transaction without a header"))
-}
-
-/// The keys a transaction's `index`th operation (a get) read.
-fn read(answer: &TxnResponse, index: usize) -> Result<Vec<KeyValue>, BackendError> {
-    match answer.op_responses().into_iter().nth(index) {
-        Some(TxnOpResponse::Get(mut get)) => Ok(get.take_kvs()),
-        _ => Err(BackendError::new(
-            "etcd answered a transaction unexpectedly",
-        )),
-    }
-}
-
-/// The create revision of `ours` when the exclusive acquire `answer` answers put them: it
-/// succeeded, or (sent again after a leader change) the first key under each lock, which its
-/// `else` branch read, is ours — put by a first copy, or by the caller's place in line.
-fn put_by_us(answer: &TxnResponse, ours: &[Vec<u8>]) -> Result<Option<i64>, BackendError> {
-    if answer.succeeded() {
-        return revision(answer).map(Some);
-    }
-    let mut put_at = None;
-    for (index, key) in ours.iter().enumerate() {
-        match read(answer, index)?.first() {
-            Some(first) if first.key() == key.as_slice() => {
-                put_at = put_at.or(Some(first.create_revision()));
-            }
-            _ => return Ok(None),
-        }
-    }
-    Ok(put_at)
-}
-
-/// Reads the key under `prefix` with the lowest create revision: the holder.
-fn first_under(prefix: &[u8]) -> TxnOp {
-    TxnOp::get(prefix, Some(in_creation_order().with_limit(1)))
-}
-
-/// A read of the keys under a prefix in the order they were created, keys only.
-fn in_creation_order() -> GetOptions {
-    GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_keys_only()
-}
-
-/// No key lies under `prefix`: nobody holds the lock or waits for it.
-fn vacant(prefix: &[u8]) -> Compare {
-    Compare::version(prefix, CompareOp::Equal, 0).with_prefix()
-}
-
-/// Some key starts with `prefix`.
-fn occupied(prefix: &[u8]) -> Compare {
-    Compare::version(prefix, CompareOp::Greater, 0).with_prefix()
-}
-
-/// `key` is there.
-fn present(key: &[u8]) -> Compare {
-    Compare::version(key, CompareOp::Greater, 0)
 }
 
 impl LockBackend for EtcdBackend {

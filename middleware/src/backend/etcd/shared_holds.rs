@@ -36,7 +36,7 @@ use super::{
     EtcdBackend, EtcdLease, LockKeys, first_under, in_creation_order, occupied, present, read,
     revision, vacant,
 };
-use crate::backend::holder_record::record;
+use crate::backend::store_support::holder_record::record;
 use crate::backend::{
     Attempt, BackendError, Granted, Hold, LockRequest, Patience, Semaphores, SharedLocks,
 };

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::watches::Watch;
 use super::{EtcdBackend, EtcdLease, LockKeys, first_under, read, revision};
-use crate::backend::holder_record::record;
+use crate::backend::store_support::holder_record::record;
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{BackendError, Granted, Hold, LockRequest, QueuedAttempt, WaitQueue};
 use crate::token::OwnerToken;

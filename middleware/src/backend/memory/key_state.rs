@@ -8,8 +8,8 @@ use crate::token::OwnerToken;
 
 mod inspection;
 use crate::backend::lock_shapes::WAITER_MARK_TTL;
-use crate::backend::ticket_rules::{HolderChange, QueueView, Queued, Step, Tickets};
-use crate::backend::ticket_rules::{from_micros, to_micros};
+use crate::backend::store_support::ticket_rules::{HolderChange, QueueView, Queued, Step, Tickets};
+use crate::backend::store_support::ticket_rules::{from_micros, to_micros};
 use crate::backend::waiting::Announcement;
 use crate::backend::{Attempt, FencingToken, Hold, LockRequest, Patience};
 

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sqlx::mysql::MySqlDatabaseError;
 use sqlx::pool::PoolConnection;
@@ -44,9 +45,11 @@ const LOCK_WAIT_TIMEOUT: u16 = 1205;
 /// * **Mutex only, waiters poll** (with backoff; MySQL has no `LISTEN`).
 ///
 /// The table is created on connect when it is missing (idempotent), and a row is added the
-/// first time a name is locked; the holder writes its label, start and session into the row it
-/// locked, uncommitted — gone with the transaction — so that an operator reading the rows
-/// uncommitted sees who holds each lock ([`Inspect`](crate::backend::Inspect)):
+/// first time a name is locked. At its first renewal (a third of the TTL after the grant) a
+/// holder writes its label, start and session into the row it locked, uncommitted — gone with
+/// the transaction — so that an operator reading the rows uncommitted sees who holds each lock
+/// ([`Inspect`](crate::backend::Inspect)); a lock given back sooner writes nothing, and one
+/// held without renewal is never seen:
 ///
 /// ```sql
 /// CREATE TABLE IF NOT EXISTS tower_lock_rows (
@@ -104,7 +107,8 @@ impl NowaitBackend {
         let nowait = Nowait {
             lock_row: format!("SELECT 1 FROM {table} WHERE name = ? FOR UPDATE NOWAIT").into(),
             record_holder: format!(
-                "UPDATE {table} SET holder = ?, since = UTC_TIMESTAMP(6), session = CONNECTION_ID() \
+                "UPDATE {table} SET holder = ?, \
+                    since = UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND, session = CONNECTION_ID() \
                  WHERE name = ?"
             )
             .into(),
@@ -131,14 +135,12 @@ const BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANS
 impl SessionLock for Nowait {
     type Db = MySql;
 
-    /// The row locked without waiting, in a transaction left open, and the holder's record
-    /// written into it; a name locked for the first time gets its row (outside the
-    /// transaction) and is asked again.
+    /// The row locked without waiting, in a transaction left open; a name locked for the
+    /// first time gets its row (outside the transaction) and is asked again.
     async fn lock(
         &self,
         connection: &mut PoolConnection<MySql>,
         name: &str,
-        holder: &str,
     ) -> Result<bool, sqlx::Error> {
         for _ in 0..2 {
             (&mut **connection).execute(BEGIN).await?;
@@ -147,14 +149,7 @@ impl SessionLock for Nowait {
                 .fetch_optional(&mut **connection)
                 .await;
             match locked {
-                Ok(Some(_)) => {
-                    sqlx::query(&self.record_holder)
-                        .bind(holder.as_bytes())
-                        .bind(name.as_bytes())
-                        .execute(&mut **connection)
-                        .await?;
-                    return Ok(true);
-                }
+                Ok(Some(_)) => return Ok(true),
                 Ok(_) => {
                     (&mut **connection).execute("ROLLBACK").await?;
                     sqlx::query(&self.add_row)
@@ -173,6 +168,27 @@ impl SessionLock for Nowait {
             "the row of a lock vanished from {} as it was added",
             self.table
         )))
+    }
+
+    const RECORDS_HOLDERS: bool = true;
+
+    /// The holder's label, start and session written into its locked row, in its open
+    /// transaction: uncommitted, they live as long as the lock.
+    async fn record_holder(
+        &self,
+        connection: &mut PoolConnection<MySql>,
+        name: &str,
+        holder: &str,
+        held_for: Duration,
+    ) -> Result<(), sqlx::Error> {
+        let held_for_us = u64::try_from(held_for.as_micros()).unwrap_or(u64::MAX);
+        sqlx::query(&self.record_holder)
+            .bind(holder.as_bytes())
+            .bind(held_for_us)
+            .bind(name.as_bytes())
+            .execute(&mut **connection)
+            .await?;
+        Ok(())
     }
 
     /// `ROLLBACK`: the transaction, and with it the row lock, ends.

@@ -108,7 +108,6 @@ impl SessionLock for Advisory {
         &self,
         connection: &mut PoolConnection<Postgres>,
         name: &str,
-        _holder: &str,
     ) -> Result<bool, sqlx::Error> {
         self.call(LOCK, connection, name).await
     }

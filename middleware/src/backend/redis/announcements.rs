@@ -7,8 +7,8 @@ use futures_util::future::BoxFuture;
 use redis::aio::{AsyncPushSender, ConnectionManager};
 use redis::{Client, ProtocolVersion, PushInfo, PushKind, RedisError, Value};
 
+use super::connecting::manager_config;
 use super::keys::LockKey;
-use super::manager_config;
 use crate::backend::waiting::{Announcement, Subscriptions, WaitingRoom};
 
 /// How long a subscription command may take before the waiters poll instead.
@@ -103,7 +103,7 @@ pub(super) async fn cluster_waiting_room(
     nodes: Vec<redis::ConnectionInfo>,
 ) -> Result<Arc<WaitingRoom>, RedisError> {
     let (room_slot, deliver) = delivery();
-    let client = super::cluster_client(nodes)
+    let client = super::connecting::cluster_client(nodes)
         .use_protocol(ProtocolVersion::RESP3)
         .push_sender(deliver)
         .build()?;

@@ -120,8 +120,10 @@ impl Topology {
             },
             _ => ConnectionAddr::Tcp(host.to_owned(), port),
         });
-        let connection =
-            ConnectionManager::new_lazy_with_config(Client::open(info)?, super::commands_config())?;
+        let connection = ConnectionManager::new_lazy_with_config(
+            Client::open(info)?,
+            super::connecting::commands_config(),
+        )?;
         // Connected now, whoever waits for it: a connection made by a command alone stops half
         // made when that command is dropped (a refresh takes the first node's answer and drops
         // the others), and the timeout it started fails the next command at once.

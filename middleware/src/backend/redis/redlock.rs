@@ -9,7 +9,8 @@ use redis::aio::ConnectionManager;
 use redis::{Client, IntoConnectionInfo, RedisError};
 use tokio::time::{Instant, timeout};
 
-use super::{RedisBackend, commands_config};
+use super::RedisBackend;
+use super::connecting::commands_config;
 use crate::backend::request::drift_margin;
 use crate::backend::{Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, TokenLease};
 
@@ -67,7 +68,7 @@ impl RedlockBackend {
     pub fn connect<T: IntoConnectionInfo>(
         urls: impl IntoIterator<Item = T>,
     ) -> Result<Self, RedisError> {
-        super::choose_tls_crypto();
+        super::connecting::choose_tls_crypto();
         let mut masters = Vec::new();
         for url in urls {
             let info = url.into_connection_info()?;

@@ -11,7 +11,7 @@ use redis::{
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::backend::connect::within;
+use crate::backend::store_support::connect::within;
 
 /// How often a connection asks the Sentinels for the master again at most, while the one it
 /// has fails.
@@ -205,7 +205,7 @@ impl super::RedisBackend<SentinelConnection> {
         sentinels: impl IntoIterator<Item = T>,
         master_name: &str,
     ) -> Result<Self, RedisError> {
-        super::choose_tls_crypto();
+        super::connecting::choose_tls_crypto();
         let sentinels = sentinels
             .into_iter()
             .map(IntoConnectionInfo::into_connection_info)
@@ -218,7 +218,7 @@ impl super::RedisBackend<SentinelConnection> {
             "the master {master_name} through the Sentinels at {}",
             addresses.join(",")
         );
-        let config = super::manager_config()
+        let config = super::connecting::manager_config()
             .set_number_of_retries(0)
             .set_response_timeout(Some(MASTER_ANSWERS_WITHIN));
         let connecting = async {
@@ -228,7 +228,7 @@ impl super::RedisBackend<SentinelConnection> {
         };
         within(&target, connecting)
             .await
-            .map_err(super::unreachable)
+            .map_err(super::connecting::unreachable)
     }
 }
 

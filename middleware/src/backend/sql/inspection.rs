@@ -7,7 +7,7 @@ use std::future::Future;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use crate::backend::ticket_rules::Tickets;
+use crate::backend::store_support::ticket_rules::Tickets;
 use crate::backend::{
     BackendError, FencingToken, Hold, Holding, Inspect, Listing, LockBackend, LockState, TokenLease,
 };

@@ -11,11 +11,11 @@ use sqlx::pool::PoolOptions;
 use sqlx::{Connection, Database, Pool};
 use tokio::sync::{Semaphore, oneshot};
 
-use super::connect::within;
-use super::masked_url::masked;
 use super::{
     Attempt, BackendError, Granted, LockBackend, LockRequest, QueuedAttempt, TokenLease, WaitQueue,
 };
+use crate::backend::store_support::connect::within;
+use crate::backend::store_support::masked_url::masked;
 
 pub(super) mod inspection;
 mod reachable_pool;

@@ -1,5 +1,5 @@
 //! A SQL backend's pool that answers at once while its database refuses connections
-//! (`backend/reach.rs`): sqlx's pool would try again until its acquire timeout.
+//! (`backend/store_support/reach.rs`): sqlx's pool would try again until its acquire timeout.
 
 use std::sync::Arc;
 
@@ -7,7 +7,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::{ConnectOptions, Connection, Database, Pool};
 
 use crate::backend::BackendError;
-use crate::backend::reach::Reach;
+use crate::backend::store_support::reach::Reach;
 
 /// A pool, and whether its database refuses connections now.
 #[derive(Debug)]

@@ -4,8 +4,8 @@
 //! frees it as soon as the server notices its connection gone. No TTL, no fence of their own.
 
 use std::fmt;
-use std::future::Future;
-use std::time::Duration;
+use std::future::{self, Future};
+use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
 use sqlx::{Connection, Database, Pool};
@@ -21,13 +21,11 @@ pub(in crate::backend) trait SessionLock: Clone + Send + Sync + 'static {
     /// The database whose sessions hold the locks.
     type Db: Database;
 
-    /// Takes `name`'s lock in `connection`'s session if it is free, for the holder labelled
-    /// `holder` (kept where the store can keep it): whether it was free.
+    /// Takes `name`'s lock in `connection`'s session if it is free: whether it was free.
     fn lock(
         &self,
         connection: &mut PoolConnection<Self::Db>,
         name: &str,
-        holder: &str,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
     /// Gives `name`'s lock back in `connection`'s session: whether the session held it.
@@ -37,10 +35,43 @@ pub(in crate::backend) trait SessionLock: Clone + Send + Sync + 'static {
         name: &str,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
+    /// Whether holders write their own record for the operator's view, by
+    /// [`record_holder`](Self::record_holder) at their first renewal; `false` where the store
+    /// names the session holding a lock by itself.
+    const RECORDS_HOLDERS: bool = false;
+
+    /// Writes who holds `name`'s lock in `connection`'s session — labelled `holder`, for
+    /// `held_for` so far — where an operator reads it. Called once per hold, at its first
+    /// renewal and in place of its ping, so that a lock given back sooner writes nothing: an
+    /// error answers as a failed ping does.
+    fn record_holder(
+        &self,
+        connection: &mut PoolConnection<Self::Db>,
+        name: &str,
+        holder: &str,
+        held_for: Duration,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        let _ = (connection, name, holder, held_for);
+        future::ready(Ok(()))
+    }
+
     /// The longest lock name the store accepts, in bytes, if it has a limit.
     fn max_name_len(&self) -> Option<usize> {
         None
     }
+}
+
+/// A holder whose record is yet to be written (stores whose holders record themselves).
+struct UnrecordedHolder {
+    label: Box<str>,
+    granted: Instant,
+}
+
+/// What a held session lock keeps: the connection whose session holds it, and the holder's
+/// record until it is written.
+struct HeldSession<DB: Database> {
+    connection: Option<PoolConnection<DB>>,
+    unrecorded: Option<UnrecordedHolder>,
 }
 
 /// The lease of a lock held by a database session: the connection that took it.
@@ -49,20 +80,24 @@ pub(in crate::backend) trait SessionLock: Clone + Send + Sync + 'static {
 /// it to the pool — a pooled session still holding the lock would hand it to whoever uses the
 /// connection next — so the server ends the session and frees the lock.
 pub struct ConnectionLease<DB: Database> {
-    connection: Mutex<Option<PoolConnection<DB>>>,
+    session: Mutex<HeldSession<DB>>,
 }
 
 impl<DB: Database> ConnectionLease<DB> {
-    fn new(connection: PoolConnection<DB>) -> Self {
+    fn new(connection: PoolConnection<DB>, unrecorded: Option<UnrecordedHolder>) -> Self {
+        let connection = Some(connection);
         Self {
-            connection: Mutex::new(Some(connection)),
+            session: Mutex::new(HeldSession {
+                connection,
+                unrecorded,
+            }),
         }
     }
 }
 
 impl<DB: Database> Drop for ConnectionLease<DB> {
     fn drop(&mut self) {
-        if let Some(connection) = self.connection.get_mut().as_mut() {
+        if let Some(connection) = self.session.get_mut().connection.as_mut() {
             connection.close_on_drop();
         }
     }
@@ -115,11 +150,17 @@ impl<K: SessionLock> SessionLocks<K> {
         holder: &str,
     ) -> Result<Attempt<Granted<ConnectionLease<K::Db>>>, BackendError> {
         let mut connection = self.pool.connection().await?;
-        match self.kind.lock(&mut connection, name, holder).await {
-            Ok(true) => Ok(Attempt::Acquired(Granted {
-                lease: ConnectionLease::new(connection),
-                fence: None,
-            })),
+        match self.kind.lock(&mut connection, name).await {
+            Ok(true) => {
+                let unrecorded = K::RECORDS_HOLDERS.then(|| UnrecordedHolder {
+                    label: holder.into(),
+                    granted: Instant::now(),
+                });
+                Ok(Attempt::Acquired(Granted {
+                    lease: ConnectionLease::new(connection, unrecorded),
+                    fence: None,
+                }))
+            }
             Ok(false) => Ok(Attempt::Busy { holder_ttl: None }),
             Err(error) => {
                 // Whether the lock was taken is unknown: end the session, which frees it.
@@ -151,22 +192,47 @@ impl<K: SessionLock> LockBackend for SessionLocks<K> {
     }
 
     /// The lock lasts as long as its session: extending checks that the connection is alive
-    /// (a ping). A dead one is closed and reported lost — the server frees its locks.
+    /// (a ping, or the holder's record at its first renewal). A dead one is closed and reported
+    /// lost — the server frees its locks.
     async fn extend(
         &self,
-        _name: &str,
+        name: &str,
         lease: &Self::Lease,
         _ttl: Duration,
     ) -> Result<bool, BackendError> {
-        let mut held = lease.connection.lock().await;
-        let Some(connection) = held.as_mut() else {
+        let mut session = lease.session.lock().await;
+        let HeldSession {
+            connection,
+            unrecorded,
+        } = &mut *session;
+        let Some(live) = connection.as_mut() else {
             return Ok(false);
         };
-        if connection.ping().await.is_ok() {
+        let alive = match unrecorded.take() {
+            None => live.ping().await.is_ok(),
+            Some(holder) => {
+                let held_for = holder.granted.elapsed();
+                let recorded = (self.kind)
+                    .record_holder(live, name, &holder.label, held_for)
+                    .await;
+                match recorded {
+                    Ok(()) => true,
+                    // Refused by a session that lives on (a killed one answers too, then
+                    // closes): the lock is held, unrecorded.
+                    Err(sqlx::Error::Database(error)) if live.ping().await.is_ok() => {
+                        return Err(BackendError::new(format!(
+                            "the holder's record for the operator's view was refused: {error}"
+                        )));
+                    }
+                    Err(_) => false,
+                }
+            }
+        };
+        if alive {
             return Ok(true);
         }
-        connection.close_on_drop();
-        held.take();
+        live.close_on_drop();
+        connection.take();
         Ok(false)
     }
 
@@ -175,15 +241,15 @@ impl<K: SessionLock> LockBackend for SessionLocks<K> {
     /// timed out) leaves it to the lease, which closes it when dropped; a connection that
     /// failed, or whose session did not hold the lock, is closed too.
     async fn release(&self, name: &str, lease: &Self::Lease) -> Result<bool, BackendError> {
-        let mut held = lease.connection.lock().await;
-        let Some(connection) = held.as_mut() else {
+        let mut session = lease.session.lock().await;
+        let Some(connection) = session.connection.as_mut() else {
             return Ok(false);
         };
         let unlocked = self.kind.unlock(connection, name).await;
         if !matches!(unlocked, Ok(true)) {
             connection.close_on_drop();
         }
-        held.take();
+        session.connection.take();
         unlocked.map_err(BackendError::new)
     }
 

@@ -1,5 +1,5 @@
 //! The SQL backends' queue of waiters, decided on the lock's row by the queue's rules
-//! (`backend::ticket_rules`, which the memory backend follows too).
+//! (`backend::store_support::ticket_rules`, which the memory backend follows too).
 //!
 //! The tickets live in the lock's row (`tickets`, text), so every queue operation reads one row
 //! and writes it back as one atomic step (MySQL: in a transaction holding the row's lock;
@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 
 use super::{AcquireSlots, acquire_detached};
-use crate::backend::ticket_rules::{
+use crate::backend::store_support::ticket_rules::{
     HolderChange, QueueView, Queued, Step, Ticket, Tickets, to_micros,
 };
 use crate::backend::waiting::{Announcement, WaitingRoom};

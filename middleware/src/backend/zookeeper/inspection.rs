@@ -9,7 +9,7 @@ use zookeeper_client::Error as ZkError;
 
 use super::ZookeeperBackend;
 use super::nodes::{Children, Kind, LockDir, Node, Standing, unescape};
-use crate::backend::holder_record::parse;
+use crate::backend::store_support::holder_record::parse;
 use crate::backend::{BackendError, FencingToken, Hold, Holding, Inspect, Listing, LockState};
 
 /// How many lock directories one page of the listing looks into, per name asked for: an

@@ -32,9 +32,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError};
 
-use super::connect::within;
-use super::reach::{Dial, Reach};
-use crate::backend::holder_record::record;
+use crate::backend::store_support::connect::within;
+use crate::backend::store_support::holder_record::record;
+use crate::backend::store_support::reach::{Dial, Reach};
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{
     Attempt, BackendError, FencingToken, Granted, Hold, LockBackend, LockRequest, WaitQueue,
@@ -50,67 +50,15 @@ mod in_flight;
 mod inspection;
 mod nodes;
 mod session;
+mod settings;
 mod shared_holds;
 mod wait_queue;
 mod watches;
 
+pub use settings::{DEFAULT_ROOT, DEFAULT_SESSION_TIMEOUT, ZookeeperSettings};
+
 /// How long an extend waits to read its node before the session's word alone decides.
 const NODE_READ_PATIENCE: Duration = Duration::from_millis(500);
-
-/// The path every node of the backend lies under, unless [`ZookeeperSettings::root`] says
-/// otherwise.
-pub const DEFAULT_ROOT: &str = "/tower-lock";
-
-/// The session timeout asked for unless [`ZookeeperSettings::session_timeout`] says otherwise:
-/// a crashed holder's locks pass on this long after the ensemble last heard from it; lockers
-/// may lease up to two thirds of it (10 s, the locker's default).
-pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// How the backend connects: its root path and session timeout.
-///
-/// # Example
-///
-/// ```
-/// use std::time::Duration;
-/// use tower_lock::backend::zookeeper::ZookeeperSettings;
-///
-/// let settings = ZookeeperSettings::default()
-///     .root("/coupons/locks")
-///     .session_timeout(Duration::from_secs(30));
-/// # let _ = settings;
-/// ```
-#[derive(Clone, Debug)]
-pub struct ZookeeperSettings {
-    root: String,
-    session_timeout: Duration,
-}
-
-impl Default for ZookeeperSettings {
-    fn default() -> Self {
-        Self {
-            root: DEFAULT_ROOT.to_owned(),
-            session_timeout: DEFAULT_SESSION_TIMEOUT,
-        }
-    }
-}
-
-impl ZookeeperSettings {
-    /// Every node of the backend lies under `root` (default `/tower-lock`, created when
-    /// missing): backends with different roots never see each other's locks.
-    pub fn root(mut self, root: impl Into<String>) -> Self {
-        self.root = root.into();
-        self
-    }
-
-    /// The session timeout to ask for (default 15 s; the server keeps it between its
-    /// `minSessionTimeout` and `maxSessionTimeout`, 4 s and 40 s by default): how long a
-    /// crashed or cut-off holder keeps its locks, and three halves of the longest TTL a locker
-    /// may use.
-    pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
-        self
-    }
-}
 
 /// Locks in ZooKeeper: an ephemeral sequential node per holder or waiter in the lock's
 /// directory, the lowest holding it; fenced by its creation zxid; bound to one session per

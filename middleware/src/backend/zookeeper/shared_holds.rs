@@ -34,7 +34,7 @@ use zookeeper_client::Error as ZkError;
 use super::nodes::{Children, Kind, LockDir, Node, Standing};
 use super::watches::Watch;
 use super::{ZookeeperBackend, ZookeeperLease};
-use crate::backend::holder_record::record;
+use crate::backend::store_support::holder_record::record;
 use crate::backend::{
     Attempt, BackendError, Granted, Hold, LockRequest, Patience, Semaphores, SharedLocks,
 };

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::nodes::{Kind, Standing};
 use super::watches::Watch;
 use super::{ZookeeperBackend, ZookeeperLease};
-use crate::backend::holder_record::record;
+use crate::backend::store_support::holder_record::record;
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{BackendError, Granted, Hold, LockRequest, QueuedAttempt, WaitQueue};
 use crate::token::OwnerToken;

@@ -14,21 +14,21 @@ use crate::engine::error::LockError;
 use crate::engine::guard::LockGuard;
 use crate::engine::policy::OnLost;
 use crate::engine::reentry;
-use lease::keep;
+use local_lease::keep;
 
 mod hold_times;
-mod lease;
-mod store_leases;
+mod local_lease;
+mod release_duty;
 
 pub(crate) use hold_times::HoldTimes;
-pub use lease::LeaseLost;
-pub(crate) use lease::{Lease, LeasePlan};
-pub(crate) use store_leases::{StoreLeases, give_back_baton, give_back_share};
+pub use local_lease::LeaseLost;
+pub(crate) use local_lease::{LeasePlan, LocalLease};
+pub(crate) use release_duty::{ReleaseDuty, give_back_baton, give_back_share};
 
 /// A lock just taken by the engine, or found already held by the running future.
 pub(crate) enum Acquisition<B: LockBackend> {
     /// Taken now: its leases must be given back.
-    Owned(StoreLeases<B>),
+    Owned(ReleaseDuty<B>),
     /// Held by the running future already (re-entered): the outer holder gives it back.
     Reentered(LockGuard),
 }
@@ -103,7 +103,7 @@ impl<B: LockBackend> Acquisition<B> {
 /// is dropped on return) or lets it finish, as `on_lost` says.
 async fn run_while_held<F: Future, B: LockBackend>(
     work: F,
-    leases: &StoreLeases<B>,
+    leases: &ReleaseDuty<B>,
     on_lost: OnLost,
 ) -> Ran<F::Output> {
     let (guard, plan) = (leases.guard(), leases.locker().settings.lease_plan());
@@ -157,7 +157,7 @@ pub struct HeldLock<B: LockBackend> {
 }
 
 struct Owned<B: LockBackend> {
-    leases: Arc<StoreLeases<B>>,
+    leases: Arc<ReleaseDuty<B>>,
     renewal: RenewalTask,
 }
 
@@ -172,7 +172,7 @@ enum RenewalTask {
 
 impl<B: LockBackend> HeldLock<B> {
     /// The handle of `leases`, not renewing them yet.
-    fn idle(leases: StoreLeases<B>) -> Self {
+    fn idle(leases: ReleaseDuty<B>) -> Self {
         Self {
             guard: leases.guard().clone(),
             owned: Some(Owned {

@@ -114,3 +114,32 @@ impl<L> Contender<'_, L> {
         shared.then_some(id)
     }
 }
+
+/// A reader of a locker waiting for a lock: while it waits, a write lock is not handed on
+/// within the locker (readers wait at most one writer's hold behind the writers already in).
+#[derive(Debug)]
+pub(crate) struct WaitingReader<'a, L> {
+    lines: &'a Lines<L>,
+    name: &'a str,
+}
+
+impl<L> Lines<L> {
+    /// A reader of this locker waits for lock `name` until the guard is dropped.
+    pub(crate) fn reader_waits<'a>(&'a self, name: &'a str) -> WaitingReader<'a, L> {
+        self.lines().entry(name.to_owned()).or_default().readers += 1;
+        WaitingReader { lines: self, name }
+    }
+}
+
+impl<L> Drop for WaitingReader<'_, L> {
+    fn drop(&mut self) {
+        let mut lines = self.lines.lines();
+        let Some(line) = lines.get_mut(self.name) else {
+            return;
+        };
+        line.readers = line.readers.saturating_sub(1);
+        if line.is_idle() {
+            lines.remove(self.name);
+        }
+    }
+}

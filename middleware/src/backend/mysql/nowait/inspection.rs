@@ -1,6 +1,6 @@
 //! The operator's view of `NOWAIT` rows: each holder writes its record into the row it locked,
-//! uncommitted, so a read of uncommitted rows sees exactly the rows locked now; the operator's
-//! release ends the holder's session.
+//! uncommitted, at its first renewal, so a read of uncommitted rows sees the rows locked now
+//! (held past a third of their TTL); the operator's release ends the holder's session.
 
 use std::time::Duration;
 
@@ -69,8 +69,10 @@ impl NowaitBackend {
 }
 
 /// `NOWAIT` rows' holders: the label, start and session each holder writes into the row it
-/// locked, in its open transaction; reading the rows uncommitted shows them while the
-/// transaction lives, and nothing once it ends (a release, or a session gone). No fence, no
+/// locked, in its open transaction, at its first renewal (so that the lock path writes
+/// nothing); reading the rows uncommitted shows them while the transaction lives, and nothing
+/// once it ends (a release, or a session gone). A hold younger than its first renewal, or one
+/// held without renewal, is not seen — a stuck holder is, a third of its TTL on. No fence, no
 /// lease (the session is the lease), no waiters (they poll). The listing reads the table in
 /// name order, a bounded number of rows per page. The operator's release ends the holder's
 /// session (`KILL CONNECTION`: the user must be the holder's, or have the `CONNECTION ADMIN`

@@ -21,7 +21,7 @@ use crate::engine::telemetry::StoreOp;
 /// Dropped unreleased (the work was cancelled, the handle dropped), they are released in the
 /// background. A lock held in a run is handed on to the next waiting task of the locker
 /// instead, while the run may go on.
-pub(crate) struct StoreLeases<B: LockBackend> {
+pub(crate) struct ReleaseDuty<B: LockBackend> {
     locker: Arc<LockerInner<B>>,
     guard: LockGuard,
     /// The store's leases, shared by the holds of a run.
@@ -34,7 +34,7 @@ pub(crate) struct StoreLeases<B: LockBackend> {
     observed: Option<u64>,
 }
 
-impl<B: LockBackend> StoreLeases<B> {
+impl<B: LockBackend> ReleaseDuty<B> {
     /// Takes on the release of `guard`'s lock, whose leases are `leases` (one per name),
     /// taken at `taken_at`, held in run `run`, if any.
     pub(crate) fn new(
@@ -212,7 +212,7 @@ async fn give_back<B: LockBackend>(
     }
 }
 
-impl<B: LockBackend> Drop for StoreLeases<B> {
+impl<B: LockBackend> Drop for ReleaseDuty<B> {
     fn drop(&mut self) {
         self.locker.held.fetch_sub(1, Ordering::Relaxed);
         if *self.released.get_mut() {

@@ -35,7 +35,7 @@ pub(crate) struct LeasePlan {
 /// The lease as this process knows it. The store is the authority; this is the part of it
 /// that can be known without asking: until when the lease is certainly still held.
 #[derive(Debug)]
-pub(crate) struct Lease {
+pub(crate) struct LocalLease {
     state: watch::Sender<LeaseState>,
     /// The meters of its lock.
     meters: Meters,
@@ -57,7 +57,7 @@ enum Status {
     Released,
 }
 
-impl Lease {
+impl LocalLease {
     /// A lease whose acquire (or renewal) command was sent at `sent` with `ttl`, of a lock
     /// reported with `meters`.
     pub(crate) fn new(sent: Instant, ttl: Duration, meters: Meters) -> Self {
@@ -168,7 +168,7 @@ impl Lease {
 /// it owns no task and at most one timer at a time. Started again later (the work ended, its
 /// output is still being delivered), it goes on from the last renewal.
 pub(crate) async fn keep<F, Fut>(
-    lease: &Lease,
+    lease: &LocalLease,
     plan: LeasePlan,
     name: &str,
     mut extend: F,

@@ -6,7 +6,7 @@
 use std::num::NonZeroU32;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::{Hold, LockRequest};
+use crate::backend::{Hold, LockRequest};
 
 /// The record of `request` asking to hold as `hold`, now.
 pub(in crate::backend) fn record(request: &LockRequest, hold: Hold) -> Vec<u8> {

@@ -5,7 +5,7 @@ use std::fmt::Display;
 use std::future::Future;
 use std::time::Duration;
 
-use super::BackendError;
+use crate::backend::BackendError;
 
 /// The longest a `connect` takes before it gives up on a server that does not answer.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

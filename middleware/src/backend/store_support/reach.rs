@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use tokio::sync::watch;
 
-use super::BackendError;
+use crate::backend::BackendError;
 
 /// How long a call may go unanswered before the store is dialled.
 const DIAL_AFTER: Duration = Duration::from_millis(100);
