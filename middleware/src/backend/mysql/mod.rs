@@ -9,13 +9,10 @@ use sqlx::mysql::{MySqlArguments, MySqlRow};
 use sqlx::query::Query;
 use sqlx::{MySql, MySqlPool, Row};
 
-use super::sql::tickets::release_through_queue;
-use super::sql::{AcquireSlots, ReachablePool, acquire_detached, connect_pool};
+use super::sql::lease_rows::{LeaseRows, lease_rows_backend};
+use super::sql::{AcquireSlots, ReachablePool, connect_pool};
 use super::waiting::{Announcement, WaitingRoom};
-use super::{
-    Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, Patience,
-    Semaphores, SharedLocks, TokenLease, WaitQueue,
-};
+use super::{Attempt, BackendError, Granted, Hold, LockRequest, OwnerToken, Patience, TokenLease};
 use crate::backend::FencingToken;
 use statements::{MAX_NAME_LEN, Param, Statement, Statements};
 
@@ -134,68 +131,6 @@ impl MysqlBackend {
         })
     }
 
-    /// One acquire statement for `hold` (and, when busy, one query for how long until the
-    /// lock may change).
-    async fn try_acquire(
-        &self,
-        name: &str,
-        request: LockRequest,
-        hold: Hold,
-    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        let statements = &self.statements;
-        let (statement, permits) = match hold {
-            Hold::Mutex => (&statements.acquire, None),
-            Hold::Read => (&statements.acquire_read, None),
-            Hold::Write => (&statements.acquire_write, None),
-            Hold::Permit { permits } => (&statements.acquire_permit, Some(permits)),
-        };
-        let args = Args {
-            name,
-            owner: request.token,
-            ttl: request.ttl,
-            permits,
-            patient: request.patience != Patience::Once,
-            label: Some(request.holder),
-        };
-        let done = args
-            .bind(statement)
-            .execute(&mut *self.pool.connection().await?)
-            .await
-            .map_err(BackendError::new)?;
-        if let answer @ 1.. = done.last_insert_id() {
-            return Ok(Attempt::Acquired(Granted {
-                lease: TokenLease::new(request.token, hold).labelled(request.holder),
-                fence: hold.is_exclusive().then(|| FencingToken::new(answer)),
-            }));
-        }
-        let left: Option<Option<i64>> = args
-            .bind(&statements.holder_left)
-            .try_map(|row: MySqlRow| row.try_get(0))
-            .fetch_optional(&mut *self.pool.connection().await?)
-            .await
-            .map_err(BackendError::new)?;
-        let left = left.flatten().and_then(|micros| u64::try_from(micros).ok());
-        Ok(Attempt::Busy {
-            holder_ttl: left.map(Duration::from_micros),
-        })
-    }
-
-    /// [`try_acquire`](Self::try_acquire) in a task of its own (`sql::acquire_detached`): an
-    /// `abandon` sent on another pooled connection could otherwise reach the server before
-    /// the acquire it undoes.
-    async fn acquire_detached(
-        &self,
-        name: &str,
-        request: LockRequest,
-        hold: Hold,
-    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        let slots = &self.slots;
-        acquire_detached(self, slots, name, request, move |backend, name, request| async move {
-            backend.try_acquire(&name, request, hold).await
-        })
-        .await
-    }
-
     /// Runs the owner-checked `statement` on `name` for `owner` (and `ttl` and its `label`,
     /// where it takes them): whether it matched the row, that is whether the lease was still
     /// the owner's.
@@ -253,22 +188,57 @@ impl<'a> Args<'a> {
     }
 }
 
-impl LockBackend for MysqlBackend {
-    type Lease = TokenLease;
-
-    fn store_kind(&self) -> &'static str {
-        "mysql"
-    }
-
-    async fn acquire(
+/// MySQL's dialect of lease rows. MySQL cannot announce a release, so this process's waiters
+/// for a lock are woken here (a shared hold's release) or by the queue (an exclusive one's
+/// handed to nobody of this process).
+impl LeaseRows for MysqlBackend {
+    /// One acquire statement for `hold` (and, when busy, one query for how long until the
+    /// lock may change).
+    async fn try_acquire(
         &self,
         name: &str,
         request: LockRequest,
+        hold: Hold,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        self.acquire_detached(name, request, Hold::Mutex).await
+        let statements = &self.statements;
+        let (statement, permits) = match hold {
+            Hold::Mutex => (&statements.acquire, None),
+            Hold::Read => (&statements.acquire_read, None),
+            Hold::Write => (&statements.acquire_write, None),
+            Hold::Permit { permits } => (&statements.acquire_permit, Some(permits)),
+        };
+        let args = Args {
+            name,
+            owner: request.token,
+            ttl: request.ttl,
+            permits,
+            patient: request.patience != Patience::Once,
+            label: Some(request.holder),
+        };
+        let done = args
+            .bind(statement)
+            .execute(&mut *self.pool.connection().await?)
+            .await
+            .map_err(BackendError::new)?;
+        if let answer @ 1.. = done.last_insert_id() {
+            return Ok(Attempt::Acquired(Granted {
+                lease: TokenLease::new(request.token, hold).labelled(request.holder),
+                fence: hold.is_exclusive().then(|| FencingToken::new(answer)),
+            }));
+        }
+        let left: Option<Option<i64>> = args
+            .bind(&statements.holder_left)
+            .try_map(|row: MySqlRow| row.try_get(0))
+            .fetch_optional(&mut *self.pool.connection().await?)
+            .await
+            .map_err(BackendError::new)?;
+        let left = left.flatten().and_then(|micros| u64::try_from(micros).ok());
+        Ok(Attempt::Busy {
+            holder_ttl: left.map(Duration::from_micros),
+        })
     }
 
-    async fn extend(
+    async fn extend_lease(
         &self,
         name: &str,
         lease: &TokenLease,
@@ -283,89 +253,29 @@ impl LockBackend for MysqlBackend {
         (self.owner_checked(extend, name, lease.token(), ttl, lease.label())).await
     }
 
-    /// One owner-checked `UPDATE` while nobody waits; a lock that is waited for goes through
-    /// the queue (to this process's next waiter or the first ticket) — at once when this
-    /// process has waiters for it. MySQL cannot announce a release, so this process's waiters
-    /// for the lock are woken here (a shared hold's release) or by the queue (an exclusive
-    /// one's handed to nobody of this process).
-    async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
-        let statements = &self.statements;
-        if !lease.hold().is_exclusive() {
-            let released = self
-                .owner_checked(
-                    &statements.release_shared,
-                    name,
-                    lease.token(),
-                    Duration::ZERO,
-                    None,
-                )
-                .await?;
-            if self.room.has_waiters(name) {
-                self.room.announce(name, Announcement::Free);
-            }
-            return Ok(released);
+    async fn release_shared(&self, name: &str, owner: OwnerToken) -> Result<bool, BackendError> {
+        let release = &self.statements.release_shared;
+        let released = (self.owner_checked(release, name, owner, Duration::ZERO, None)).await?;
+        if self.room.has_waiters(name) {
+            self.room.announce(name, Announcement::Free);
         }
-        if !self.room.has_waiters(name)
-            && self
-                .owner_checked(
-                    &statements.release,
-                    name,
-                    lease.token(),
-                    Duration::ZERO,
-                    None,
-                )
-                .await?
-        {
-            return Ok(true);
-        }
-        release_through_queue(self, name, lease.token()).await
+        Ok(released)
     }
 
-    async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
+    async fn release_unwaited(&self, name: &str, owner: OwnerToken) -> Result<bool, BackendError> {
+        let release = &self.statements.release;
+        (self.owner_checked(release, name, owner, Duration::ZERO, None)).await
+    }
+
+    async fn abandon_attempt(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
         let abandon = &self.statements.abandon;
         self.owner_checked(abandon, name, request.token, request.ttl, None)
             .await
             .map(drop)
     }
-
-    fn wait_queue(&self) -> Option<&dyn WaitQueue<TokenLease>> {
-        Some(self)
-    }
-
-    fn max_name_len(&self) -> Option<usize> {
-        Some(MAX_NAME_LEN)
-    }
 }
 
-impl SharedLocks for MysqlBackend {
-    async fn acquire_read(
-        &self,
-        name: &str,
-        request: LockRequest,
-    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        self.acquire_detached(name, request, Hold::Read).await
-    }
-
-    async fn acquire_write(
-        &self,
-        name: &str,
-        request: LockRequest,
-    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        self.acquire_detached(name, request, Hold::Write).await
-    }
-}
-
-impl Semaphores for MysqlBackend {
-    async fn acquire_permit(
-        &self,
-        name: &str,
-        request: LockRequest,
-        permits: NonZeroU32,
-    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        self.acquire_detached(name, request, Hold::Permit { permits })
-            .await
-    }
-}
+lease_rows_backend!(MysqlBackend, "mysql", MAX_NAME_LEN);
 
 /// A duration in whole microseconds, as the statements take it.
 fn micros(duration: Duration) -> i64 {

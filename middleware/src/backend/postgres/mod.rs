@@ -1,19 +1,15 @@
 //! The PostgreSQL backend: one lease row per lock, taken and given back in one statement each.
 
 use std::fmt;
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::{PgPool, Postgres};
 
-use super::sql::tickets::release_through_queue;
-use super::sql::{AcquireSlots, ReachablePool, acquire_detached, connect_pool};
+use super::sql::lease_rows::{LeaseRows, lease_rows_backend};
+use super::sql::{AcquireSlots, ReachablePool, connect_pool};
 use super::waiting::WaitingRoom;
-use super::{
-    Attempt, BackendError, Granted, Hold, LockBackend, LockRequest, OwnerToken, Patience,
-    Semaphores, SharedLocks, TokenLease, WaitQueue,
-};
+use super::{Attempt, BackendError, Granted, Hold, LockRequest, OwnerToken, Patience, TokenLease};
 use crate::backend::FencingToken;
 use statements::Statements;
 
@@ -144,49 +140,6 @@ impl PostgresBackend {
         })
     }
 
-    /// One acquire statement for `hold`: taken (with a fence when exclusive), or busy with
-    /// how long until the lock may change. A busy writer that will ask again leaves its
-    /// intent, a busy reader its claim, with a second statement; a busy caller that listens
-    /// marks the lock as waited
-    /// for (unless it is already), and then asks once more: a release between the answer and
-    /// the mark was not announced, every one after it is.
-    async fn try_acquire(
-        &self,
-        name: &str,
-        request: LockRequest,
-        hold: Hold,
-    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        let (answer, waited) = self.ask(name, request, hold).await?;
-        if matches!(answer, Attempt::Acquired(_)) {
-            return Ok(answer);
-        }
-        let statements = &self.statements;
-        let mark = match hold {
-            Hold::Write => Some(&statements.write_intent),
-            Hold::Read => Some(&statements.claim),
-            Hold::Mutex | Hold::Permit { .. } => None,
-        };
-        if let Some(mark) = mark.filter(|_| request.patience != Patience::Once) {
-            sqlx::query(mark)
-                .bind(name)
-                .bind(request.token.to_string())
-                .execute(&mut *self.pool.connection().await?)
-                .await
-                .map_err(BackendError::new)?;
-        }
-        if request.patience == Patience::Listens && !waited {
-            let marked = sqlx::query(&statements.mark_waited)
-                .bind(name)
-                .execute(&mut *self.pool.connection().await?)
-                .await
-                .map_err(BackendError::new)?;
-            if marked.rows_affected() == 1 {
-                return Ok(self.ask(name, request, hold).await?.0);
-            }
-        }
-        Ok(answer)
-    }
-
     /// The acquire statement for `hold`, and whether the lock was waited for already.
     async fn ask(
         &self,
@@ -227,22 +180,6 @@ impl PostgresBackend {
             },
         };
         Ok((answer, waited == Some(true)))
-    }
-
-    /// [`try_acquire`](Self::try_acquire) in a task of its own (`sql::acquire_detached`): an
-    /// `abandon` sent on another pooled connection could otherwise reach the database before
-    /// the acquire it undoes.
-    async fn acquire_detached(
-        &self,
-        name: &str,
-        request: LockRequest,
-        hold: Hold,
-    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        let slots = &self.slots;
-        acquire_detached(self, slots, name, request, move |backend, name, request| async move {
-            backend.try_acquire(&name, request, hold).await
-        })
-        .await
     }
 
     /// Runs `statement` on `name` for `owner` (and `ttl`, where it takes one): whether it
@@ -289,22 +226,53 @@ impl PostgresBackend {
     }
 }
 
-impl LockBackend for PostgresBackend {
-    type Lease = TokenLease;
-
-    fn store_kind(&self) -> &'static str {
-        "postgres"
-    }
-
-    async fn acquire(
+/// PostgreSQL's dialect of lease rows: a shared hold's release, and an abandoned acquire, are
+/// announced (`NOTIFY`) when the row is waited for.
+impl LeaseRows for PostgresBackend {
+    /// One acquire statement for `hold`: taken (with a fence when exclusive), or busy with
+    /// how long until the lock may change. A busy writer that will ask again leaves its
+    /// intent, a busy reader its claim, with a second statement; a busy caller that listens
+    /// marks the lock as waited
+    /// for (unless it is already), and then asks once more: a release between the answer and
+    /// the mark was not announced, every one after it is.
+    async fn try_acquire(
         &self,
         name: &str,
         request: LockRequest,
+        hold: Hold,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        self.acquire_detached(name, request, Hold::Mutex).await
+        let (answer, waited) = self.ask(name, request, hold).await?;
+        if matches!(answer, Attempt::Acquired(_)) {
+            return Ok(answer);
+        }
+        let statements = &self.statements;
+        let mark = match hold {
+            Hold::Write => Some(&statements.write_intent),
+            Hold::Read => Some(&statements.claim),
+            Hold::Mutex | Hold::Permit { .. } => None,
+        };
+        if let Some(mark) = mark.filter(|_| request.patience != Patience::Once) {
+            sqlx::query(mark)
+                .bind(name)
+                .bind(request.token.to_string())
+                .execute(&mut *self.pool.connection().await?)
+                .await
+                .map_err(BackendError::new)?;
+        }
+        if request.patience == Patience::Listens && !waited {
+            let marked = sqlx::query(&statements.mark_waited)
+                .bind(name)
+                .execute(&mut *self.pool.connection().await?)
+                .await
+                .map_err(BackendError::new)?;
+            if marked.rows_affected() == 1 {
+                return Ok(self.ask(name, request, hold).await?.0);
+            }
+        }
+        Ok(answer)
     }
 
-    async fn extend(
+    async fn extend_lease(
         &self,
         name: &str,
         lease: &TokenLease,
@@ -328,72 +296,25 @@ impl LockBackend for PostgresBackend {
         Ok(done.rows_affected() == 1)
     }
 
-    /// One owner-checked `UPDATE` while nobody waits; a lock that is waited for goes through
-    /// the queue (to this process's next waiter or the first ticket, or announced) — at once
-    /// when this process has waiters for it — and a shared hold's release is announced.
-    async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
-        let statements = &self.statements;
-        if !lease.hold().is_exclusive() {
-            let waited = self
-                .returning_waited(&statements.release_shared, name, lease.token())
-                .await?;
-            return Ok(waited.is_some());
-        }
-        if !self.room.has_waiters(name)
-            && self
-                .owner_checked(&statements.release, name, lease.token(), None)
-                .await?
-        {
-            return Ok(true);
-        }
-        release_through_queue(self, name, lease.token()).await
+    async fn release_shared(&self, name: &str, owner: OwnerToken) -> Result<bool, BackendError> {
+        let release = &self.statements.release_shared;
+        Ok(self.returning_waited(release, name, owner).await?.is_some())
     }
 
-    async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
+    async fn release_unwaited(&self, name: &str, owner: OwnerToken) -> Result<bool, BackendError> {
+        let release = &self.statements.release;
+        self.owner_checked(release, name, owner, None).await
+    }
+
+    async fn abandon_attempt(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
         let abandon = &self.statements.abandon;
         self.returning_waited(abandon, name, request.token)
             .await
             .map(drop)
     }
-
-    fn wait_queue(&self) -> Option<&dyn WaitQueue<TokenLease>> {
-        Some(self)
-    }
-
-    fn max_name_len(&self) -> Option<usize> {
-        Some(MAX_NAME_LEN)
-    }
 }
 
-impl SharedLocks for PostgresBackend {
-    async fn acquire_read(
-        &self,
-        name: &str,
-        request: LockRequest,
-    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        self.acquire_detached(name, request, Hold::Read).await
-    }
-
-    async fn acquire_write(
-        &self,
-        name: &str,
-        request: LockRequest,
-    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        self.acquire_detached(name, request, Hold::Write).await
-    }
-}
-
-impl Semaphores for PostgresBackend {
-    async fn acquire_permit(
-        &self,
-        name: &str,
-        request: LockRequest,
-        permits: NonZeroU32,
-    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        self.acquire_detached(name, request, Hold::Permit { permits })
-            .await
-    }
-}
+lease_rows_backend!(PostgresBackend, "postgres", MAX_NAME_LEN);
 
 /// A duration in whole milliseconds, as the statements take it.
 fn millis(duration: Duration) -> i64 {

@@ -18,6 +18,7 @@ use crate::backend::store_support::connect::within;
 use crate::backend::store_support::masked_url::masked;
 
 pub(super) mod inspection;
+pub(super) mod lease_rows;
 mod reachable_pool;
 pub(super) mod session;
 pub(super) mod tickets;
