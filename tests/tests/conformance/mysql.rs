@@ -107,6 +107,33 @@ async fn a_nowait_holder_is_seen_from_its_first_renewal_with_its_grant_time() {
     held.release().await.expect("released");
 }
 
+/// A `NOWAIT` holder whose record the server refuses (a row table made by an older build,
+/// without the record's columns) keeps its lock: the refusal is one failed renewal, and the
+/// renewals after it ping as before.
+#[tokio::test]
+async fn a_refused_nowait_record_costs_the_holder_nothing() {
+    let database = MysqlDatabase::create().await;
+    let (pool, table) = (database.pool().await, database.table("rows"));
+    let old = format!("CREATE TABLE {table} (name VARBINARY(512) NOT NULL PRIMARY KEY)");
+    sqlx::query(&old)
+        .execute(&pool)
+        .await
+        .expect("an old table");
+    let backend = NowaitBackend::with_table(pool, &table)
+        .await
+        .expect("the old table is kept");
+    let ttl = Duration::from_millis(300);
+    let worker = Locker::builder(backend).ttl(ttl).build().expect("settings");
+
+    let held = worker.lock("coupon:42").await.expect("taken");
+    tokio::time::sleep(ttl * 2).await;
+    assert!(
+        held.is_held(),
+        "past the refused record and two more renewals"
+    );
+    held.release().await.expect("released");
+}
+
 /// Beyond the suite, which allows a backend not to know: a busy acquire says how long the
 /// holder has left, by the server's clock.
 #[tokio::test]

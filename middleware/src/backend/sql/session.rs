@@ -208,7 +208,9 @@ impl<K: SessionLock> LockBackend for SessionLocks<K> {
         let Some(live) = connection.as_mut() else {
             return Ok(false);
         };
-        let alive = match unrecorded.take() {
+        // The record is kept until written: an extend cut short (the store timeout) leaves it
+        // to the next renewal.
+        let alive = match unrecorded.as_ref() {
             None => live.ping().await.is_ok(),
             Some(holder) => {
                 let held_for = holder.granted.elapsed();
@@ -216,10 +218,14 @@ impl<K: SessionLock> LockBackend for SessionLocks<K> {
                     .record_holder(live, name, &holder.label, held_for)
                     .await;
                 match recorded {
-                    Ok(()) => true,
+                    Ok(()) => {
+                        *unrecorded = None;
+                        true
+                    }
                     // Refused by a session that lives on (a killed one answers too, then
-                    // closes): the lock is held, unrecorded.
+                    // closes): the lock is held, unrecorded, and is not asked again.
                     Err(sqlx::Error::Database(error)) if live.ping().await.is_ok() => {
+                        *unrecorded = None;
                         return Err(BackendError::new(format!(
                             "the holder's record for the operator's view was refused: {error}"
                         )));
