@@ -110,3 +110,10 @@ pub(super) async fn free_within<B: LockBackend>(backend: &B, name: &str, limit: 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Whether `backend` announces releases to its waiters (else they poll).
+pub(super) fn announces<B: LockBackend>(backend: &B) -> bool {
+    backend
+        .wait_queue()
+        .is_some_and(|queue| queue.room().hears_announcements())
+}

@@ -1,0 +1,171 @@
+//! Semaphores: at most their permits at once, across processes, woken by any release.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::sleep;
+
+use super::Store;
+use super::support::{
+    LONG, Occupancy, SHORT, SLACK, announces, busy, granted, locker, request, two_processes,
+};
+use crate::backend::{LockBackend, Semaphores};
+
+fn permits(count: u32) -> NonZeroU32 {
+    NonZeroU32::new(count).expect("a positive count")
+}
+
+/// A semaphore of 2 admits two holders, refuses a third, and admits it once one leaves.
+pub async fn a_semaphore_admits_at_most_its_permits<S: Store>(store: &S)
+where
+    S::Backend: Semaphores,
+{
+    let (a, b) = two_processes(store).await;
+    let two = permits(2);
+    let first = granted(
+        a.acquire_permit("lock:k", request(LONG), two).await,
+        "a permit",
+    );
+    granted(
+        b.acquire_permit("lock:k", request(LONG), two).await,
+        "a second permit",
+    );
+    assert_eq!(first.fence, None, "permits are not fenced");
+
+    busy(
+        a.acquire_permit("lock:k", request(LONG), two).await,
+        "both permits are out",
+    );
+    a.release("lock:k", &first.lease).await.expect("released");
+    granted(
+        b.acquire_permit("lock:k", request(LONG), two).await,
+        "one came back",
+    );
+}
+
+/// A crashed holder's permit comes back once its lease runs out.
+pub async fn a_permit_expires_on_its_own<S: Store>(store: &S)
+where
+    S::Backend: Semaphores,
+{
+    let (a, b) = two_processes(store).await;
+    let one = permits(1);
+    granted(
+        a.acquire_permit("lock:k", request(SHORT), one).await,
+        "the crashed holder",
+    );
+    busy(
+        b.acquire_permit("lock:k", request(LONG), one).await,
+        "its permit is out",
+    );
+    sleep(SHORT + SLACK).await;
+    granted(
+        b.acquire_permit("lock:k", request(LONG), one).await,
+        "its lease ran out",
+    );
+}
+
+/// Contenders from two processes for a semaphore of 3 never exceed 3 inside, and reach it.
+pub async fn a_semaphore_across_two_processes_admits_exactly_its_permits<S: Store>(store: &S)
+where
+    S::Backend: Semaphores,
+{
+    let (a, b) = two_processes(store).await;
+    let wait = |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG);
+    let lockers = [locker(a, wait), locker(b, wait)];
+    let inside = Arc::new(Occupancy::default());
+    let contenders: Vec<_> = (0..24)
+        .map(|i| {
+            let (locker, inside) = (lockers[i % 2].clone(), inside.clone());
+            tokio::spawn(async move {
+                let held = locker.permit("k", permits(3)).await?;
+                inside.visit(Duration::from_millis(20)).await;
+                held.release().await
+            })
+        })
+        .collect();
+    for contender in contenders {
+        let done = contender.await.expect("a contender panicked");
+        done.expect("every contender gets a permit");
+    }
+    assert_eq!(inside.most(), 3, "at most 3 at once, and 3 reached");
+}
+
+/// A waiter for a full semaphore is woken by the release of any permit, not only the earliest
+/// holder's: with two permits out, the later holder's release lets it in while the earlier
+/// one still holds. Where the store announces releases, at once — not at the waiter's next
+/// periodic look (a shared-shape waiter asks again every 500 ms at the latest; the release
+/// falls 100 ms after one of those, so a missed wake costs 400 ms); where it cannot (a silent
+/// room: the waiter polls with backoff), by the backoff's next attempt.
+pub async fn a_permit_waiter_is_woken_by_any_holders_release<S: Store>(store: &S)
+where
+    S::Backend: Semaphores,
+{
+    let (a, b) = two_processes(store).await;
+    let wait = |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG);
+    let announced = announces(&b);
+    let (holders, waiter) = (locker(a, wait), locker(b, wait));
+    let earlier = holders.permit("k", permits(2)).await.expect("a permit");
+    let later = holders
+        .permit("k", permits(2))
+        .await
+        .expect("the other permit");
+    let waiting = tokio::spawn(async move {
+        let held = waiter.permit("k", permits(2)).await?;
+        let taken = tokio::time::Instant::now();
+        held.release().await.map(|()| taken)
+    });
+    sleep(Duration::from_millis(600)).await;
+
+    let released = tokio::time::Instant::now();
+    later.release().await.expect("released");
+    let taken = waiting.await.expect("the waiter finished");
+    let taken = taken.expect("the waiter got a permit and gave it back");
+
+    let after = taken.saturating_duration_since(released);
+    let bound = if announced {
+        Duration::from_millis(200)
+    } else {
+        LONG / 10
+    };
+    assert!(
+        after < bound,
+        "woken {after:?} after the later holder's release (announced: {announced})"
+    );
+    assert!(earlier.guard().is_held(), "the earlier holder still holds");
+    earlier.release().await.expect("released");
+}
+
+/// A permit waiter in the same process as the holders is woken when one of them leaves, even
+/// where the store cannot announce it (MySQL): its backoff is as long as its wait, and its
+/// periodic look (every 500 ms) falls about 300 ms after a release 1.2 s in.
+pub async fn a_permit_waiter_is_woken_by_a_release_in_its_own_process<S: Store>(store: &S)
+where
+    S::Backend: Semaphores,
+{
+    let backend = store.backend().await;
+    let one = locker(backend, |builder| {
+        builder.wait(LONG).ttl(LONG).backoff(LONG, LONG)
+    });
+    let earlier = one.permit("k", permits(2)).await.expect("a permit");
+    let later = one.permit("k", permits(2)).await.expect("the other permit");
+    let waiter = one.clone();
+    let waiting = tokio::spawn(async move {
+        let held = waiter.permit("k", permits(2)).await?;
+        let taken = tokio::time::Instant::now();
+        held.release().await.map(|()| taken)
+    });
+    sleep(SHORT * 4).await;
+
+    let released = tokio::time::Instant::now();
+    later.release().await.expect("released");
+    let taken = waiting.await.expect("the waiter finished");
+    let taken = taken.expect("the waiter got a permit and gave it back");
+    let after = taken.saturating_duration_since(released);
+    assert!(
+        after < SHORT / 2,
+        "woken {after:?} after a holder of its own process left, not by it"
+    );
+    earlier.release().await.expect("released");
+}
