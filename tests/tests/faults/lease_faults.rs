@@ -43,7 +43,9 @@ fn slow_route(work: Duration) -> Router {
 }
 
 /// While a claim that runs three TTLs is in flight, probes the key with rejecting requests
-/// every TTL/6; returns the probes' statuses and the holder's.
+/// every TTL/6; returns the statuses of the probes answered while the claim held its lock (the
+/// last probe, which may meet the claim's release before the claim's answer is in, is left
+/// out) and the holder's.
 async fn probe_while_holding(holder_app: Router, prober: Router) -> (Vec<StatusCode>, StatusCode) {
     let holder = tokio::spawn(async move {
         send(&holder_app, post_request("/coupons/7/claim"))
@@ -56,6 +58,7 @@ async fn probe_while_holding(holder_app: Router, prober: Router) -> (Vec<StatusC
         probes.push(send(&prober, post_request("/coupons/7/claim")).await.status);
         tokio::time::sleep(TTL / 6).await;
     }
+    probes.pop();
     (probes, holder.await.unwrap())
 }
 
@@ -70,7 +73,7 @@ async fn a_handler_running_three_ttls_keeps_its_lock_by_renewal() {
     let (probes, holder) = probe_while_holding(holder, prober).await;
 
     assert_eq!(holder, StatusCode::OK);
-    assert!(probes.len() >= 10, "probed the whole time: {probes:?}");
+    assert!(probes.len() >= 9, "probed the whole time: {probes:?}");
     assert!(
         probes.iter().all(|status| *status == StatusCode::CONFLICT),
         "{probes:?}"
