@@ -113,7 +113,7 @@ struct GuideDoctests;
 
 #[cfg(feature = "redis")]
 pub use backend::redis::RedisBackend;
-pub use backend::{FencingToken, Hold, memory::MemoryBackend};
+pub use backend::{Ask, FencingToken, Hold, memory::MemoryBackend};
 pub use engine::{
     ConfigError, HeldLock, LeaseLost, LockError, LockGuard, Locker, LockerBuilder, OnLost,
     telemetry,

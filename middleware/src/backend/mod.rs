@@ -113,6 +113,7 @@ use std::future::Future;
 use std::time::Duration;
 
 pub mod any;
+mod ask;
 mod attempt;
 mod error;
 #[cfg(feature = "etcd")]
@@ -139,6 +140,7 @@ pub mod waiting;
 pub mod zookeeper;
 
 pub use crate::token::OwnerToken;
+pub use ask::Ask;
 pub use attempt::{Attempt, FencingToken, Granted, TokenLease};
 pub use error::BackendError;
 pub use inspect::{Holding, Inspect, Listing, LockState};

@@ -28,6 +28,17 @@ pub enum QueuedAttempt<L> {
     },
 }
 
+impl<L> QueuedAttempt<L> {
+    /// In the queue at `handover`, behind a holder whose lease's end the store does not say
+    /// (etcd's and ZooKeeper's lines: the waiter watches what is ahead of it instead).
+    pub(crate) fn in_line_at(handover: L) -> Self {
+        Self::Queued {
+            holder_ttl: None,
+            handover,
+        }
+    }
+}
+
 /// A backend's queue of waiters and the room where they are woken: the two come together, so a
 /// backend (or a wrapper around one) offers both or neither.
 ///

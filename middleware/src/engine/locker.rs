@@ -10,20 +10,17 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use super::acquire::{ForLine, NotObtained, Obtained, acquire, deadline_after, look};
-use super::ask::Ask;
 use super::error::LockError;
 use super::guard::LockGuard;
-use super::held::{
-    Acquisition, HeldLock, HoldTimes, LocalLease, Ran, ReleaseDuty, give_back_baton,
-    give_back_share,
-};
+use super::held::{HeldLock, HoldTimes, LocalLease, ReleaseDuty, give_back_baton, give_back_share};
 use super::line::{self, Baton, Entry, Lines, ReadEntry, RunId, Told};
 use super::names::LockNames;
-use super::policy::{BusyPolicy, WaitMode};
+use super::policy::{BusyPolicy, OnLost, WaitMode};
 use super::reentry::{self, Reentry};
 use super::settings::{LockerBuilder, Settings};
 use super::telemetry::{Instruments, Meters, Outcome, Shape, Tally};
-use crate::backend::{FencingToken, LockBackend, Semaphores, SharedLocks, lease_deadline};
+use crate::backend::Ask;
+use crate::backend::{FencingToken, Hold, LockBackend, Semaphores, SharedLocks, lease_deadline};
 use crate::token::OwnerToken;
 use tokio::time::Instant;
 
@@ -176,13 +173,18 @@ impl<B: LockBackend> Locker<B> {
         self.inner.settings.ttl
     }
 
+    /// What a lock's work does when its lease is lost: stop (the default) or go on.
+    pub fn on_lost(&self) -> OnLost {
+        self.inner.settings.on_lost
+    }
+
     pub(crate) fn settings(&self) -> &Settings {
         &self.inner.settings
     }
 
     /// Takes the mutex on `key`, waiting while it is busy as the settings say.
     pub async fn lock(&self, key: &str) -> Result<HeldLock<B>, LockError> {
-        self.hold([key], Ask::Mutex).await
+        self.hold([key], Ask::mutex()).await
     }
 
     /// Takes every one of `keys` exclusively, all or none (never holding some while waiting
@@ -192,7 +194,7 @@ impl<B: LockBackend> Locker<B> {
         &self,
         keys: impl IntoIterator<Item = S>,
     ) -> Result<HeldLock<B>, LockError> {
-        self.hold(keys, Ask::Mutex).await
+        self.hold(keys, Ask::mutex()).await
     }
 
     /// Runs `work` under the mutex on `key` and releases it when the work ends, also when this
@@ -205,12 +207,11 @@ impl<B: LockBackend> Locker<B> {
         F: FnOnce(LockGuard) -> Fut,
         Fut: Future<Output = T>,
     {
-        let acquisition = self.acquire([key], Ask::Mutex, None).await?;
-        let work = work(acquisition.guard().clone());
-        match acquisition.run(work, self.settings().on_lost).await {
-            Ran::Finished(output) => Ok(output),
-            Ran::Aborted(error) => Err(error),
-        }
+        let held = self.acquire([key], Ask::mutex(), None).await?;
+        let work = work(held.guard().clone());
+        let (output, held) = held.run(work).await?;
+        held.release_quietly().await;
+        Ok(output)
     }
 
     async fn hold<S: AsRef<str>>(
@@ -218,22 +219,45 @@ impl<B: LockBackend> Locker<B> {
         keys: impl IntoIterator<Item = S>,
         ask: Ask<B>,
     ) -> Result<HeldLock<B>, LockError> {
-        Ok(self.acquire(keys, ask, None).await?.into_held())
+        let mut held = self.acquire(keys, ask, None).await?;
+        held.renew_in_background();
+        Ok(held)
     }
 
-    /// Takes `keys` as `ask` says (several keys: always exclusively), unless the running future
-    /// holds them already. Its metrics are grouped by the locker's group, else by `route`.
-    pub(crate) async fn acquire<S: AsRef<str>>(
+    /// Takes `keys` as `ask` says (several keys: always exclusively, all or none), waiting
+    /// while busy as the settings say: the door for adapters that choose the lock per message,
+    /// as the HTTP layer does. The lock's metrics are grouped by the locker's
+    /// [group](LockerBuilder::metrics_group), else by `group` (the layer's: the route).
+    ///
+    /// The handle has no renewal task yet: [`HeldLock::run`] keeps the lease while it runs work
+    /// under the lock, [`HeldLock::renew_in_background`] starts the task. Code that holds these
+    /// keys already (running under this lock) gets them at once, as a handle that leaves
+    /// keeping and releasing to the outer holder.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use tower_lock::{Ask, Locker, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_lock::LockError> {
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// let mut lock = locker.acquire(["order:9"], Ask::mutex(), None).await?;
+    /// lock.renew_in_background();
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire<S: AsRef<str>>(
         &self,
         keys: impl IntoIterator<Item = S>,
         ask: Ask<B>,
-        route: Option<&str>,
-    ) -> Result<Acquisition<B>, LockError> {
+        group: Option<&str>,
+    ) -> Result<HeldLock<B>, LockError> {
         let settings = self.settings();
         let names = LockNames::new(&settings.prefix, keys, settings.max_key_len);
         let many = names.as_ref().is_ok_and(|names| names.single().is_none());
-        let ask = if many { Ask::Mutex } else { ask };
-        let meters = self.meters(&ask, many, route);
+        let ask = if many { Ask::mutex() } else { ask };
+        let meters = self.meters(ask, many, group);
         let names = match names {
             Ok(names) => names,
             Err(error) => {
@@ -243,7 +267,7 @@ impl<B: LockBackend> Locker<B> {
         };
         match reentry::check(&names, ask.hold()) {
             Reentry::No => {}
-            Reentry::Pass(guard) => return Ok(Acquisition::Reentered(guard)),
+            Reentry::Pass(guard) => return Ok(HeldLock::reentered(guard)),
             Reentry::Refused(error) => {
                 meters.count(Outcome::NotReentrant);
                 return Err(error);
@@ -255,16 +279,18 @@ impl<B: LockBackend> Locker<B> {
     }
 
     /// The meters of a lock asked `ask` (of several keys when `many`), in the locker's group,
-    /// else `route`'s.
-    fn meters(&self, ask: &Ask<B>, many: bool, route: Option<&str>) -> Meters {
+    /// else in `group`.
+    fn meters(&self, ask: Ask<B>, many: bool, group: Option<&str>) -> Meters {
         let shape = Shape::of(ask.hold(), if many { 2 } else { 1 });
-        self.inner.instruments.meters(shape, route)
+        self.inner.instruments.meters(shape, group)
     }
 
-    /// Counts a request refused before it could ask for its lock: its key could not be read
-    /// (the HTTP layer's key extractor said why).
-    pub(crate) fn count_invalid_key(&self, ask: &Ask<B>, route: Option<&str>) {
-        self.meters(ask, false, route).count(Outcome::InvalidKey);
+    /// Counts, in the lock's metrics (outcome `invalid_key`), a message an adapter refused
+    /// before it could ask for its lock because it could not read the key from it — the HTTP
+    /// layer's request without a valid key. `ask` and `group` as for
+    /// [`acquire`](Self::acquire).
+    pub fn count_invalid_key(&self, ask: Ask<B>, group: Option<&str>) {
+        self.meters(ask, false, group).count(Outcome::InvalidKey);
     }
 
     async fn acquire_new(
@@ -272,7 +298,7 @@ impl<B: LockBackend> Locker<B> {
         names: LockNames,
         ask: Ask<B>,
         tally: Tally,
-    ) -> Result<Acquisition<B>, LockError> {
+    ) -> Result<HeldLock<B>, LockError> {
         let settings = self.settings();
         let deadline = deadline_after(settings.policy.timeout());
         let taken = match self.lineup(&names, &ask) {
@@ -287,10 +313,8 @@ impl<B: LockBackend> Locker<B> {
             None => {
                 // A reader that will wait keeps its locker's writers from handing the lock on.
                 let waits = !settings.policy.timeout().is_zero();
-                let _reader = match (&ask, names.single()) {
-                    (Ask::Read(_), Some(name)) if waits => {
-                        Some(self.inner.lines.reader_waits(name))
-                    }
+                let _reader = match (ask.hold(), names.single()) {
+                    (Hold::Read, Some(name)) if waits => Some(self.inner.lines.reader_waits(name)),
                     _ => None,
                 };
                 self.take_from_store((&names, ask), deadline, (&tally, None))
@@ -332,7 +356,7 @@ impl<B: LockBackend> Locker<B> {
         let guard = LockGuard::new(names, (ask.hold(), taken.fences), lease);
         tracing::trace!(lock = guard.name(), fence = ?guard.fence(), "acquired");
         let inner = Arc::clone(&self.inner);
-        Ok(Acquisition::Owned(ReleaseDuty::new(
+        Ok(HeldLock::taken(ReleaseDuty::new(
             inner,
             (guard, taken.leases, taken.run),
             taken_at,
@@ -347,20 +371,20 @@ impl<B: LockBackend> Locker<B> {
     /// wherever holds are handed on (not in fair mode, nor with `max_local_run(1)`).
     fn lineup<'n>(&self, names: &'n LockNames, ask: &Ask<B>) -> Option<Lineup<'n>> {
         let name = names.single()?;
-        if let Ask::Read(_) = ask {
+        if ask.hold() == Hold::Read {
             return self.inner.lines.hands_on().then_some(Lineup::Readers(name));
         }
         let BusyPolicy::Wait { timeout, mode } = self.settings().policy else {
             return None;
         };
-        let lines_up = match ask {
-            Ask::Write(_) => true,
-            Ask::Mutex => match mode {
+        let lines_up = match ask.hold() {
+            Hold::Write => true,
+            Hold::Mutex => match mode {
                 WaitMode::Notified => true,
                 WaitMode::Polling => self.settings().max_local_run > 1,
                 WaitMode::Fair { .. } => false,
             },
-            Ask::Read(_) | Ask::Permit(..) => false,
+            Hold::Read | Hold::Permit { .. } => false,
         };
         (!timeout.is_zero() && lines_up).then_some(Lineup::Exclusive(name))
     }

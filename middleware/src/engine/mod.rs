@@ -8,7 +8,6 @@
 //! The engine depends on the backend contract ([`crate::backend`]) and nothing above it.
 
 mod acquire;
-mod ask;
 mod error;
 mod guard;
 mod held;
@@ -27,12 +26,10 @@ mod tests;
 
 #[cfg(test)]
 pub(crate) use acquire::HEAD_TICKET_TTL;
-pub(crate) use ask::Ask;
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use held::HeldLock;
 pub use held::LeaseLost;
-pub(crate) use held::Ran;
 pub use key_error::KeyError;
 pub use locker::Locker;
 pub(crate) use policy::BusyPolicy;

@@ -72,16 +72,9 @@ where
     B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
-    /// `inner`, holding `lock` (if this layer took one) until it ends. What `inner` has ready
-    /// is read now; if that is all of it, the lock is released before this returns.
-    pub(crate) async fn holding(
-        inner: B,
-        lock: Option<Box<dyn BodyLock>>,
-        abort_on_lost: bool,
-    ) -> Self {
-        let Some(lock) = lock else {
-            return Self::unlocked(inner);
-        };
+    /// `inner`, holding `lock` until it ends. What `inner` has ready is read now; if that is
+    /// all of it, the lock is released before this returns.
+    pub(crate) async fn holding(inner: B, lock: Box<dyn BodyLock>, abort_on_lost: bool) -> Self {
         let mut inner = Box::pin(inner);
         let mut ahead = VecDeque::new();
         let read = poll_fn(|cx| Poll::Ready(read_ready(inner.as_mut(), cx, &mut ahead))).await;
@@ -356,8 +349,9 @@ impl<B: LockBackend> BodyLock for HeldLock<B> {
     }
 
     fn lost_error(&self) -> LockError {
+        let keys: Vec<&str> = self.guard().keys().collect();
         LockError::LeaseLost {
-            key: self.guard().lock_names().joined_keys(),
+            key: keys.join(", "),
         }
     }
 
@@ -366,6 +360,16 @@ impl<B: LockBackend> BodyLock for HeldLock<B> {
     }
 
     fn release(self: Box<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-        Box::pin(self.release_quietly())
+        Box::pin(release_logged(*self))
+    }
+}
+
+/// Gives `lock` back, logging what went wrong: the response is delivered already, and a lease
+/// that was not given back expires by itself.
+pub(crate) async fn release_logged<B: LockBackend>(lock: HeldLock<B>) {
+    let name = lock.name().to_owned();
+    match lock.release().await {
+        Ok(()) => tracing::trace!(lock = name, "released"),
+        Err(error) => tracing::warn!(lock = name, %error, "release failed"),
     }
 }

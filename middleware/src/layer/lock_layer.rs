@@ -12,8 +12,8 @@ use super::mode::{Mode, safe_methods_read};
 use super::rejection::Rejection;
 use super::request_body::{DEFAULT_BODY_LIMIT, RequestBody};
 use super::service::LockService;
+use crate::backend::Ask;
 use crate::backend::{LockBackend, Semaphores, SharedLocks};
-use crate::engine::Ask;
 use crate::engine::Locker;
 use crate::key::KeyExtractor;
 
@@ -105,7 +105,7 @@ impl<B: LockBackend, K: KeyExtractor> LockLayer<B, K> {
             config: Arc::new(Config {
                 locker,
                 extractor: Arc::new(extractor),
-                mode: Mode::Mutex,
+                mode: Mode::Always(Ask::mutex()),
                 fail_open: false,
                 busy_status: StatusCode::CONFLICT,
                 request_body: RequestBody::Read {
@@ -226,7 +226,7 @@ impl<B: Semaphores, K> LockLayer<B, K> {
     /// [`busy_status`](Self::busy_status) says (429 for a rate-style limit). A fair locker's
     /// order is for mutexes: permit holders wait as in notified mode.
     pub fn semaphore(self, permits: NonZeroU32) -> Self {
-        self.with(|config| config.mode = Mode::Semaphore(Ask::permit(permits)))
+        self.with(|config| config.mode = Mode::Always(Ask::permit(permits)))
     }
 }
 

@@ -6,31 +6,30 @@ use std::sync::Arc;
 use http::Method;
 use http::request::Parts;
 
+use crate::backend::Ask;
 use crate::backend::LockBackend;
-use crate::engine::Ask;
 
 /// Decides per request whether it only reads.
 pub(crate) type IsRead = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
 
 /// The shape of lock a layer takes for each request.
 pub(crate) enum Mode<B: LockBackend> {
-    /// One request at a time per key.
-    Mutex,
+    /// Every request asks the same: a mutex (one request at a time per key), or a permit of a
+    /// semaphore (at most so many at once).
+    Always(Ask<B>),
     /// Readers share the key, a writer holds it alone; `is_read` decides per request.
     ReadWrite {
         is_read: IsRead,
         read: Ask<B>,
         write: Ask<B>,
     },
-    /// At most so many requests per key at once, each permit with its own lease.
-    Semaphore(Ask<B>),
 }
 
 impl<B: LockBackend> Mode<B> {
     /// How a request asks for its lock.
     pub(crate) fn ask_for(&self, parts: &Parts) -> Ask<B> {
         match self {
-            Self::Mutex => Ask::Mutex,
+            Self::Always(ask) => *ask,
             Self::ReadWrite {
                 is_read,
                 read,
@@ -42,7 +41,6 @@ impl<B: LockBackend> Mode<B> {
                     *write
                 }
             }
-            Self::Semaphore(permit) => *permit,
         }
     }
 }
@@ -55,7 +53,7 @@ pub(crate) fn safe_methods_read() -> IsRead {
 impl<B: LockBackend> Clone for Mode<B> {
     fn clone(&self) -> Self {
         match self {
-            Self::Mutex => Self::Mutex,
+            Self::Always(ask) => Self::Always(*ask),
             Self::ReadWrite {
                 is_read,
                 read,
@@ -65,7 +63,6 @@ impl<B: LockBackend> Clone for Mode<B> {
                 read: *read,
                 write: *write,
             },
-            Self::Semaphore(permit) => Self::Semaphore(*permit),
         }
     }
 }
@@ -73,9 +70,8 @@ impl<B: LockBackend> Clone for Mode<B> {
 impl<B: LockBackend> fmt::Debug for Mode<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Mutex => f.write_str("Mutex"),
+            Self::Always(ask) => write!(f, "Always({ask:?})"),
             Self::ReadWrite { .. } => f.write_str("ReadWrite"),
-            Self::Semaphore(permit) => write!(f, "Semaphore({permit:?})"),
         }
     }
 }
@@ -112,7 +108,7 @@ mod tests {
 
     #[test]
     fn the_mutex_holds_the_same_way_for_every_request() {
-        let mode = Mode::<MemoryBackend>::Mutex;
+        let mode = Mode::<MemoryBackend>::Always(Ask::mutex());
         assert_eq!(mode.ask_for(&parts(Method::GET)).hold(), Hold::Mutex);
     }
 }

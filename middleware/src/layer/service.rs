@@ -11,13 +11,12 @@ use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use super::body::{BodyLock, BoxError, ResponseBody};
+use super::body::{BodyLock, BoxError, ResponseBody, release_logged};
 use super::future::ResponseFuture;
 use super::guards::LockGuards;
 use super::lock_layer::Config;
 use super::rejection::Rejection;
 use crate::backend::LockBackend;
-use crate::engine::Ran;
 use crate::engine::{LockError, OnLost};
 use crate::key::KeyExtractor;
 
@@ -101,7 +100,7 @@ where
         Ok(keys) => keys,
         Err(error) => {
             let ask = config.mode.ask_for(&parts);
-            config.locker.count_invalid_key(&ask, route(&parts));
+            config.locker.count_invalid_key(ask, route(&parts));
             return Ok(config.refuse(error.into()));
         }
     };
@@ -110,37 +109,31 @@ where
         Err(error) => return Ok(config.refuse(error.into())),
     };
     let ask = config.mode.ask_for(&parts);
-    let acquisition = match config.locker.acquire(&keys, ask, route(&parts)).await {
-        Ok(acquisition) => acquisition,
+    let held = match config.locker.acquire(&keys, ask, route(&parts)).await {
+        Ok(held) => held,
         Err(LockError::StoreUnavailable(error)) if config.fail_open => {
             tracing::warn!(?keys, %error, "lock store unavailable; running unlocked (fail-open)");
             return call_unlocked(inner, parts, body).await;
         }
         Err(error) => return Ok(config.refuse(error.into())),
     };
-    let guard = acquisition.guard();
+    let guard = held.guard();
     let guards = parts.extensions.remove::<LockGuards>().unwrap_or_default();
     parts.extensions.insert(guards.with_inner(guard));
     parts.extensions.insert(guard.clone());
-    let on_lost = config.locker.settings().on_lost;
-    match acquisition
-        .run_and_keep(call_ready(inner, parts, body), on_lost)
-        .await
-    {
-        Ran::Finished((Ok(response), held)) => {
-            let held = held.map(|held| Box::new(held) as Box<dyn BodyLock>);
-            let abort_on_lost = on_lost == OnLost::Abort;
+    match held.run(call_ready(inner, parts, body)).await {
+        Ok((Ok(response), held)) => {
+            let abort_on_lost = config.locker.on_lost() == OnLost::Abort;
             let (parts, body) = response.into_parts();
+            let held = Box::new(held) as Box<dyn BodyLock>;
             let body = ResponseBody::holding(body, held, abort_on_lost).await;
             Ok(Response::from_parts(parts, body))
         }
-        Ran::Finished((Err(error), held)) => {
-            if let Some(held) = held {
-                held.release_quietly().await;
-            }
+        Ok((Err(error), held)) => {
+            release_logged(held).await;
             Err(error)
         }
-        Ran::Aborted(error) => Ok(config.refuse(error.into())),
+        Err(error) => Ok(config.refuse(error.into())),
     }
 }
 

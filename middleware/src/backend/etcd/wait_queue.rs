@@ -13,16 +13,8 @@ use super::watches::Watch;
 use super::{EtcdBackend, EtcdLease, LockKeys, first_under, read, revision};
 use crate::backend::store_support::holder_record::record;
 use crate::backend::waiting::WaitingRoom;
-use crate::backend::{BackendError, Granted, Hold, LockRequest, QueuedAttempt, WaitQueue};
+use crate::backend::{BackendError, Hold, LockRequest, QueuedAttempt, WaitQueue};
 use crate::token::OwnerToken;
-
-/// Where a queued attempt stands.
-enum InLine {
-    /// First in line: the lock is the caller's.
-    Holds(Granted<EtcdLease>),
-    /// Behind others, at this place.
-    Waits(EtcdLease),
-}
 
 impl WaitQueue<EtcdLease> for EtcdBackend {
     fn room(&self) -> &Arc<WaitingRoom> {
@@ -35,15 +27,7 @@ impl WaitQueue<EtcdLease> for EtcdBackend {
         request: LockRequest,
         _ticket_ttl: std::time::Duration,
     ) -> BoxFuture<'a, Result<QueuedAttempt<EtcdLease>, BackendError>> {
-        Box::pin(async move {
-            Ok(match self.in_line(name, request).await? {
-                InLine::Holds(grant) => QueuedAttempt::Acquired(grant),
-                InLine::Waits(handover) => QueuedAttempt::Queued {
-                    holder_ttl: None,
-                    handover,
-                },
-            })
-        })
+        Box::pin(self.in_line(name, request))
     }
 
     fn leave_queue<'a>(
@@ -58,9 +42,13 @@ impl WaitQueue<EtcdLease> for EtcdBackend {
 impl EtcdBackend {
     /// Takes the lock if the caller's key is first in line and no shared hold is left; else
     /// puts the key in line (once) and watches what is ahead of it.
-    async fn in_line(&self, name: &str, request: LockRequest) -> Result<InLine, BackendError> {
+    async fn in_line(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<QueuedAttempt<EtcdLease>, BackendError> {
         if let Some(place) = self.inner.watches.waiting(name, request.token) {
-            return Ok(InLine::Waits(place));
+            return Ok(QueuedAttempt::in_line_at(place));
         }
         let keys = self.keys(name);
         let (line, shared) = (keys.exclusive_prefix(), keys.shared_prefix());
@@ -137,14 +125,18 @@ impl EtcdBackend {
         let watch = match predecessor {
             // Readers that came in before the line formed are still inside.
             None if readers_in => watch(shared, true, false),
-            None => return Ok(InLine::Holds(self.vouched(place, sent, request.ttl).await?)),
+            None => {
+                return Ok(QueuedAttempt::Acquired(
+                    self.vouched(place, sent, request.ttl).await?,
+                ));
+            }
             Some(predecessor) => {
                 let behind_holder = !readers_in && first.as_deref() == Some(predecessor.as_slice());
                 watch(predecessor, false, behind_holder)
             }
         };
         self.inner.watches.watch(watch);
-        Ok(InLine::Waits(place))
+        Ok(QueuedAttempt::in_line_at(place))
     }
 
     /// The key just ahead of the one created at `revision` in `keys`' line, if any, and the

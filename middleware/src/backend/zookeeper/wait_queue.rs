@@ -14,20 +14,12 @@ use super::watches::Watch;
 use super::{ZookeeperBackend, ZookeeperLease};
 use crate::backend::store_support::holder_record::record;
 use crate::backend::waiting::WaitingRoom;
-use crate::backend::{BackendError, Granted, Hold, LockRequest, QueuedAttempt, WaitQueue};
+use crate::backend::{BackendError, Hold, LockRequest, QueuedAttempt, WaitQueue};
 use crate::token::OwnerToken;
 
 /// How many times a queued attempt looks at the line again when what it read changed before
 /// its watch stood.
 const READS: usize = 8;
-
-/// Where a queued attempt stands.
-enum InLine {
-    /// First in line: the lock is the caller's.
-    Holds(Granted<ZookeeperLease>),
-    /// Behind others, at this place.
-    Waits(ZookeeperLease),
-}
 
 impl WaitQueue<ZookeeperLease> for ZookeeperBackend {
     fn room(&self) -> &Arc<WaitingRoom> {
@@ -40,15 +32,7 @@ impl WaitQueue<ZookeeperLease> for ZookeeperBackend {
         request: LockRequest,
         _ticket_ttl: Duration,
     ) -> BoxFuture<'a, Result<QueuedAttempt<ZookeeperLease>, BackendError>> {
-        Box::pin(async move {
-            Ok(match self.in_line(name, request).await? {
-                InLine::Holds(grant) => QueuedAttempt::Acquired(grant),
-                InLine::Waits(handover) => QueuedAttempt::Queued {
-                    holder_ttl: None,
-                    handover,
-                },
-            })
-        })
+        Box::pin(self.in_line(name, request))
     }
 
     fn leave_queue<'a>(
@@ -63,10 +47,14 @@ impl WaitQueue<ZookeeperLease> for ZookeeperBackend {
 impl ZookeeperBackend {
     /// Takes the lock if the caller's node is first in line; else puts a node in line (once)
     /// and watches the node just ahead of it.
-    async fn in_line(&self, name: &str, request: LockRequest) -> Result<InLine, BackendError> {
+    async fn in_line(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<QueuedAttempt<ZookeeperLease>, BackendError> {
         let watches = &self.inner.watches;
         if let Some(place) = watches.waiting(name, request.token) {
-            return Ok(InLine::Waits(place));
+            return Ok(QueuedAttempt::in_line_at(place));
         }
         let dir = self.dir(name);
         let sent = Instant::now();
@@ -88,7 +76,7 @@ impl ZookeeperBackend {
                 Standing::Holds => {
                     watches.forget(request.token);
                     let grant = self.vouched(place, sent, request.ttl).await?;
-                    return Ok(InLine::Holds(grant));
+                    return Ok(QueuedAttempt::Acquired(grant));
                 }
                 Standing::Behind {
                     predecessor,
@@ -121,7 +109,7 @@ impl ZookeeperBackend {
                 hands_over: only_one_ahead,
                 watcher,
             });
-            return Ok(InLine::Waits(place));
+            return Ok(QueuedAttempt::in_line_at(place));
         }
         Err(BackendError::new(
             "the lock's line kept changing under a queued attempt",

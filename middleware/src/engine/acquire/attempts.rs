@@ -8,11 +8,11 @@ use tokio::time::{Instant, sleep, timeout};
 
 use super::cleanup::{Abandon, QueuePlace};
 use super::{HearsBusy, NotObtained, Obtained};
+use crate::backend::Ask;
 use crate::backend::waiting::Place;
 use crate::backend::{
     Attempt, BackendError, Granted, LockBackend, LockRequest, Patience, QueuedAttempt,
 };
-use crate::engine::ask::Ask;
 use crate::engine::names::LockNames;
 use crate::engine::settings::Settings;
 use crate::engine::telemetry::{StoreOp, Tally};

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::ask::Ask;
 use super::names::LockNames;
 use super::policy::{BusyPolicy, WaitMode};
 use super::settings::Settings;
 use super::telemetry::Tally;
-use crate::backend::{BackendError, Granted, LockBackend, LockRequest, Patience, WaitQueue};
+use crate::backend::Ask;
+use crate::backend::{BackendError, Granted, Hold, LockBackend, LockRequest, Patience, WaitQueue};
 use crate::token::OwnerToken;
 use attempts::{Answer, Attempts, How};
 use cleanup::Abandon;
@@ -107,17 +107,17 @@ pub(crate) async fn acquire<B: LockBackend>(
     if timeout.is_zero() {
         return attempts.once_more_busy().await;
     }
-    match (ask, mode, queue) {
-        (Ask::Mutex, WaitMode::Fair { ticket_ttl }, Some(queue)) => {
+    match (ask.hold(), mode, queue) {
+        (Hold::Mutex, WaitMode::Fair { ticket_ttl }, Some(queue)) => {
             let place = queue.room().take_ticket(name, token, false);
             attempts
                 .wait_queued(Some(&place), deadline, ticket_ttl)
                 .await
         }
-        (Ask::Mutex, WaitMode::Notified, Some(queue)) => {
+        (Hold::Mutex, WaitMode::Notified, Some(queue)) => {
             wait_queued_ahead(&attempts, queue, deadline, called).await
         }
-        (Ask::Mutex, ..) => attempts.wait(None, deadline, None, How::Plain).await,
+        (Hold::Mutex, ..) => attempts.wait(None, deadline, None, How::Plain).await,
         (_, _, queue) => wait_shared(&attempts, queue, deadline, called).await,
     }
 }
@@ -213,8 +213,9 @@ async fn wait_shared<B: LockBackend>(
     called: bool,
 ) -> Result<Obtained<B::Lease>, NotObtained> {
     let (request, name) = (attempts.request, attempts.name);
-    let is_writer = matches!(attempts.ask, Ask::Write(_));
-    let leaves_marks = is_writer || matches!(attempts.ask, Ask::Read(_));
+    let hold = attempts.ask.hold();
+    let is_writer = hold == Hold::Write;
+    let leaves_marks = is_writer || hold == Hold::Read;
     let marks = leaves_marks.then(|| {
         let store_timeout = attempts.settings.store_timeout;
         Abandon::new(attempts.backend, attempts.names, request, store_timeout)

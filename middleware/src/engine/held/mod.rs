@@ -1,5 +1,5 @@
-//! A taken lock: run work under it inline (the layer, `with_lock`), or hand it out as a
-//! [`HeldLock`] that renews itself.
+//! A taken lock, [`HeldLock`]: work runs under it inline (the layer, `with_lock`), or it is
+//! handed out renewing itself.
 
 use std::fmt;
 use std::future::Future;
@@ -25,104 +25,40 @@ pub use local_lease::LeaseLost;
 pub(crate) use local_lease::{LeasePlan, LocalLease};
 pub(crate) use release_duty::{ReleaseDuty, give_back_baton, give_back_share};
 
-/// A lock just taken by the engine, or found already held by the running future.
-pub(crate) enum Acquisition<B: LockBackend> {
-    /// Taken now: its leases must be given back.
-    Owned(ReleaseDuty<B>),
-    /// Held by the running future already (re-entered): the outer holder gives it back.
-    Reentered(LockGuard),
-}
-
-/// How work under a lock ended.
-pub(crate) enum Ran<T> {
-    /// It finished (with `OnLost::Continue`, maybe after the lease was lost).
-    Finished(T),
-    /// The lease was lost and the work stopped (`OnLost::Abort`).
-    Aborted(LockError),
-}
-
-impl<B: LockBackend> Acquisition<B> {
-    pub(crate) fn guard(&self) -> &LockGuard {
-        match self {
-            Acquisition::Owned(leases) => leases.guard(),
-            Acquisition::Reentered(guard) => guard,
-        }
-    }
-
-    /// Runs `work` under the lock, keeping its lease meanwhile (renewal runs inline: no task),
-    /// then releases it. When the lease is lost, `on_lost` decides whether the work is dropped
-    /// at its next await point or runs on. Dropping this future drops the work and releases
-    /// the lock in the background.
-    pub(crate) async fn run<F: Future>(self, work: F, on_lost: OnLost) -> Ran<F::Output> {
-        match self.run_and_keep(work, on_lost).await {
-            Ran::Finished((output, held)) => {
-                if let Some(held) = held {
-                    held.release_quietly().await;
-                }
-                Ran::Finished(output)
-            }
-            Ran::Aborted(error) => Ran::Aborted(error),
-        }
-    }
-
-    /// Like [`run`](Self::run), but a lock taken here outlives the work: it is returned with
-    /// the work's output, not renewing until [`HeldLock::renew_in_background`] is called, for
-    /// as long as that output is being delivered (a streamed response body). `None` for a lock
-    /// re-entered from an outer holder.
-    pub(crate) async fn run_and_keep<F: Future>(
-        self,
-        work: F,
-        on_lost: OnLost,
-    ) -> Ran<(F::Output, Option<HeldLock<B>>)> {
-        let leases = match self {
-            Acquisition::Reentered(_) => return Ran::Finished((work.await, None)),
-            Acquisition::Owned(leases) => leases,
-        };
-        let work = reentry::scope(leases.guard().clone(), work);
-        match run_while_held(work, &leases, on_lost).await {
-            Ran::Finished(output) => Ran::Finished((output, Some(HeldLock::idle(leases)))),
-            Ran::Aborted(error) => {
-                leases.release_quietly().await;
-                Ran::Aborted(error)
-            }
-        }
-    }
-
-    /// The lock as a handle that renews itself (in a task of its own) until released.
-    pub(crate) fn into_held(self) -> HeldLock<B> {
-        let mut held = match self {
-            Acquisition::Reentered(guard) => return HeldLock { guard, owned: None },
-            Acquisition::Owned(leases) => HeldLock::idle(leases),
-        };
-        held.renew_in_background();
-        held
-    }
-}
-
-/// Runs `work` while keeping its lease; when the lease is lost, aborts the work (its future
-/// is dropped on return) or lets it finish, as `on_lost` says.
-async fn run_while_held<F: Future, B: LockBackend>(
+/// Runs `work` while keeping its lease; when the lease is lost, stops the work (its future is
+/// dropped on return: `None`) or lets it finish, as `on_lost` says.
+async fn run_while_kept<F: Future, B: LockBackend>(
     work: F,
     leases: &ReleaseDuty<B>,
     on_lost: OnLost,
-) -> Ran<F::Output> {
+) -> Option<F::Output> {
     let (guard, plan) = (leases.guard(), leases.locker().settings.lease_plan());
+    let kept = keep(guard.lease(), plan, guard.name(), || leases.extend());
+    run_until_lost(work, guard, kept, on_lost).await
+}
+
+/// Runs `work` until `lost` resolves, then stops it (`None`) or lets it finish, as `on_lost`
+/// says.
+async fn run_until_lost<F: Future>(
+    work: F,
+    guard: &LockGuard,
+    lost: impl Future<Output = LeaseLost>,
+    on_lost: OnLost,
+) -> Option<F::Output> {
     let mut work = pin!(work);
     let lost = tokio::select! {
         biased;
-        output = &mut work => return Ran::Finished(output),
-        lost = keep(guard.lease(), plan, guard.name(), || leases.extend()) => lost,
+        output = &mut work => return Some(output),
+        lost = lost => lost,
     };
     match on_lost {
         OnLost::Abort => {
             tracing::warn!(lock = guard.name(), because = %lost, "lock lost; stopping the work");
-            Ran::Aborted(LockError::LeaseLost {
-                key: guard.lock_names().joined_keys(),
-            })
+            None
         }
         OnLost::Continue => {
             tracing::warn!(lock = guard.name(), because = %lost, "lock lost; the work goes on");
-            Ran::Finished(work.await)
+            Some(work.await)
         }
     }
 }
@@ -134,6 +70,10 @@ async fn run_while_held<F: Future, B: LockBackend>(
 /// anyway, [`is_held`](LockGuard::is_held) turns false and [`lost`](LockGuard::lost) resolves
 /// (it dereferences to its [`LockGuard`]). Dropping it releases the lock in the background;
 /// [`release`](Self::release) does it now and says whether the lock was still held.
+///
+/// One from [`Locker::acquire`](crate::Locker::acquire) has no renewal task yet: its lease is
+/// kept while [`run`](Self::run) runs work under it, and by a task from
+/// [`renew_in_background`](Self::renew_in_background) on.
 ///
 /// # Example
 ///
@@ -171,8 +111,8 @@ enum RenewalTask {
 }
 
 impl<B: LockBackend> HeldLock<B> {
-    /// The handle of `leases`, not renewing them yet.
-    fn idle(leases: ReleaseDuty<B>) -> Self {
+    /// The handle of a lock taken now, not renewing its lease yet.
+    pub(crate) fn taken(leases: ReleaseDuty<B>) -> Self {
         Self {
             guard: leases.guard().clone(),
             owned: Some(Owned {
@@ -182,9 +122,15 @@ impl<B: LockBackend> HeldLock<B> {
         }
     }
 
+    /// The handle of a lock the running future held already: the outer holder keeps and
+    /// releases it.
+    pub(crate) fn reentered(guard: LockGuard) -> Self {
+        Self { guard, owned: None }
+    }
+
     /// Starts renewing the lease in a task of its own, from its last renewal, unless that runs
     /// already; the task ends when the lease is lost or the handle released or dropped.
-    pub(crate) fn renew_in_background(&mut self) {
+    pub fn renew_in_background(&mut self) {
         let Some(owned) = self.owned.as_mut() else {
             return;
         };
@@ -203,6 +149,61 @@ impl<B: LockBackend> HeldLock<B> {
             }
             Err(_) => RenewalTask::Impossible,
         };
+    }
+
+    /// Runs `work` under the lock and hands the lock back with the work's output, still held —
+    /// for as long as that output is being delivered (a streamed response body); release or
+    /// drop it then. Meanwhile the lease is kept: by this future itself when no task renews it
+    /// (no task is spawned), else by that task. Code in `work` that asks for this lock again
+    /// passes through.
+    ///
+    /// When the lease is lost, the locker's [`OnLost`] decides: `Abort` (the default) drops
+    /// `work` at its next await point, gives the lock back and answers
+    /// [`LockError::LeaseLost`]; `Continue` lets the work finish.
+    ///
+    /// # Example
+    ///
+    /// A consumer of a queue that chooses each message's lock itself:
+    ///
+    /// ```
+    /// use tower_lock::{Ask, Locker, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_lock::LockError> {
+    /// let locker = Locker::new(MemoryBackend::new());
+    /// let (read, write) = (Ask::read(), Ask::write());
+    /// for (account, only_reads) in [("account:7", true), ("account:7", false)] {
+    ///     let ask = if only_reads { read } else { write };
+    ///     let lock = locker.acquire([account], ask, Some("consumer")).await?;
+    ///     let (handled, lock) = lock.run(async { "handled" }).await?;
+    ///     assert_eq!(handled, "handled");
+    ///     lock.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn run<F: Future>(self, work: F) -> Result<(F::Output, Self), LockError> {
+        let Some(owned) = &self.owned else {
+            return Ok((work.await, self));
+        };
+        let leases = &owned.leases;
+        let on_lost = leases.locker().settings.on_lost;
+        let work = reentry::scope(self.guard.clone(), work);
+        let output = match owned.renewal {
+            RenewalTask::Running(_) => {
+                run_until_lost(work, &self.guard, self.guard.lost(), on_lost).await
+            }
+            RenewalTask::Idle | RenewalTask::Impossible => {
+                run_while_kept(work, leases, on_lost).await
+            }
+        };
+        match output {
+            Some(output) => Ok((output, self)),
+            None => {
+                let key = self.guard.lock_names().joined_keys();
+                self.release_quietly().await;
+                Err(LockError::LeaseLost { key })
+            }
+        }
     }
 
     /// Releases the lock now, logging what went wrong instead of returning it.
