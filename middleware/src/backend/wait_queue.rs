@@ -31,6 +31,7 @@ pub enum QueuedAttempt<L> {
 impl<L> QueuedAttempt<L> {
     /// In the queue at `handover`, behind a holder whose lease's end the store does not say
     /// (etcd's and ZooKeeper's lines: the waiter watches what is ahead of it instead).
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
     pub(crate) fn in_line_at(handover: L) -> Self {
         Self::Queued {
             holder_ttl: None,

@@ -25,7 +25,7 @@
 //! sweeps do not wait for the keep-alive: a member without a leader holds a renewal back for a
 //! whole election timeout even when a leader is elected meanwhile.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -35,6 +35,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, sleep, timeout};
 
 use super::members::Members;
+use crate::backend::store_support::owned_keys::{Deletion, OwnedKeys};
 use crate::backend::{BackendError, lease_deadline};
 
 /// How long a given-up mark stays: far longer than any request of the attempt it marks can
@@ -71,45 +72,12 @@ struct EtcdSessionState {
     /// Strays are suspected, or the session was dropped: the sweeper's wake-up.
     sweep_now: Arc<Notify>,
     /// The keys a lock or a waiter of this process owns.
-    owned: Mutex<HashSet<Vec<u8>>>,
+    owned: OwnedKeys<Vec<u8>>,
     /// Given-up marks, oldest first, with when they were put.
     marks: Mutex<VecDeque<(Instant, Vec<u8>)>>,
     /// A deletion failed or was cut short, or a sweep did not finish: keys nobody owns may
     /// still hold lines up, so the next sweep comes soon rather than at the next renewal.
     strays_suspected: AtomicBool,
-}
-
-/// A deletion of keys on its way. They stay owned until it ends — so the sweeper never deletes
-/// a key its own deletion is about to, which would leave that deletion finding nothing (a
-/// release then told the lock had been lost) — and are disowned when it does. Unless it is seen
-/// through ([`done`](Self::done)) — it failed, or its caller gave up on it (a store timeout) —
-/// the sweeper sweeps at once and then every [`RETRY_PAUSE`] until a sweep finishes: a lock
-/// whose release was lost while the cluster elected a leader is freed as soon as the cluster
-/// answers, not a renewal period later.
-pub(super) struct Deletion<'a> {
-    shared: &'a EtcdSessionState,
-    keys: Vec<Vec<u8>>,
-    done: bool,
-}
-
-impl Deletion<'_> {
-    /// The deletion went through.
-    pub(super) fn done(mut self) {
-        self.done = true;
-    }
-}
-
-impl Drop for Deletion<'_> {
-    fn drop(&mut self) {
-        let mut owned = self.shared.owned();
-        for key in &self.keys {
-            owned.remove(key);
-        }
-        drop(owned);
-        if !self.done {
-            self.shared.suspect_strays();
-        }
-    }
 }
 
 impl Session {
@@ -123,7 +91,7 @@ impl Session {
             renew_now: Notify::new(),
             closed: Notify::new(),
             sweep_now: Arc::clone(&sweep_now),
-            owned: Mutex::default(),
+            owned: OwnedKeys::default(),
             marks: Mutex::default(),
             strays_suspected: AtomicBool::new(false),
         });
@@ -177,7 +145,7 @@ impl Session {
 
     /// A lock or a waiter is about to put `key`: the session keeps it.
     pub(super) fn own(&self, key: &[u8]) {
-        self.shared.owned().insert(key.to_vec());
+        self.shared.owned.own(key.to_vec());
     }
 
     /// The session keeps the given-up mark `key` for a while, then lets the sweep delete it.
@@ -190,16 +158,19 @@ impl Session {
     /// Nobody here owns `key` any more: if the caller's deletion does not remove it, the next
     /// sweep does.
     pub(super) fn disown(&self, key: &[u8]) {
-        self.shared.owned().remove(key);
+        self.shared.owned.disown(key);
     }
 
-    /// A deletion of `keys` begins; they are disowned once it ends: see [`Deletion`].
-    pub(super) fn deleting(&self, keys: &[Vec<u8>]) -> Deletion<'_> {
-        Deletion {
-            shared: &self.shared,
-            keys: keys.to_vec(),
-            done: false,
-        }
+    /// A deletion of `keys` begins; they are disowned once it ends, and the sweeper sweeps at
+    /// once unless it is seen through: see [`Deletion`].
+    pub(super) fn deleting<'s>(
+        &'s self,
+        keys: &[Vec<u8>],
+    ) -> Deletion<'s, Vec<u8>, impl FnOnce() + use<'s>> {
+        let shared = &self.shared;
+        shared
+            .owned
+            .deleting(keys.to_vec(), || shared.suspect_strays())
     }
 }
 
@@ -211,10 +182,6 @@ impl Drop for Session {
 }
 
 impl EtcdSessionState {
-    fn owned(&self) -> MutexGuard<'_, HashSet<Vec<u8>>> {
-        lock(&self.owned)
-    }
-
     /// Keys nobody owns may be left: sweep now, and again soon until a sweep finishes.
     fn suspect_strays(&self) {
         self.strays_suspected.store(true, Ordering::Relaxed);
@@ -228,7 +195,7 @@ impl EtcdSessionState {
             if put.elapsed() < GIVEN_UP_FOR {
                 break;
             }
-            self.owned().remove(key);
+            self.owned.disown(key);
             marks.pop_front();
         }
     }
@@ -401,11 +368,7 @@ async fn sweep(shared: &EtcdSessionState, members: &Members, lease: i64) -> bool
     else {
         return false;
     };
-    let strays: Vec<Vec<u8>> = {
-        let owned = shared.owned();
-        let keys = listed.keys().iter();
-        keys.filter(|key| !owned.contains(*key)).cloned().collect()
-    };
+    let strays = shared.owned.strays(listed.keys(), |key| key.as_slice());
     let mut swept = true;
     for key in strays {
         let read = |client: etcd_client::Client| {
@@ -419,10 +382,10 @@ async fn sweep(shared: &EtcdSessionState, members: &Members, lease: i64) -> bool
         let Some(seen) = read.take_kvs().into_iter().next() else {
             continue;
         };
-        if shared.owned().contains(&key) {
+        if shared.owned.contains(key) {
             continue;
         }
-        tracing::debug!(key = %String::from_utf8_lossy(&key), "etcd session: deleting a key nobody owns");
+        tracing::debug!(key = %String::from_utf8_lossy(key), "etcd session: deleting a key nobody owns");
         let incarnation =
             Compare::create_revision(key.clone(), CompareOp::Equal, seen.create_revision());
         let delete = Txn::new()

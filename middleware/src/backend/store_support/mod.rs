@@ -1,7 +1,7 @@
 //! What the crate's own stores share beside the contract: connecting within a deadline, URLs
 //! with their passwords masked, reconnecting clients, the queue rules of stores that keep their
-//! queue as data, and the holder records etcd and ZooKeeper keep. A store author implements the
-//! contract (`backend/mod.rs`); none of this is promised to them.
+//! queue as data, and what etcd and ZooKeeper share (holder records, the keys a session owns).
+//! A store author implements the contract (`backend/mod.rs`); none of this is promised to them.
 
 #[cfg(any(
     feature = "redis",
@@ -13,6 +13,8 @@ pub(in crate::backend) mod connect;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub(in crate::backend) mod holder_record;
 pub(in crate::backend) mod masked_url;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(in crate::backend) mod owned_keys;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "zookeeper"))]
 pub(in crate::backend) mod reach;
 pub(in crate::backend) mod ticket_rules;

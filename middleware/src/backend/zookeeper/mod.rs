@@ -250,7 +250,7 @@ impl ZookeeperBackend {
     /// it, the sweep takes it); whether it was there.
     async fn delete(&self, path: &str) -> Result<bool, BackendError> {
         let prefix = nodes::owner_prefix(path).to_owned();
-        let given_up = self.inner.session.disown_after(vec![prefix]);
+        let deletion = self.inner.session.deleting(vec![prefix]);
         let was_there = match self
             .inner
             .reach
@@ -261,7 +261,7 @@ impl ZookeeperBackend {
             Err(ZkError::NoNode) => false,
             Err(error) => return Err(BackendError::new(error)),
         };
-        given_up.deleted();
+        deletion.done();
         Ok(was_there)
     }
 
@@ -308,12 +308,12 @@ impl ZookeeperBackend {
             Kind::Claim,
         ];
         let prefixes = kinds.map(|kind| dir.node_prefix(kind, token)).to_vec();
-        let given_up = self.inner.session.disown_after(prefixes);
+        let deletion = self.inner.session.deleting(prefixes);
         let children = self.children(&dir).await?;
         for node in children.of(token) {
             self.delete(&dir.child(node)).await?;
         }
-        given_up.deleted();
+        deletion.done();
         Ok(())
     }
 }

@@ -23,7 +23,6 @@
 //! deletion that failed or was given up (a release lost while the ensemble elected a leader),
 //! it renews at once, and sweeps again every [`RETRY_PAUSE`] until a sweep finishes.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -32,6 +31,7 @@ use tokio::time::{Instant, sleep};
 use zookeeper_client::Client;
 
 use super::nodes::owner_prefix;
+use crate::backend::store_support::owned_keys::{Deletion, OwnedKeys};
 use crate::backend::{BackendError, lease_deadline};
 
 /// How long the session task pauses after a failure before it tries again.
@@ -76,7 +76,7 @@ struct ZookeeperSessionState {
     /// Counts renewals: the sweeper follows it (and ends when the session is gone).
     renewals: watch::Sender<u64>,
     /// The paths (less their sequence) of the nodes a lock or waiter of this process owns.
-    owned: Mutex<HashSet<String>>,
+    owned: OwnedKeys<String>,
 }
 
 impl Session {
@@ -91,7 +91,7 @@ impl Session {
             renew_now: Notify::new(),
             closed: Notify::new(),
             renewals: watch::Sender::new(0),
-            owned: Mutex::default(),
+            owned: OwnedKeys::default(),
         });
         let renewals = shared.renewals.subscribe();
         tokio::spawn(sweeper(
@@ -150,64 +150,28 @@ impl Session {
 
     /// A lock or a waiter is about to create a node at `prefix`: the session keeps it.
     pub(super) fn own(&self, prefix: &str) {
-        self.shared.owned().insert(prefix.to_owned());
+        self.shared.owned.own(prefix.to_owned());
     }
 
     /// Nobody here owns the node at `prefix` any more: if the caller's deletion does not
     /// remove it, the next sweep does.
     pub(super) fn disown(&self, prefix: &str) {
-        self.shared.owned().remove(prefix);
+        self.shared.owned.disown(prefix);
     }
 
-    /// Disowns the nodes at `prefixes` when the returned guard is dropped: a caller deleting
-    /// them keeps them from the sweep until its deletion has ended, however it ends.
-    pub(super) fn disown_after<'a>(&'a self, prefixes: Vec<String>) -> Disowned<'a> {
-        Disowned {
-            session: self,
-            prefixes,
-            deleted: false,
-        }
-    }
-}
-
-/// Disowns its prefixes when dropped ([`Session::disown_after`]). Unless the caller saw its
-/// deletion through ([`deleted`](Self::deleted)) — it failed, or was given up (a store
-/// timeout) — the session renews and sweeps at once, and sweeps again every [`RETRY_PAUSE`]
-/// until a sweep finishes: a lock whose release was lost while the ensemble elected a leader
-/// is freed as soon as the ensemble answers, not a renewal period later.
-pub(super) struct Disowned<'a> {
-    session: &'a Session,
-    prefixes: Vec<String>,
-    deleted: bool,
-}
-
-impl Disowned<'_> {
-    /// The nodes are gone.
-    pub(super) fn deleted(mut self) {
-        self.deleted = true;
-    }
-}
-
-impl Drop for Disowned<'_> {
-    fn drop(&mut self) {
-        for prefix in &self.prefixes {
-            self.session.disown(prefix);
-        }
-        if !self.deleted {
-            self.session.shared.renew_now.notify_one();
-        }
+    /// A deletion of the nodes at `prefixes` begins; they are disowned once it ends, and the
+    /// session renews and sweeps at once unless it is seen through: see [`Deletion`].
+    pub(super) fn deleting(&self, prefixes: Vec<String>) -> Deletion<'_, String, impl FnOnce()> {
+        let shared = &self.shared;
+        shared
+            .owned
+            .deleting(prefixes, || shared.renew_now.notify_one())
     }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
         self.shared.closed.notify_one();
-    }
-}
-
-impl ZookeeperSessionState {
-    fn owned(&self) -> MutexGuard<'_, HashSet<String>> {
-        lock(&self.owned)
     }
 }
 
@@ -347,13 +311,7 @@ async fn sweep(shared: &ZookeeperSessionState, client: &Client, root: &str) -> b
     let Ok(listed) = client.list_ephemerals(root).await else {
         return false;
     };
-    let strays: Vec<String> = {
-        let owned = shared.owned();
-        let listed = listed.into_iter();
-        listed
-            .filter(|path| !owned.contains(owner_prefix(path)))
-            .collect()
-    };
+    let strays = shared.owned.strays(listed, |path| owner_prefix(path));
     let mut swept = true;
     for path in strays {
         tracing::debug!(%path, "ZooKeeper session: deleting a node nobody owns");
