@@ -37,8 +37,7 @@ use crate::backend::store_support::holder_record::record;
 use crate::backend::store_support::reach::{Dial, Reach};
 use crate::backend::waiting::WaitingRoom;
 use crate::backend::{
-    Attempt, BackendError, FencingToken, Granted, Hold, LockBackend, LockRequest, WaitQueue,
-    lease_deadline,
+    Attempt, BackendError, FencingToken, Granted, Hold, LockRequest, lease_deadline,
 };
 use crate::token::OwnerToken;
 use in_flight::{InFlight, Landed, Start};
@@ -48,6 +47,7 @@ use watches::Watches;
 
 mod in_flight;
 mod inspection;
+mod lock_backend;
 mod nodes;
 mod session;
 mod settings;
@@ -56,9 +56,6 @@ mod wait_queue;
 mod watches;
 
 pub use settings::{DEFAULT_ROOT, DEFAULT_SESSION_TIMEOUT, ZookeeperSettings};
-
-/// How long an extend waits to read its node before the session's word alone decides.
-const NODE_READ_PATIENCE: Duration = Duration::from_millis(500);
 
 /// Locks in ZooKeeper: an ephemeral sequential node per holder or waiter in the lock's
 /// directory, the lowest holding it; fenced by its creation zxid; bound to one session per
@@ -385,54 +382,6 @@ impl ZookeeperBackend {
         }
         self.delete(&mine.path).await?;
         Ok(Attempt::Busy { holder_ttl: None })
-    }
-}
-
-impl LockBackend for ZookeeperBackend {
-    type Lease = ZookeeperLease;
-
-    fn store_kind(&self) -> &'static str {
-        "zookeeper"
-    }
-
-    async fn acquire(
-        &self,
-        name: &str,
-        request: LockRequest,
-    ) -> Result<Attempt<Granted<ZookeeperLease>>, BackendError> {
-        self.exclusively(name, || self.take_exclusive(name, request))
-            .await
-    }
-
-    async fn extend(
-        &self,
-        _name: &str,
-        lease: &ZookeeperLease,
-        ttl: Duration,
-    ) -> Result<bool, BackendError> {
-        let deadline = lease_deadline(Instant::now(), ttl);
-        let read = tokio::time::timeout(NODE_READ_PATIENCE, self.still_there(lease));
-        let (term, node) = tokio::join!(self.inner.session.vouch(deadline), read);
-        // A node that cannot be read in time is not known gone: the session vouches alone, as
-        // when the ensemble is cut off.
-        Ok(term.session == lease.session && !matches!(node, Ok(Ok(false))))
-    }
-
-    async fn release(&self, _name: &str, lease: &ZookeeperLease) -> Result<bool, BackendError> {
-        self.inner.watches.forget_place(&lease.path);
-        self.delete(&lease.path).await
-    }
-
-    async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
-        self.give_up(name, request.token).await
-    }
-
-    fn wait_queue(&self) -> Option<&dyn WaitQueue<ZookeeperLease>> {
-        Some(self)
-    }
-
-    fn max_ttl(&self) -> Option<Duration> {
-        Some(self.inner.session.max_ttl())
     }
 }
 
