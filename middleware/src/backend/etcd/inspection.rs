@@ -10,24 +10,20 @@ use etcd_client::{
 use super::keys::{LockKeys, unescape};
 use super::{EtcdBackend, read};
 use crate::backend::store_support::holder_record::parse;
+use crate::backend::store_support::recorded_holder::{RecordedHolder, lock_state};
 use crate::backend::{BackendError, FencingToken, Hold, Holding, Inspect, Listing, LockState};
 
 /// How many keys one page of the listing reads, per name asked for: a lock's keys are its
 /// holders' and those waiting in its line.
 const KEYS_PER_NAME: usize = 4;
 
-/// A holder as the lock's keys record it: its key, that key's create revision, and what an
-/// operator sees.
-struct Recorded {
-    key: Vec<u8>,
-    revision: i64,
-    holding: Holding,
-}
-
 impl EtcdBackend {
     /// Every holder of lock `name`, and how many wait: exclusive keys behind the holder,
     /// waiting writers' places, readers' claims.
-    async fn recorded(&self, name: &str) -> Result<(Vec<Recorded>, usize), BackendError> {
+    async fn recorded(
+        &self,
+        name: &str,
+    ) -> Result<(Vec<RecordedHolder<(Vec<u8>, i64)>>, usize), BackendError> {
         let keys = self.keys(name);
         let in_order = GetOptions::new()
             .with_prefix()
@@ -48,7 +44,7 @@ impl EtcdBackend {
             })
             .collect();
         let marks = usize::try_from(counts.iter().sum::<i64>()).unwrap_or(0);
-        let mut holders: Vec<Recorded> = Vec::new();
+        let mut holders: Vec<RecordedHolder<(Vec<u8>, i64)>> = Vec::new();
         if shared.is_empty() {
             holders.extend(exclusive.first().map(recorded));
         } else {
@@ -69,7 +65,7 @@ impl EtcdBackend {
 }
 
 /// The holder `kv` records: a mutex or writer is fenced by its key's create revision.
-fn recorded(kv: &KeyValue) -> Recorded {
+fn recorded(kv: &KeyValue) -> RecordedHolder<(Vec<u8>, i64)> {
     let (hold, label, asked_ago) =
         parse(kv.value()).unwrap_or((Hold::Mutex, String::new(), Default::default()));
     let fence = hold
@@ -80,9 +76,8 @@ fn recorded(kv: &KeyValue) -> Recorded {
                 .map(FencingToken::new)
         })
         .flatten();
-    Recorded {
-        key: kv.key().to_vec(),
-        revision: kv.create_revision(),
+    RecordedHolder {
+        handle: (kv.key().to_vec(), kv.create_revision()),
         holding: Holding::new(hold, label, asked_ago, None).fence(fence),
     }
 }
@@ -95,9 +90,7 @@ fn recorded(kv: &KeyValue) -> Recorded {
 /// cursor is the key the next page starts at).
 impl Inspect for EtcdBackend {
     async fn inspect(&self, name: &str) -> Result<LockState, BackendError> {
-        let (holders, waiting) = self.recorded(name).await?;
-        let holders = holders.into_iter().map(|holder| holder.holding).collect();
-        Ok(LockState::new(holders, waiting))
+        Ok(lock_state(self.recorded(name).await?))
     }
 
     async fn held_names(
@@ -153,11 +146,11 @@ impl Inspect for EtcdBackend {
         let (holders, _) = self.recorded(name).await?;
         let mut freed = Vec::new();
         for holder in holders {
-            let still =
-                Compare::create_revision(holder.key.clone(), CompareOp::Equal, holder.revision);
+            let (key, revision) = holder.handle;
+            let still = Compare::create_revision(key.clone(), CompareOp::Equal, revision);
             let txn = Txn::new()
                 .when([still])
-                .and_then([TxnOp::delete(holder.key, None)]);
+                .and_then([TxnOp::delete(key, None)]);
             if self.txn(txn).await?.succeeded() {
                 freed.push(holder.holding);
             }

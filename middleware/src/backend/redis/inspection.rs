@@ -8,17 +8,12 @@ use std::time::Duration;
 
 use super::keys::LockKey;
 use super::{RedisBackend, RedisConnection, ReleaseKeys};
+use crate::backend::store_support::recorded_holder::{RecordedHolder, lock_state};
 use crate::backend::{BackendError, FencingToken, Hold, Holding, Inspect, Listing, LockState};
 use crate::token::OwnerToken;
 
 /// How many `SCAN` calls one page may make, at most.
 const SCANS_PER_PAGE: usize = 16;
-
-/// A holder as the lock's keys record it: its owner token and what an operator sees.
-pub(super) struct Recorded {
-    pub(super) token: OwnerToken,
-    pub(super) holding: Holding,
-}
 
 impl<C: RedisConnection> RedisBackend<C> {
     /// Every holder of lock `name` the store records, and how many wait in its line, among the
@@ -26,7 +21,7 @@ impl<C: RedisConnection> RedisBackend<C> {
     pub(super) async fn recorded(
         &self,
         name: &str,
-    ) -> Result<(Vec<Recorded>, usize), BackendError> {
+    ) -> Result<(Vec<RecordedHolder<OwnerToken>>, usize), BackendError> {
         let mut pipeline = redis::Pipeline::with_capacity(8);
         pipeline
             .cmd("GET")
@@ -64,7 +59,7 @@ impl<C: RedisConnection> RedisBackend<C> {
         let mut holders = Vec::new();
         if let Some(holder) = value.as_deref().and_then(|value| exclusive(value, now)) {
             let lease_left = u64::try_from(pttl).ok().map(Duration::from_millis);
-            holders.push(Recorded {
+            holders.push(RecordedHolder {
                 holding: Holding {
                     lease_left,
                     ..holder.holding
@@ -78,8 +73,8 @@ impl<C: RedisConnection> RedisBackend<C> {
             };
             let record = records.get(&token).map_or("", String::as_str);
             let holding = shared_holding(record, now, Duration::from_millis(expiry - now));
-            holders.push(Recorded {
-                token: owner,
+            holders.push(RecordedHolder {
+                handle: owner,
                 holding,
             });
         }
@@ -89,7 +84,7 @@ impl<C: RedisConnection> RedisBackend<C> {
 
 /// The exclusive holder a lock key's value records: `<token><mark><since> <fence> <m|w>
 /// <label>` (see `release.lua`); `None` while readers hold the lock.
-fn exclusive(value: &str, now: u64) -> Option<Recorded> {
+fn exclusive(value: &str, now: u64) -> Option<RecordedHolder<OwnerToken>> {
     let token = OwnerToken::parse(value.get(..32)?)?;
     let mut fields = value.get(33..)?.splitn(4, ' ');
     let since: u64 = fields.next()?.parse().ok()?;
@@ -101,7 +96,10 @@ fn exclusive(value: &str, now: u64) -> Option<Recorded> {
     let label = fields.next().unwrap_or_default();
     let held_for = Duration::from_millis(now.saturating_sub(since));
     let holding = Holding::new(hold, label, held_for, None).fence(fence_of(fence));
-    Some(Recorded { token, holding })
+    Some(RecordedHolder {
+        handle: token,
+        holding,
+    })
 }
 
 /// A shared holder from its record, `<since> <permits, 0 for a reader> <label>`: an unknown
@@ -136,9 +134,7 @@ fn fence_of(value: u64) -> Option<FencingToken> {
 /// through redis-rs's own `ClusterConnection`, which cannot address one master.
 impl<C: RedisConnection> Inspect for RedisBackend<C> {
     async fn inspect(&self, name: &str) -> Result<LockState, BackendError> {
-        let (holders, waiting) = self.recorded(name).await?;
-        let holders = holders.into_iter().map(|holder| holder.holding).collect();
-        Ok(LockState::new(holders, waiting))
+        Ok(lock_state(self.recorded(name).await?))
     }
 
     async fn held_names(
@@ -207,10 +203,10 @@ impl<C: RedisConnection> Inspect for RedisBackend<C> {
         let mut freed = Vec::new();
         for holder in holders {
             let released: i64 = if holder.holding.hold.is_exclusive() {
-                self.run_release(name, holder.token, ReleaseKeys::WithLine)
+                self.run_release(name, holder.handle, ReleaseKeys::WithLine)
                     .await?
             } else {
-                self.run_shared(name, "release", holder.token, &[]).await?
+                self.run_shared(name, "release", holder.handle, &[]).await?
             };
             if released == 1 {
                 freed.push(holder.holding);
@@ -286,7 +282,7 @@ mod tests {
         let token = OwnerToken::new();
         let value = format!("{token}*1000 7 w web-1 (eu)");
         let holder = exclusive(&value, 1500).expect("a record");
-        assert_eq!(holder.token, token);
+        assert_eq!(holder.handle, token);
         let holding = holder.holding;
         assert_eq!(
             (holding.hold, holding.label.as_str()),

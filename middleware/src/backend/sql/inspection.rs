@@ -7,6 +7,7 @@ use std::future::Future;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use crate::backend::store_support::recorded_holder::{RecordedHolder, lock_state};
 use crate::backend::store_support::ticket_rules::Tickets;
 use crate::backend::{
     BackendError, FencingToken, Hold, Holding, Inspect, Listing, LockBackend, LockState, TokenLease,
@@ -63,12 +64,6 @@ pub(in crate::backend) trait RowInspection:
     ) -> impl Future<Output = Result<Vec<(String, bool)>, BackendError>> + Send;
 }
 
-/// A holder as its row records it: its lease (to release it by) and what an operator sees.
-struct Recorded {
-    lease: TokenLease,
-    holding: Holding,
-}
-
 /// The lease rows' holders: the exclusive holder's label, start and fence are written by the
 /// statement that grants the lock — except a lock a release hands on through the queue to a
 /// waiter of another process, whose label its holder's first renewal writes (until then it
@@ -77,9 +72,7 @@ struct Recorded {
 /// Listing reads the name index in order, a bounded number of rows per page.
 impl<B: RowInspection + Sync> Inspect for B {
     async fn inspect(&self, name: &str) -> Result<LockState, BackendError> {
-        let (holders, waiting) = recorded(self, name).await?;
-        let holders = holders.into_iter().map(|holder| holder.holding).collect();
-        Ok(LockState::new(holders, waiting))
+        Ok(lock_state(recorded(self, name).await?))
     }
 
     async fn held_names(
@@ -96,7 +89,7 @@ impl<B: RowInspection + Sync> Inspect for B {
         let (holders, _) = recorded(self, name).await?;
         let mut freed = Vec::new();
         for holder in holders {
-            if self.release(name, &holder.lease).await? {
+            if self.release(name, &holder.handle).await? {
                 freed.push(holder.holding);
             }
         }
@@ -141,7 +134,7 @@ where
 async fn recorded<B: RowInspection>(
     backend: &B,
     name: &str,
-) -> Result<(Vec<Recorded>, usize), BackendError> {
+) -> Result<(Vec<RecordedHolder<TokenLease>>, usize), BackendError> {
     let Some(row) = backend.lock_row(name).await? else {
         return Ok((Vec::new(), 0));
     };
@@ -152,8 +145,8 @@ async fn recorded<B: RowInspection>(
         let lease_left = expires.map(|expires| millis_from(now, expires));
         let held_for = since.map_or(Duration::ZERO, |since| millis_from(since, now));
         let fence = u64::try_from(fence).ok().map(FencingToken::new);
-        holders.push(Recorded {
-            lease: TokenLease::new(token, hold),
+        holders.push(RecordedHolder {
+            handle: TokenLease::new(token, hold),
             holding: Holding::new(hold, label.unwrap_or_default(), held_for, lease_left)
                 .fence(fence),
         });
@@ -167,8 +160,8 @@ async fn recorded<B: RowInspection>(
         let hold = permits.map_or(Hold::Read, |permits| Hold::Permit { permits });
         let held_for = since.map_or(Duration::ZERO, |since| millis_from(since, now));
         let lease_left = Some(millis_from(now, expires));
-        holders.push(Recorded {
-            lease: TokenLease::new(token, hold),
+        holders.push(RecordedHolder {
+            handle: TokenLease::new(token, hold),
             holding: Holding::new(hold, label.unwrap_or_default(), held_for, lease_left),
         });
     }

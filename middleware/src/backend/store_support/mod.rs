@@ -1,6 +1,7 @@
 //! What the crate's own stores share beside the contract: connecting within a deadline, URLs
 //! with their passwords masked, reconnecting clients, the queue rules of stores that keep their
-//! queue as data, and what etcd and ZooKeeper share (holder records, the keys a session owns).
+//! queue as data, and the holders the stores record,
+//! and what etcd and ZooKeeper share (holder records, the keys a session owns).
 //! A store author implements the contract (`backend/mod.rs`); none of this is promised to them.
 
 #[cfg(any(
@@ -17,4 +18,12 @@ pub(in crate::backend) mod masked_url;
 pub(in crate::backend) mod owned_keys;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "zookeeper"))]
 pub(in crate::backend) mod reach;
+#[cfg(any(
+    feature = "redis",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "etcd",
+    feature = "zookeeper"
+))]
+pub(in crate::backend) mod recorded_holder;
 pub(in crate::backend) mod ticket_rules;

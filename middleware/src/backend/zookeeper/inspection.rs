@@ -10,22 +10,20 @@ use zookeeper_client::Error as ZkError;
 use super::ZookeeperBackend;
 use super::nodes::{Children, Kind, LockDir, Node, Standing, unescape};
 use crate::backend::store_support::holder_record::parse;
+use crate::backend::store_support::recorded_holder::{RecordedHolder, lock_state};
 use crate::backend::{BackendError, FencingToken, Hold, Holding, Inspect, Listing, LockState};
 
 /// How many lock directories one page of the listing looks into, per name asked for: an
 /// empty directory lingers until the server deletes it.
 const DIRECTORIES_PER_NAME: usize = 4;
 
-/// A holder as its node records it: the node's path and what an operator sees.
-struct Recorded {
-    path: String,
-    holding: Holding,
-}
-
 impl ZookeeperBackend {
     /// Every holder of lock `name`, and how many wait: nodes in line behind the holders,
     /// waiting writers' places, readers' claims.
-    async fn recorded(&self, name: &str) -> Result<(Vec<Recorded>, usize), BackendError> {
+    async fn recorded(
+        &self,
+        name: &str,
+    ) -> Result<(Vec<RecordedHolder<String>>, usize), BackendError> {
         let dir = self.dir(name);
         let children = self.children(&dir).await?;
         let mut holders = Vec::new();
@@ -51,7 +49,7 @@ impl ZookeeperBackend {
         dir: &LockDir,
         children: &Children,
         node: &Node,
-    ) -> Result<Option<Recorded>, BackendError> {
+    ) -> Result<Option<RecordedHolder<String>>, BackendError> {
         if node.kind == Kind::Exclusive
             && children.exclusive_standing(node.sequence) != Standing::Holds
         {
@@ -78,7 +76,10 @@ impl ZookeeperBackend {
         let fence =
             (node.kind == Kind::Exclusive).then(|| FencingToken::new(stat.czxid.unsigned_abs()));
         let holding = Holding::new(hold, label, asked_ago, None).fence(fence);
-        Ok(holds.then_some(Recorded { path, holding }))
+        Ok(holds.then_some(RecordedHolder {
+            handle: path,
+            holding,
+        }))
     }
 }
 
@@ -91,9 +92,7 @@ impl ZookeeperBackend {
 /// per page.
 impl Inspect for ZookeeperBackend {
     async fn inspect(&self, name: &str) -> Result<LockState, BackendError> {
-        let (holders, waiting) = self.recorded(name).await?;
-        let holders = holders.into_iter().map(|holder| holder.holding).collect();
-        Ok(LockState::new(holders, waiting))
+        Ok(lock_state(self.recorded(name).await?))
     }
 
     async fn held_names(
@@ -148,7 +147,7 @@ impl Inspect for ZookeeperBackend {
         let mut freed = Vec::new();
         for holder in holders {
             match (self.inner.reach)
-                .call(self.client().delete(&holder.path, None))
+                .call(self.client().delete(&holder.handle, None))
                 .await?
             {
                 Ok(()) => freed.push(holder.holding),

@@ -45,7 +45,7 @@ impl Inspect for RedlockBackend {
         let mut seen: HashMap<OwnerToken, (usize, Holding)> = HashMap::new();
         for (recorded, _) in answers {
             for holder in recorded {
-                seen.entry(holder.token).or_insert((0, holder.holding)).0 += 1;
+                seen.entry(holder.handle).or_insert((0, holder.holding)).0 += 1;
             }
         }
         let holders = (seen.into_values())
