@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::backend::LockBackend;
 use crate::{Locker, LockerBuilder};
 
+mod adapters;
 mod beyond_the_mutex;
 mod handles;
 mod outage;
