@@ -24,6 +24,9 @@
 //!   revision). Dropping the last clone of the backend revokes its session, freeing its locks.
 //!   An abandoned attempt marks its token as given up in the transaction that deletes its keys,
 //!   so a put of its still on the way lands nowhere.
+//!
+//! [`WaitQueue`]: crate::backend::WaitQueue
+//! [`LockBackend::max_ttl`]: crate::backend::LockBackend::max_ttl
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -78,6 +78,8 @@ mod wait_queue;
 /// release instead of polling ([`LockBackend::wait_queue`]); it resubscribes by itself after a
 /// reconnect, and waiters retry on timers meanwhile.
 ///
+/// [`LockBackend::wait_queue`]: crate::backend::LockBackend::wait_queue
+///
 /// # Example
 ///
 /// ```no_run

@@ -25,6 +25,9 @@
 //! * **Release** deletes the node; its path (with its sequence) is the holder's alone. Lock
 //!   directories are container nodes, which the server deletes once they are empty. Dropping the
 //!   last clone of the backend closes its session, freeing its locks at once.
+//!
+//! [`WaitQueue`]: crate::backend::WaitQueue
+//! [`LockBackend::max_ttl`]: crate::backend::LockBackend::max_ttl
 
 use std::sync::Arc;
 use std::time::Duration;
