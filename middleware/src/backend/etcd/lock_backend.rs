@@ -32,7 +32,7 @@ impl LockBackend for EtcdBackend {
     ) -> Result<Attempt<Granted<EtcdLease>>, BackendError> {
         let keys = self.keys(name);
         let key = keys.exclusive(request.token);
-        let session = self.inner.session.term().lease;
+        let session = self.inner.session.term().session;
         // Read back when busy: a first copy of this transaction may have put it.
         let txn = Txn::new()
             .when(self.free_for_exclusive(&keys, request.token))
@@ -70,7 +70,7 @@ impl LockBackend for EtcdBackend {
         let (term, key) = tokio::join!(self.inner.session.vouch(deadline), read);
         // A key that cannot be read in time is not known gone: the session vouches alone, as
         // when the store is cut off.
-        Ok(term.lease == lease.session && !matches!(key, Ok(Ok(false))))
+        Ok(term.session == lease.session && !matches!(key, Ok(Ok(false))))
     }
 
     async fn release(&self, _name: &str, lease: &EtcdLease) -> Result<bool, BackendError> {
@@ -91,7 +91,7 @@ impl LockBackend for EtcdBackend {
             Some(held) => Ok(held.create_revision() == lease.revision),
             // Sent twice: the first copy may have deleted it. Only the session's end deletes
             // a held key otherwise.
-            None if deleted.resent => Ok(self.inner.session.term().lease == lease.session),
+            None if deleted.resent => Ok(self.inner.session.term().session == lease.session),
             None => Ok(false),
         }
     }
@@ -105,7 +105,7 @@ impl LockBackend for EtcdBackend {
         names: &[&str],
         request: LockRequest,
     ) -> Result<Attempt<Vec<Granted<EtcdLease>>>, BackendError> {
-        let session = self.inner.session.term().lease;
+        let session = self.inner.session.term().session;
         let locks: Vec<LockKeys> = names.iter().map(|name| self.keys(name)).collect();
         let ours: Vec<Vec<u8>> = locks
             .iter()
@@ -144,7 +144,7 @@ impl LockBackend for EtcdBackend {
             .session
             .vouch(lease_deadline(sent, request.ttl))
             .await;
-        if term.lease != session {
+        if term.session != session {
             return Err(session_expired());
         }
         let grant = |key| {

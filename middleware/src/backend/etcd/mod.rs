@@ -242,7 +242,7 @@ impl EtcdBackend {
         ttl: Duration,
     ) -> Result<EtcdLease, BackendError> {
         let term = self.inner.session.vouch(lease_deadline(sent, ttl)).await;
-        if term.lease != lease.session {
+        if term.session != lease.session {
             return Err(session_expired());
         }
         Ok(lease)
@@ -274,7 +274,7 @@ impl EtcdBackend {
             keys.claim(token),
         ];
         let mark = keys::given_up(&self.inner.namespace, token);
-        let session = self.inner.session.term().lease;
+        let session = self.inner.session.term().session;
         self.inner.session.bury(&mark);
         let deletion = self.inner.session.deleting(&ours);
         let mut txn = vec![Self::put(mark, session)];

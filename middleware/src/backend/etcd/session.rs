@@ -31,11 +31,12 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, LeaseTimeToLiveOptions, Txn, TxnOp};
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::time::{Instant, sleep, timeout};
 
 use super::members::Members;
 use crate::backend::store_support::owned_keys::{Deletion, OwnedKeys};
+use crate::backend::store_support::session_term::{Term, Terms};
 use crate::backend::{BackendError, lease_deadline};
 
 /// How long a given-up mark stays: far longer than any request of the attempt it marks can
@@ -45,15 +46,6 @@ const GIVEN_UP_FOR: Duration = Duration::from_secs(30);
 /// How long the keep-alive task pauses after a failure before it tries again, and the sweeper
 /// after a sweep that did not finish.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
-
-/// The session's lease as last confirmed: which lease, and until when it is certainly alive.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Term {
-    /// The lease id keys are bound to.
-    pub(super) lease: i64,
-    /// Until when the cluster certainly keeps it.
-    pub(super) until: Instant,
-}
 
 /// The backend's end of the session; the keep-alive task ends (revoking the lease, which
 /// frees every lock still held) when it is dropped.
@@ -65,8 +57,7 @@ pub(super) struct Session {
 
 #[derive(Debug)]
 struct EtcdSessionState {
-    term: watch::Sender<Term>,
-    renew_now: Notify,
+    terms: Terms,
     /// The session was dropped: revoke the lease now.
     closed: Notify,
     /// Strays are suspected, or the session was dropped: the sweeper's wake-up.
@@ -87,8 +78,7 @@ impl Session {
         let (term, granted) = grant(&members, ttl).await?;
         let sweep_now = Arc::new(Notify::new());
         let shared = Arc::new(EtcdSessionState {
-            term: watch::Sender::new(term),
-            renew_now: Notify::new(),
+            terms: Terms::new(term),
             closed: Notify::new(),
             sweep_now: Arc::clone(&sweep_now),
             owned: OwnedKeys::default(),
@@ -122,25 +112,14 @@ impl Session {
 
     /// The session's current lease, as last confirmed.
     pub(super) fn term(&self) -> Term {
-        *self.shared.term.borrow()
+        self.shared.terms.current()
     }
 
     /// The session once it is confirmed alive until `until` or later, renewing it at once
     /// when it is not yet. Waits as long as the cluster does not answer (callers bound it by
     /// their store timeout); a lease that expired meanwhile is answered with its successor.
     pub(super) async fn vouch(&self, until: Instant) -> Term {
-        let mut terms = self.shared.term.subscribe();
-        loop {
-            let term = *terms.borrow_and_update();
-            if term.until >= until {
-                return term;
-            }
-            self.shared.renew_now.notify_one();
-            if terms.changed().await.is_err() {
-                // The sender lives in `self.shared`: it cannot have been dropped.
-                return term;
-            }
-        }
+        self.shared.terms.vouch(until).await
     }
 
     /// A lock or a waiter is about to put `key`: the session keeps it.
@@ -220,7 +199,7 @@ async fn grant(members: &Members, ttl: Duration) -> Result<(Term, Duration), Bac
     let until = lease_deadline(sent, ttl);
     Ok((
         Term {
-            lease: granted.id(),
+            session: granted.id(),
             until,
         },
         ttl,
@@ -230,23 +209,26 @@ async fn grant(members: &Members, ttl: Duration) -> Result<(Term, Duration), Bac
 /// Keeps the session's lease alive every quarter of its TTL (or at once when asked), until the
 /// session is dropped; then revokes it.
 async fn keep_alive(members: Arc<Members>, shared: Weak<EtcdSessionState>, ttl: Duration) {
-    let Some(mut lease) = shared.upgrade().map(|shared| shared.term.borrow().lease) else {
+    let Some(mut lease) = shared
+        .upgrade()
+        .map(|shared| shared.terms.current().session)
+    else {
         return;
     };
     while shared.strong_count() > 0 {
         match keep_stream(&members, &shared, lease, ttl).await {
-            Stream::Dropped => break,
-            Stream::Broken => {}
-            Stream::Expired => {
+            StreamEnd::Dropped => break,
+            StreamEnd::Broken => {}
+            StreamEnd::Expired => {
                 tracing::warn!(
                     lease,
                     "etcd session expired: its locks are lost; starting a new one"
                 );
                 match grant(&members, ttl).await {
                     Ok((term, _)) => {
-                        lease = term.lease;
+                        lease = term.session;
                         if let Some(alive) = shared.upgrade() {
-                            alive.term.send_replace(term);
+                            alive.terms.confirm(term);
                         }
                         continue;
                     }
@@ -263,7 +245,7 @@ async fn keep_alive(members: Arc<Members>, shared: Weak<EtcdSessionState>, ttl: 
 }
 
 /// How a keep-alive stream ended.
-enum Stream {
+enum StreamEnd {
     /// The session was dropped.
     Dropped,
     /// The stream failed or an answer was late: open another.
@@ -279,12 +261,12 @@ async fn keep_stream(
     shared: &Weak<EtcdSessionState>,
     lease: i64,
     ttl: Duration,
-) -> Stream {
+) -> StreamEnd {
     let period = ttl / 4;
     let (member, client) = members.pinned();
     let broken = || {
         members.failed(member);
-        Stream::Broken
+        StreamEnd::Broken
     };
     let Ok((mut keeper, mut answers)) = client.lease_client().keep_alive(lease).await else {
         return broken();
@@ -298,18 +280,21 @@ async fn keep_stream(
             return broken();
         };
         if answer.ttl() <= 0 {
-            return Stream::Expired;
+            return StreamEnd::Expired;
         }
         let Some(alive) = shared.upgrade() else {
-            return Stream::Dropped;
+            return StreamEnd::Dropped;
         };
         let answered = Duration::from_secs(answer.ttl().unsigned_abs());
         let until = lease_deadline(sent, answered);
-        alive.term.send_replace(Term { lease, until });
+        alive.terms.confirm(Term {
+            session: lease,
+            until,
+        });
         tokio::select! {
             () = sleep(period) => {}
-            () = alive.renew_now.notified() => {}
-            () = alive.closed.notified() => return Stream::Dropped,
+            () = alive.terms.renewal_asked() => {}
+            () = alive.closed.notified() => return StreamEnd::Dropped,
         }
     }
 }
@@ -329,7 +314,7 @@ async fn sweep_strays(
             };
             alive.expire_marks();
             alive.strays_suspected.store(false, Ordering::Relaxed);
-            let lease = alive.term.borrow().lease;
+            let lease = alive.terms.current().session;
             if !sweep(&alive, &members, lease).await {
                 alive.strays_suspected.store(true, Ordering::Relaxed);
             }

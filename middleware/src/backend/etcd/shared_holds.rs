@@ -50,7 +50,7 @@ impl SharedLocks for EtcdBackend {
     ) -> Result<Attempt<Granted<EtcdLease>>, BackendError> {
         let keys = self.keys(name);
         let (key, claim) = (keys.shared(request.token), keys.claim(request.token));
-        let session = self.inner.session.term().lease;
+        let session = self.inner.session.term().session;
         // Both branches read the key back: a first copy of this transaction may have put it,
         // and a put again keeps its create revision.
         let txn = Txn::new()
@@ -103,7 +103,7 @@ impl SharedLocks for EtcdBackend {
             keys.intent(token),
             keys.writer(token),
         );
-        let session = self.inner.session.term().lease;
+        let session = self.inner.session.term().session;
         let turn = self.writers_turn(&keys, token);
         let take = || {
             [
@@ -262,7 +262,7 @@ impl EtcdBackend {
     ) -> Result<Attempt<Granted<EtcdLease>>, BackendError> {
         let keys = self.keys(name);
         let key = keys.shared(request.token);
-        let session = self.inner.session.term().lease;
+        let session = self.inner.session.term().session;
         let first = in_creation_order().with_limit(i64::from(permits.get()));
         // Both branches read the permit holders: a first copy of this transaction may have put
         // the key, and a put again keeps its create revision.

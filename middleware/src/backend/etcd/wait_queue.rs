@@ -53,7 +53,7 @@ impl EtcdBackend {
         let keys = self.keys(name);
         let (line, shared) = (keys.exclusive_prefix(), keys.shared_prefix());
         let key = keys.exclusive(request.token);
-        let session = self.inner.session.term().lease;
+        let session = self.inner.session.term().session;
         let newest_two = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Descend)

@@ -323,7 +323,7 @@ impl Stream {
         let handed = waiting.place.filter(|place| {
             deleted
                 && waiting.hands_over
-                && term.lease == place.session
+                && term.session == place.session
                 && term.until >= tokio::time::Instant::now() + self.session.max_ttl()
         });
         let announcement = match handed {

@@ -1,7 +1,8 @@
 //! What the crate's own stores share beside the contract: connecting within a deadline, URLs
 //! with their passwords masked, reconnecting clients, the queue rules of stores that keep their
 //! queue as data, and the holders the stores record,
-//! and what etcd and ZooKeeper share (holder records, the keys a session owns).
+//! and what etcd and ZooKeeper share (holder records, a session's
+//! term, the keys a session owns).
 //! A store author implements the contract (`backend/mod.rs`); none of this is promised to them.
 
 #[cfg(any(
@@ -26,4 +27,6 @@ pub(in crate::backend) mod reach;
     feature = "zookeeper"
 ))]
 pub(in crate::backend) mod recorded_holder;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(in crate::backend) mod session_term;
 pub(in crate::backend) mod ticket_rules;

@@ -32,19 +32,11 @@ use zookeeper_client::Client;
 
 use super::nodes::owner_prefix;
 use crate::backend::store_support::owned_keys::{Deletion, OwnedKeys};
+use crate::backend::store_support::session_term::{Term, Terms};
 use crate::backend::{BackendError, lease_deadline};
 
 /// How long the session task pauses after a failure before it tries again.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
-
-/// The session as last confirmed: which session, and until when it is certainly alive.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Term {
-    /// The session id nodes are bound to.
-    pub(super) session: i64,
-    /// Until when the ensemble certainly keeps it.
-    pub(super) until: Instant,
-}
 
 /// How the backend reaches the ensemble: what a new session is started with.
 #[derive(Clone, Debug)]
@@ -68,10 +60,9 @@ pub(super) struct Session {
 #[derive(Debug)]
 struct ZookeeperSessionState {
     client: Mutex<Client>,
-    term: watch::Sender<Term>,
+    terms: Terms,
     /// Whether the client is connected: waiters trust their watches only while it is.
     connected: watch::Sender<bool>,
-    renew_now: Notify,
     closed: Notify,
     /// Counts renewals: the sweeper follows it (and ends when the session is gone).
     renewals: watch::Sender<u64>,
@@ -86,9 +77,8 @@ impl Session {
         let timeout = client.session_timeout();
         let shared = Arc::new(ZookeeperSessionState {
             client: Mutex::new(client),
-            term: watch::Sender::new(term),
+            terms: Terms::new(term),
             connected: watch::Sender::new(true),
-            renew_now: Notify::new(),
             closed: Notify::new(),
             renewals: watch::Sender::new(0),
             owned: OwnedKeys::default(),
@@ -122,7 +112,7 @@ impl Session {
 
     /// The session's current term, as last confirmed.
     pub(super) fn term(&self) -> Term {
-        *self.shared.term.borrow()
+        self.shared.terms.current()
     }
 
     /// Follows whether the client is connected.
@@ -134,18 +124,7 @@ impl Session {
     /// when it is not yet. Waits as long as the ensemble does not answer (callers bound it by
     /// their store timeout); a session that expired meanwhile is answered with its successor.
     pub(super) async fn vouch(&self, until: Instant) -> Term {
-        let mut terms = self.shared.term.subscribe();
-        loop {
-            let term = *terms.borrow_and_update();
-            if term.until >= until {
-                return term;
-            }
-            self.shared.renew_now.notify_one();
-            if terms.changed().await.is_err() {
-                // The sender lives in `self.shared`: it cannot have been dropped.
-                return term;
-            }
-        }
+        self.shared.terms.vouch(until).await
     }
 
     /// A lock or a waiter is about to create a node at `prefix`: the session keeps it.
@@ -163,9 +142,7 @@ impl Session {
     /// session renews and sweeps at once unless it is seen through: see [`Deletion`].
     pub(super) fn deleting(&self, prefixes: Vec<String>) -> Deletion<'_, String, impl FnOnce()> {
         let shared = &self.shared;
-        shared
-            .owned
-            .deleting(prefixes, || shared.renew_now.notify_one())
+        shared.owned.deleting(prefixes, || shared.terms.renew_now())
     }
 }
 
@@ -219,7 +196,7 @@ async fn keep_alive(ensemble: Ensemble, shared: Weak<ZookeeperSessionState>, tim
             Ok(_) => {
                 let session = client.session_id().0;
                 let until = lease_deadline(sent, client.session_timeout());
-                alive.term.send_replace(Term { session, until });
+                alive.terms.confirm(Term { session, until });
                 alive.connected.send_replace(true);
                 alive.renewals.send_modify(|renewals| *renewals += 1);
                 period
@@ -233,7 +210,7 @@ async fn keep_alive(ensemble: Ensemble, shared: Weak<ZookeeperSessionState>, tim
         drop(client);
         tokio::select! {
             () = sleep(pause) => {}
-            () = alive.renew_now.notified() => {}
+            () = alive.terms.renewal_asked() => {}
             _ = states.changed() => {}
             () = alive.closed.notified() => return,
         }
@@ -252,7 +229,7 @@ enum Renewed {
 /// new one, trying until it can or the backend is dropped, and makes it current.
 async fn renew_session(ensemble: &Ensemble, alive: &ZookeeperSessionState) -> Renewed {
     tracing::warn!(
-        session = alive.term.borrow().session,
+        session = alive.terms.current().session,
         "ZooKeeper session expired: its locks are lost; starting a new one"
     );
     alive.connected.send_replace(false);
@@ -264,7 +241,7 @@ async fn renew_session(ensemble: &Ensemble, alive: &ZookeeperSessionState) -> Re
         match connected {
             Ok((client, term)) => {
                 *lock(&alive.client) = client;
-                alive.term.send_replace(term);
+                alive.terms.confirm(term);
                 alive.connected.send_replace(true);
                 return Renewed::Yes;
             }
