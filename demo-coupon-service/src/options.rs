@@ -20,8 +20,8 @@ pub struct Options {
     /// `redis+cluster://host:port[,host:port…]` (a Redis Cluster's nodes),
     /// `redis+sentinel://host:port[,host:port…]/<master>[?wait=<n>]` (the master that Redis
     /// Sentinels name; `wait`: replicas that must acknowledge each lock), `postgres://…` or
-    /// `mysql://…`. Without it: the embedded in-process store and lock backend (one process
-    /// only).
+    /// `mysql://…`. Without it, or with `memory://`: the embedded in-process store and lock
+    /// backend (one process only).
     #[arg(long, env = "STORE")]
     pub store: Option<String>,
     /// The same as `--store`, under its older name.

@@ -81,6 +81,11 @@ async fn coupon_store(
         }
         None => {
             let backend = store_backend(url).await?;
+            // `memory://`: the store of this process, as without `--store`.
+            if backend.downcast_ref::<MemoryBackend>().is_some() {
+                let store = CouponStore::Memory(MemoryStore::default());
+                return Ok((store, locks_beside.then_some(backend)));
+            }
             let connection = RedisConnection::of(&backend)
                 .ok_or_else(|| format!("--store {}: not a Redis store", redacted(url)))?;
             let store = CouponStore::Redis(RedisStore::new(connection));

@@ -1,6 +1,7 @@
 //! The operator's routes, driven in-process in embedded mode: served only with a token, 401
 //! without the right one, the held locks listed with their holders, and the operator's
-//! release that stops the stuck claim and lets the next one in.
+//! release that stops the stuck claim and lets the next one in. On Tokio's paused clock: the
+//! embedded store and the claims' work keep time there, so no case waits on the wall clock.
 
 use std::time::Duration;
 
@@ -60,7 +61,7 @@ async fn call(
     )
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn without_a_token_the_operators_routes_are_not_served() {
     let app = demo(Duration::ZERO, Duration::from_secs(10), None);
     for (method, uri) in [
@@ -73,7 +74,7 @@ async fn without_a_token_the_operators_routes_are_not_served() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_missing_or_wrong_token_is_401_and_tells_nothing_of_what_exists() {
     let app = demo(Duration::from_secs(2), Duration::from_secs(10), Some(TOKEN));
     call(
@@ -132,7 +133,7 @@ async fn a_missing_or_wrong_token_is_401_and_tells_nothing_of_what_exists() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_held_lock_is_listed_with_its_holder_and_the_operators_release_stops_its_claim() {
     // Work of 2 s under a 300 ms lease renewed every 100 ms: the release is heard at the
     // next renewal, long before the work ends.
@@ -233,7 +234,38 @@ async fn a_held_lock_is_listed_with_its_holder_and_the_operators_release_stops_i
     assert_eq!(page["locks"], json!([]), "nothing held: {page}");
 }
 
-#[tokio::test]
+/// A claim waiting behind another on the same coupon, in the same replica, is counted as
+/// waiting: it waits in the replica's line, where the store cannot see it (the single claim
+/// above counts none).
+#[tokio::test(start_paused = true)]
+async fn a_claim_queued_behind_the_holder_is_counted_as_waiting() {
+    let app = demo(
+        Duration::from_secs(2),
+        Duration::from_millis(300),
+        Some(TOKEN),
+    );
+    let stock = Some(json!({ "stock": 2 }));
+    call(&app, Method::PUT, "/coupons/c1", None, stock).await;
+    let mut claims = Vec::new();
+    for user in ["a", "b"] {
+        let app = app.clone();
+        claims.push(tokio::spawn(async move {
+            let claim = Some(json!({ "user_id": user }));
+            call(&app, Method::POST, "/coupons/c1/claim", None, claim).await
+        }));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let (status, page) = call(&app, Method::GET, "/admin/locks", Some(TOKEN), None).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(page["locks"][0]["key"], "coupon:c1", "{page}");
+    assert_eq!(page["locks"][0]["waiting"], 1, "{page}");
+    for claim in claims {
+        assert_eq!(claim.await.unwrap().0, StatusCode::CREATED);
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_twin_without_the_release_the_stuck_claim_keeps_the_coupon() {
     let app = demo(
         Duration::from_millis(1500),
@@ -278,7 +310,7 @@ async fn the_twin_without_the_release_the_stuck_claim_keeps_the_coupon() {
     assert_eq!(stuck.await.unwrap().0, StatusCode::CREATED);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_lock_nobody_holds_is_404_and_a_bad_page_is_400() {
     let app = demo(Duration::ZERO, Duration::from_secs(10), Some(TOKEN));
     let (status, problem) = call(

@@ -3,7 +3,7 @@
 //! replicas.
 //!
 //! ```sh
-//! cargo run -p tower-lock --example memory
+//! cargo run -p tower-lock --example memory                # port 3000, or PORT=3001 before it
 //! curl -X POST localhost:3000/coupons/42/claim   # claimed coupon:42 under fence 256
 //! ```
 
@@ -28,7 +28,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/coupons/{id}/claim", post(claim))
         .route_layer(lock);
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+    let port = std::env::var("PORT").unwrap_or_else(|_| "3000".into());
+    let listener = tokio::net::TcpListener::bind(format!("127.0.0.1:{port}")).await?;
     println!("POST http://{}/coupons/42/claim", listener.local_addr()?);
     axum::serve(listener, app).await?;
     Ok(())

@@ -3,7 +3,7 @@
 //! answers 500 there). `/healthz` is served outside it, so it needs no key.
 //!
 //! ```sh
-//! cargo run -p tower-lock --example whole_router
+//! cargo run -p tower-lock --example whole_router        # port 3000, or PORT=3001 before it
 //! curl -X POST localhost:3000/debit -H 'x-account: 7'   # debited account 7
 //! curl -X POST localhost:3000/debit                     # 400: the header x-account is missing
 //! curl localhost:3000/healthz                           # ok: not locked
@@ -38,7 +38,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/healthz", get(|| async { "ok\n" }))
         .fallback_service(locked);
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+    let port = std::env::var("PORT").unwrap_or_else(|_| "3000".into());
+    let listener = tokio::net::TcpListener::bind(format!("127.0.0.1:{port}")).await?;
     println!(
         "POST http://{}/debit with x-account",
         listener.local_addr()?

@@ -16,10 +16,10 @@
 //!   loss ([`LockGuard::is_held`], [`LockGuard::lost`]), carries a fencing token
 //!   ([`fencing`] shows how stores use it) and is released on drop.
 //! * [`backend`] holds the contract every store implements, and the stores, each behind its
-//!   feature: `RedisBackend` (`redis`; one node, `redis-cluster`, `redis-sentinel`) and
-//!   `RedlockBackend` (`redis`), `PostgresBackend` and `AdvisoryBackend` (`postgres`),
-//!   `MysqlBackend` and `NowaitBackend` (`mysql`), `EtcdBackend` (`etcd`) and
-//!   `ZookeeperBackend` (`zookeeper`) share locks between processes; [`MemoryBackend`] keeps
+//!   feature: [`RedisBackend`] (`redis`; one node, `redis-cluster`, `redis-sentinel`) and
+//!   [`RedlockBackend`] (`redis`), [`PostgresBackend`] and [`AdvisoryBackend`] (`postgres`),
+//!   [`MysqlBackend`] and [`NowaitBackend`] (`mysql`), [`EtcdBackend`] (`etcd`) and
+//!   [`ZookeeperBackend`] (`zookeeper`) share locks between processes; [`MemoryBackend`] keeps
 //!   them in one process (the embedded default, for single instances and tests);
 //!   [`backend::any::AnyBackend`] is whichever store a URL names, chosen at run time. A store
 //!   with [`backend::Inspect`] answers an operator's questions ([`Locker::inspect`],
@@ -82,6 +82,68 @@
 //! assert_eq!(rows, 42);
 //! # Ok(()) }
 //! ```
+// The stores' links: to the item where its feature is built, else to the published docs.
+#![cfg_attr(
+    feature = "redis",
+    doc = "[`RedisBackend`]: backend::redis::RedisBackend"
+)]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "[`RedisBackend`]: https://docs.rs/tower-lock/latest/tower_lock/backend/redis/struct.RedisBackend.html"
+)]
+#![cfg_attr(
+    feature = "redis",
+    doc = "[`RedlockBackend`]: backend::redis::RedlockBackend"
+)]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "[`RedlockBackend`]: https://docs.rs/tower-lock/latest/tower_lock/backend/redis/struct.RedlockBackend.html"
+)]
+#![cfg_attr(
+    feature = "postgres",
+    doc = "[`PostgresBackend`]: backend::postgres::PostgresBackend"
+)]
+#![cfg_attr(
+    not(feature = "postgres"),
+    doc = "[`PostgresBackend`]: https://docs.rs/tower-lock/latest/tower_lock/backend/postgres/struct.PostgresBackend.html"
+)]
+#![cfg_attr(
+    feature = "postgres",
+    doc = "[`AdvisoryBackend`]: backend::postgres::AdvisoryBackend"
+)]
+#![cfg_attr(
+    not(feature = "postgres"),
+    doc = "[`AdvisoryBackend`]: https://docs.rs/tower-lock/latest/tower_lock/backend/postgres/struct.AdvisoryBackend.html"
+)]
+#![cfg_attr(
+    feature = "mysql",
+    doc = "[`MysqlBackend`]: backend::mysql::MysqlBackend"
+)]
+#![cfg_attr(
+    not(feature = "mysql"),
+    doc = "[`MysqlBackend`]: https://docs.rs/tower-lock/latest/tower_lock/backend/mysql/struct.MysqlBackend.html"
+)]
+#![cfg_attr(
+    feature = "mysql",
+    doc = "[`NowaitBackend`]: backend::mysql::NowaitBackend"
+)]
+#![cfg_attr(
+    not(feature = "mysql"),
+    doc = "[`NowaitBackend`]: https://docs.rs/tower-lock/latest/tower_lock/backend/mysql/struct.NowaitBackend.html"
+)]
+#![cfg_attr(feature = "etcd", doc = "[`EtcdBackend`]: backend::etcd::EtcdBackend")]
+#![cfg_attr(
+    not(feature = "etcd"),
+    doc = "[`EtcdBackend`]: https://docs.rs/tower-lock/latest/tower_lock/backend/etcd/struct.EtcdBackend.html"
+)]
+#![cfg_attr(
+    feature = "zookeeper",
+    doc = "[`ZookeeperBackend`]: backend::zookeeper::ZookeeperBackend"
+)]
+#![cfg_attr(
+    not(feature = "zookeeper"),
+    doc = "[`ZookeeperBackend`]: https://docs.rs/tower-lock/latest/tower_lock/backend/zookeeper/struct.ZookeeperBackend.html"
+)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]

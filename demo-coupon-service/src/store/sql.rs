@@ -3,6 +3,7 @@
 
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyConnection, AnyPool, Connection, Row};
+use tower_lock::backend::CONNECT_TIMEOUT;
 
 use super::sql_statements::{Dialect, Statements};
 use super::{Stock, StoreError, Summary};
@@ -28,8 +29,17 @@ impl From<sqlx::Error> for StoreError {
 
 impl SqlStore {
     /// Connects to the database at `url` (`postgres://…` or `mysql://…`) and creates the
-    /// tables that are missing.
+    /// tables that are missing — or gives up after tower-lock's [`CONNECT_TIMEOUT`], as the
+    /// lock store's connect does, on a server that accepts and never answers.
     pub async fn connect(url: &str, dialect: Dialect) -> Result<Self, StoreError> {
+        let connecting = Self::connect_now(url, dialect);
+        match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
+            Ok(connected) => connected,
+            Err(_) => Err(StoreError(format!("no answer within {CONNECT_TIMEOUT:?}"))),
+        }
+    }
+
+    async fn connect_now(url: &str, dialect: Dialect) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
         // One connection first: a pool would retry a refused connection until its timeout and
         // then say only that it timed out.

@@ -18,13 +18,14 @@ impl Dialect {
     ///
     /// A message naming the schemes a coupon store may have, for any other.
     pub fn of_url(url: &str) -> Result<Option<Self>, String> {
-        match url.split_once("://").map_or("", |(scheme, _)| scheme) {
-            "redis" | "rediss" | "redis+cluster" | "redis+sentinel" => Ok(None),
+        let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+        match scheme.to_ascii_lowercase().as_str() {
+            "memory" | "redis" | "rediss" | "redis+cluster" | "redis+sentinel" => Ok(None),
             "postgres" | "postgresql" => Ok(Some(Self::Postgres)),
             "mysql" | "mariadb" => Ok(Some(Self::Mysql)),
             _ => Err(format!(
-                "--store {}: the URL must start with redis://, rediss://, redis+cluster://, \
-                 redis+sentinel://, postgres:// or mysql://",
+                "--store {}: the URL must start with memory://, redis://, rediss://, \
+                 redis+cluster://, redis+sentinel://, postgres:// or mysql://",
                 crate::wiring::redacted(url)
             )),
         }

@@ -66,7 +66,8 @@ fn a_store_url_of_unknown_scheme_is_one_line_naming_the_known_ones() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains(
-            "redis://, rediss://, redis+cluster://, redis+sentinel://, postgres:// or mysql://"
+            "memory://, redis://, rediss://, redis+cluster://, redis+sentinel://, postgres:// or \
+             mysql://"
         ),
         "{stderr}"
     );
@@ -96,6 +97,30 @@ fn an_unreachable_sql_store_is_one_line_naming_it() {
         "{stderr}"
     );
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
+
+/// A coupon store that accepts connections and never answers is given up on at start within
+/// tower-lock's connect bound (5 s), with one line naming it without its password — for each
+/// SQL scheme. Within 20 s: `refused` fails a demo still running then.
+#[test]
+fn a_silent_sql_store_is_given_up_on_at_start_naming_it_without_its_password() {
+    // The kernel completes the connections; nobody reads or writes on them.
+    let silent = TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
+    let port = silent.local_addr().expect("its address").port();
+    for (scheme, name) in [("postgres", "PostgreSQL"), ("mysql", "MySQL")] {
+        let url = format!("{scheme}://u:s3cret@127.0.0.1:{port}/db");
+
+        let output = refused(&["--store", &url]);
+
+        one_line_naming(
+            &output,
+            &format!(
+                "cannot connect to {name} at {scheme}://***@127.0.0.1:{port}/db: no answer within 5s"
+            ),
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("s3cret"), "{stderr}");
+    }
 }
 
 #[test]
@@ -248,6 +273,25 @@ fn without_a_ttl_the_demo_takes_the_longest_the_lock_store_vouches_for_and_says_
         listening.contains("6666 (the longest the lock store vouches for"),
         "{listening}"
     );
+}
+
+/// `--store memory://`, the memory store as the library's URLs name it, is the embedded store
+/// the demo runs without `--store`: it serves claims, locked.
+#[tokio::test]
+async fn the_memory_store_by_its_url_serves_claims() {
+    for scheme in ["memory", "MEMORY"] {
+        let demo = DemoReplica::start(DEMO, &["--store", &format!("{scheme}://")]);
+        let http = Http::default();
+        let coupon = format!("{}/coupons/c1", demo.url());
+
+        let seeded = http.put(&coupon, json!({ "stock": 1 })).await;
+        let claim = http
+            .post(&format!("{coupon}/claim"), json!({ "user_id": "u1" }))
+            .await;
+
+        assert_eq!(seeded.status, StatusCode::OK, "{}", seeded.body);
+        assert_eq!(claim.status, StatusCode::CREATED, "{}", claim.body);
+    }
 }
 
 #[tokio::test]

@@ -58,9 +58,12 @@ pub struct LockState {
     /// Its holders: none when it is free; one mutex holder or writer; or any number of readers,
     /// or of permit holders.
     pub holders: Vec<Holding>,
-    /// How many wait for it that the store knows of: tickets in its line, writers waiting for
-    /// their turn, readers claiming theirs. A waiter that polls, or listens for the release
-    /// without a place in line, leaves nothing in the store to count.
+    /// How many wait for it that the store knows of — tickets in its wait queue, writers
+    /// waiting for their turn, readers claiming theirs — and, through
+    /// [`Locker::inspect`](crate::Locker::inspect), the asking locker's own tasks waiting in its
+    /// line. A waiter of another process that polls, listens for the release without a place
+    /// in the queue, or waits in its process's line behind the one that asks, leaves nothing
+    /// in the store to count.
     pub waiting: usize,
 }
 

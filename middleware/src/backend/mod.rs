@@ -149,6 +149,7 @@ pub(crate) use request::lease_deadline;
 pub use request::{LockRequest, Patience};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use sql::session::ConnectionLease;
+pub use store_support::connect::CONNECT_TIMEOUT;
 pub use wait_queue::{QueuedAttempt, WaitQueue};
 
 /// A store of leases on lock names: exclusive, expiring, owner-checked, optionally fenced.

@@ -11,6 +11,7 @@ struct MutexOnlyStore(MutexOnly);
 
 impl crate::conformance::Store for MutexOnlyStore {
     type Backend = MutexOnly;
+    const PAUSED_CLOCK: bool = true;
 
     async fn start() -> Self {
         Self::default()

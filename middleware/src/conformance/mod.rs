@@ -20,11 +20,11 @@
 //! and `leases`), `wait_queue`
 //! ([`LockBackend::wait_queue`] offers one), `inspect` ([`Inspect`]: the operator's view and
 //! release), `listing` (`Inspect`'s held names), `inspect_shapes` (`inspect` with both shapes)
-//! and `outage` (the store can be made to stop answering: [`Outage`]). The tests need Tokio's `macros` and `rt-multi-thread` features in
-//! the crate that runs them. Each case is also a public function, to call on its own.
+//! and `outage` (the store can be made to stop answering: [`Outage`]). Each case is also a public function, to call on its own.
 //!
-//! The cases use real time with short leases (hundreds of milliseconds), since a store's
-//! expiry runs on its own clock.
+//! The cases use short leases (hundreds of milliseconds) on real time, since a store's expiry
+//! runs on its own clock, or on Tokio's paused clock for a store that keeps its time there
+//! ([`Store::PAUSED_CLOCK`]: the memory store's cases never wait on the wall clock).
 
 use std::future::Future;
 
@@ -84,6 +84,36 @@ pub trait Store: Send + Sync + Sized + 'static {
     fn holders_seen_from_grant(&self) -> bool {
         true
     }
+
+    /// Whether the cases run on Tokio's paused clock (default `false`): one thread, time
+    /// standing still while any task can run and jumping to the next timer when none can, so
+    /// a case's timed assertions hold however loaded the machine is. Only for a store that
+    /// keeps time on Tokio's clock and waits on nothing outside the runtime (the memory
+    /// store); a server's leases expire on its own clock.
+    const PAUSED_CLOCK: bool = false;
+}
+
+/// Runs one case on the runtime its store asks for ([`Store::PAUSED_CLOCK`]), failing it
+/// after 60 s (of that clock). What [`conformance_suite!`](crate::conformance_suite) calls.
+#[doc(hidden)]
+pub fn run_case<S: Store>(case: impl Future<Output = ()>) {
+    let mut runtime = match S::PAUSED_CLOCK {
+        true => tokio::runtime::Builder::new_current_thread(),
+        false => {
+            let mut runtime = tokio::runtime::Builder::new_multi_thread();
+            runtime.worker_threads(2);
+            runtime
+        }
+    };
+    let runtime = runtime
+        .enable_all()
+        .start_paused(S::PAUSED_CLOCK)
+        .build()
+        .expect("a Tokio runtime for the case");
+    let limit = std::time::Duration::from_secs(60);
+    runtime
+        .block_on(async { tokio::time::timeout(limit, case).await })
+        .expect("the case finished within 60 s");
 }
 
 /// A store that can be made to stop answering, as a frozen or partitioned server does.
@@ -190,6 +220,7 @@ macro_rules! __conformance_cases {
         $crate::__conformance_tests!(
             $store;
             an_operator_sees_the_holder_from_another_process,
+            an_operator_counts_the_waiters_in_its_own_processs_line,
             an_operators_release_fences_out_the_holder_it_frees,
         );
     };
@@ -217,13 +248,12 @@ macro_rules! __conformance_cases {
 macro_rules! __conformance_tests {
     ($store:ty; $($case:ident),* $(,)?) => {
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let store = <$store as $crate::conformance::Store>::start().await;
-                let limit = ::std::time::Duration::from_secs(60);
-                ::tokio::time::timeout(limit, $crate::conformance::$case(&store))
-                    .await
-                    .expect("the case finished within 60 s");
+            #[test]
+            fn $case() {
+                $crate::conformance::run_case::<$store>(async {
+                    let store = <$store as $crate::conformance::Store>::start().await;
+                    $crate::conformance::$case(&store).await;
+                });
             }
         )*
     };

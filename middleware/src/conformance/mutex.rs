@@ -271,6 +271,8 @@ pub async fn a_waiter_wakes_soon_after_the_release<S: Store>(store: &S) {
     let taken = waiting.await.expect("the waiter finished");
     let taken = taken.expect("the waiter got the lock and released it");
 
+    // The holder's lease had 30 s left: a tenth of that is ten times a polling waiter's
+    // longest backoff, and far from what a waiter that missed the release would wait.
     let after = taken.saturating_duration_since(released);
     assert!(
         after < LONG / 10,
@@ -293,6 +295,9 @@ pub async fn a_lost_announcement_costs_at_most_the_holders_lease<S: Store>(store
 
     let waited = started.elapsed();
     drop(taken.expect("the waiter gets the lock once the lease runs out"));
+    // The busy answer says when the lease ends; the waiter sleeps until then and asks again.
+    // The 2 s are that attempt's room on a slow machine; a waiter that relied on the
+    // announcement would wait its whole 30 s.
     assert!(
         waited < SHORT + Duration::from_secs(2),
         "waited {waited:?} for a {SHORT:?} lease"

@@ -35,6 +35,8 @@ pub async fn a_silent_store_is_an_error_within_the_store_timeout<S: Outage>(stor
         matches!(silent, Err(LockError::StoreUnavailable(_))),
         "{silent:?}"
     );
+    // A hang lasts until the case's limit; the store timeout bounds the attempt, and the
+    // 700 ms after it are the timer's room on a slow machine.
     assert!(
         waited < store_timeout + Duration::from_millis(700),
         "answered after {waited:?}"
@@ -106,8 +108,10 @@ pub async fn every_task_in_line_hears_a_silent_store_fail<S: Outage>(store: &S) 
             matches!(told, Err(LockError::StoreUnavailable(_))),
             "{told:?} after {after:?}"
         );
+        // Told with the task asking (within its 300 ms store timeout): a task told only when
+        // its 1 s wait ran out would be told later than this.
         assert!(
-            after < Duration::from_millis(300 + 700),
+            after < Duration::from_secs(1),
             "told {told:?} after {after:?}"
         );
     }

@@ -8,9 +8,12 @@ use tokio::time::sleep;
 
 use super::Store;
 use super::support::{
-    LONG, Occupancy, SHORT, SLACK, announces, busy, granted, locker, request, two_processes,
+    LONG, Occupancy, SHORT, SLACK, announces, busy, granted, locker, refreshed_once, request,
+    two_processes,
 };
 use crate::backend::{LockBackend, Semaphores};
+use crate::engine::SHARED_REFRESH;
+use crate::testing::CountingBackend;
 
 fn permits(count: u32) -> NonZeroU32 {
     NonZeroU32::new(count).expect("a positive count")
@@ -94,29 +97,26 @@ where
 
 /// A waiter for a full semaphore is woken by the release of any permit, not only the earliest
 /// holder's: with two permits out, the later holder's release lets it in while the earlier
-/// one still holds. Where the store announces releases, at once — not at the waiter's next
-/// periodic look (a shared-shape waiter asks again every 500 ms at the latest; the release
-/// falls 100 ms after one of those, so a missed wake costs 400 ms); where it cannot (a silent
-/// room: the waiter polls with backoff), by the backoff's next attempt.
+/// one still holds. Where the store announces releases, at once: released just after one of
+/// the waiter's periodic looks, the permit is its own before the next (every
+/// [`SHARED_REFRESH`]). Where it cannot (a silent room: the waiter polls with backoff), by the
+/// backoff's next attempt, long before the earlier holder's lease (30 s) runs out.
 pub async fn a_permit_waiter_is_woken_by_any_holders_release<S: Store>(store: &S)
 where
     S::Backend: Semaphores,
 {
     let (a, b) = two_processes(store).await;
-    let wait = |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG);
     let announced = announces(&b);
-    let (holders, waiter) = (locker(a, wait), locker(b, wait));
+    let b = CountingBackend::new(b);
+    let holders = locker(a, |builder| builder.wait(LONG).ttl(LONG));
+    let waiter = locker(b.clone(), |builder| builder.wait(LONG).ttl(LONG));
     let earlier = holders.permit("k", permits(2)).await.expect("a permit");
     let later = holders
         .permit("k", permits(2))
         .await
         .expect("the other permit");
-    let waiting = tokio::spawn(async move {
-        let held = waiter.permit("k", permits(2)).await?;
-        let taken = tokio::time::Instant::now();
-        held.release().await.map(|()| taken)
-    });
-    sleep(Duration::from_millis(600)).await;
+    let waiting = spawn_permit_waiter(waiter);
+    refreshed_once(&b, 0).await;
 
     let released = tokio::time::Instant::now();
     later.release().await.expect("released");
@@ -124,11 +124,7 @@ where
     let taken = taken.expect("the waiter got a permit and gave it back");
 
     let after = taken.saturating_duration_since(released);
-    let bound = if announced {
-        Duration::from_millis(200)
-    } else {
-        LONG / 10
-    };
+    let bound = if announced { SHARED_REFRESH } else { LONG / 10 };
     assert!(
         after < bound,
         "woken {after:?} after the later holder's release (announced: {announced})"
@@ -138,25 +134,22 @@ where
 }
 
 /// A permit waiter in the same process as the holders is woken when one of them leaves, even
-/// where the store cannot announce it (MySQL): its backoff is as long as its wait, and its
-/// periodic look (every 500 ms) falls about 300 ms after a release 1.2 s in.
+/// where the store cannot announce it (MySQL): its backoff is as long as its wait, and a
+/// release just after one of its periodic looks lets it in before the next (every
+/// [`SHARED_REFRESH`]) only by waking it.
 pub async fn a_permit_waiter_is_woken_by_a_release_in_its_own_process<S: Store>(store: &S)
 where
     S::Backend: Semaphores,
 {
-    let backend = store.backend().await;
-    let one = locker(backend, |builder| {
+    let backend = CountingBackend::new(store.backend().await);
+    let one = locker(backend.clone(), |builder| {
         builder.wait(LONG).ttl(LONG).backoff(LONG, LONG)
     });
     let earlier = one.permit("k", permits(2)).await.expect("a permit");
     let later = one.permit("k", permits(2)).await.expect("the other permit");
-    let waiter = one.clone();
-    let waiting = tokio::spawn(async move {
-        let held = waiter.permit("k", permits(2)).await?;
-        let taken = tokio::time::Instant::now();
-        held.release().await.map(|()| taken)
-    });
-    sleep(SHORT * 4).await;
+    let answered = backend.acquires_answered();
+    let waiting = spawn_permit_waiter(one.clone());
+    refreshed_once(&backend, answered).await;
 
     let released = tokio::time::Instant::now();
     later.release().await.expect("released");
@@ -164,8 +157,19 @@ where
     let taken = taken.expect("the waiter got a permit and gave it back");
     let after = taken.saturating_duration_since(released);
     assert!(
-        after < SHORT / 2,
+        after < SHARED_REFRESH,
         "woken {after:?} after a holder of its own process left, not by it"
     );
     earlier.release().await.expect("released");
+}
+
+/// A task of `waiter` that takes one of two permits of `k` and gives it back: when it took it.
+fn spawn_permit_waiter<B: Semaphores>(
+    waiter: crate::Locker<B>,
+) -> tokio::task::JoinHandle<Result<tokio::time::Instant, crate::LockError>> {
+    tokio::spawn(async move {
+        let held = waiter.permit("k", permits(2)).await?;
+        let taken = tokio::time::Instant::now();
+        held.release().await.map(|()| taken)
+    })
 }

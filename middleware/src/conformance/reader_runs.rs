@@ -225,6 +225,7 @@ where
     for task in 0..96 {
         let (locker, inside, probe) = (lockers[task % 3].clone(), inside.clone(), probe.clone());
         tasks.push(tokio::spawn(async move {
+            probe.visit(Duration::from_micros(300)).await;
             for round in 0..3 {
                 let writes = (task + round) % 10 == 0;
                 let held = match writes {
@@ -234,7 +235,6 @@ where
                 inside.visit(writes, Duration::from_micros(300)).await;
                 held.release().await?;
             }
-            probe.visit(Duration::from_millis(1)).await;
             Ok::<_, LockError>(())
         }));
     }

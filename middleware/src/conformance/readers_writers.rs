@@ -8,11 +8,14 @@ use tokio::time::sleep;
 
 use super::Store;
 use super::support::{
-    LONG, Occupancy, SHORT, SLACK, busy, granted, locker, request, two_processes,
+    LONG, Occupancy, SHORT, SLACK, busy, granted, locker, refreshed_once, request, two_processes,
+    until,
 };
 use crate::backend::LockBackend;
 use crate::backend::lock_shapes::WAITER_MARK_TTL;
 use crate::backend::{Attempt, Patience, SharedLocks};
+use crate::engine::SHARED_REFRESH;
+use crate::testing::CountingBackend;
 /// while they hold it. Writers are fenced, readers are not.
 pub async fn readers_share_and_exclude_writers_and_mutexes<S: Store>(store: &S)
 where
@@ -374,46 +377,71 @@ where
 }
 
 /// A writer waiting in the same process as the holder — a writer, then readers — is woken by
-/// their release, not by its backoff: on a store that cannot announce a release (MySQL), the
-/// release in the process wakes it. The waiter's backoff is as long as its wait; what else
-/// wakes it is the engine's refresh of a waiting writer (every 500 ms), which a release
-/// 1.2 s in finds about 300 ms away — so only a wake-up lets it in within 150 ms.
+/// their release, not by its backoff (as long as its wait). Behind a writer it waits in its
+/// locker's line and is handed the lock, with no store call. Behind readers it asks the store,
+/// and on a store that cannot announce a release (MySQL) only the release in the process wakes
+/// it: released just after one of the waiter's refreshes (every [`SHARED_REFRESH`], which keep
+/// its intent), the lock is its own before the next refresh is due.
 pub async fn a_writer_is_woken_by_a_release_in_its_own_process<S: Store>(store: &S)
 where
     S::Backend: SharedLocks,
 {
-    let backend = store.backend().await;
-    let one = locker(backend, |builder| {
+    let backend = CountingBackend::new(store.backend().await);
+    let one = locker(backend.clone(), |builder| {
         builder.wait(LONG).ttl(LONG).backoff(LONG, LONG)
     });
-    for holders in ["a writer", "two readers"] {
-        let held = if holders == "a writer" {
-            vec![one.write("k").await.expect("free")]
-        } else {
-            vec![
-                one.read("k").await.expect("free"),
-                one.read("k").await.expect("shared"),
-            ]
-        };
-        let waiter = one.clone();
-        let waiting = tokio::spawn(async move {
-            let held = waiter.write("k").await?;
-            let taken = tokio::time::Instant::now();
-            held.release().await.map(|()| taken)
-        });
-        sleep(SHORT * 4).await;
-        let released = tokio::time::Instant::now();
-        for hold in held {
-            hold.release().await.expect("released");
-        }
-        let taken = waiting.await.expect("the waiter finished");
-        let taken = taken.expect("the waiter got the lock and released it");
-        let after = taken.saturating_duration_since(released);
-        assert!(
-            after < SHORT / 2,
-            "behind {holders}: woken {after:?} after the release, not by it"
-        );
+    let name = format!("{}k", one.settings().prefix);
+
+    let writer = one.write("k").await.expect("free");
+    let waiting = spawn_writer(&one);
+    until("the waiter is in its locker's line", || {
+        one.waiting_in_line(&name) == 1
+    })
+    .await;
+    let asked = backend.counts().acquires;
+    writer.release().await.expect("released");
+    waiting
+        .await
+        .expect("the waiter finished")
+        .expect("behind a writer");
+    assert_eq!(
+        backend.counts().acquires,
+        asked,
+        "behind a writer: handed the lock, no store call"
+    );
+
+    let readers = [
+        one.read("k").await.expect("free"),
+        one.read("k").await.expect("shared"),
+    ];
+    let answered = backend.acquires_answered();
+    let waiting = spawn_writer(&one);
+    refreshed_once(&backend, answered).await;
+    let released = tokio::time::Instant::now();
+    for reader in readers {
+        reader.release().await.expect("released");
     }
+    let taken = waiting
+        .await
+        .expect("the waiter finished")
+        .expect("behind readers");
+    let after = taken.saturating_duration_since(released);
+    assert!(
+        after < SHARED_REFRESH,
+        "behind readers: woken {after:?} after the release, not by it"
+    );
+}
+
+/// A task of `locker` that takes the write lock on `k` and gives it back: when it took it.
+fn spawn_writer<B: SharedLocks>(
+    locker: &crate::Locker<B>,
+) -> tokio::task::JoinHandle<Result<tokio::time::Instant, crate::LockError>> {
+    let waiter = locker.clone();
+    tokio::spawn(async move {
+        let held = waiter.write("k").await?;
+        let taken = tokio::time::Instant::now();
+        held.release().await.map(|()| taken)
+    })
 }
 
 /// How [`longest_of_eight_in_turn`] takes the lock.

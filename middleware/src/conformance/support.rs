@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use super::Store;
 use crate::backend::{Attempt, BackendError, Granted, LockBackend, LockRequest};
 use crate::engine::{Locker, LockerBuilder};
+use crate::testing::CountingBackend;
 use crate::token::OwnerToken;
 
 /// A lease that runs out within a case.
@@ -109,6 +110,29 @@ pub(super) async fn free_within<B: LockBackend>(backend: &B, name: &str, limit: 
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Waits until `condition` holds, looking every millisecond: what a case waits on instead of a
+/// sleep that a loaded machine may outlast. Fails the case, naming `what`, if it does not hold
+/// within [`LONG`].
+pub(super) async fn until(what: &str, condition: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !condition() {
+        assert!(started.elapsed() < LONG, "not within {LONG:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Waits until a shared-shape waiter on `backend` (a writer, reader or permit waiter, the only
+/// caller there since `answered` of its acquire attempts were answered) has had its first look,
+/// its first wait's attempt and its first refresh answered. Its next attempt is then a
+/// [`SHARED_REFRESH`](crate::engine::SHARED_REFRESH) away (or its backoff, if shorter): a lock released now and its own
+/// sooner was handed to it by the release.
+pub(super) async fn refreshed_once<B: LockBackend>(backend: &CountingBackend<B>, answered: u64) {
+    until("the waiter asked again at its refresh", || {
+        backend.acquires_answered() >= answered + 3
+    })
+    .await;
 }
 
 /// Whether `backend` announces releases to its waiters (else they poll).

@@ -9,37 +9,25 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep};
 
 use super::Store;
-use super::support::{LONG, Occupancy, SHORT, locker, two_processes};
+use super::support::{LONG, Occupancy, SHORT, locker, two_processes, until};
 use crate::backend::FencingToken;
-
-/// Fair-mode tickets: long enough to survive the case's pauses.
-const TICKETS: Duration = Duration::from_secs(3);
+use crate::testing::CountingBackend;
 
 /// Twelve waiters queued alternately in two fair processes behind a held lock are served in
-/// the order they arrived.
+/// the order they arrived: each with its ticket in the store's queue before the next asks.
 pub async fn fair_waiters_are_served_in_arrival_order<S: Store>(store: &S) {
     let (a, b) = two_processes(store).await;
-    let fair = |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG).fair(TICKETS);
-    let lockers = [locker(a, fair), locker(b, fair)];
+    let backends = [CountingBackend::new(a), CountingBackend::new(b)];
+    // Tickets outlive the case: none is renewed (every third of its TTL) while they queue.
+    let fair = |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG).fair(LONG);
+    let lockers = backends.clone().map(|backend| locker(backend, fair));
+    let tickets = || {
+        backends
+            .iter()
+            .map(CountingBackend::tickets_queued)
+            .sum::<usize>()
+    };
 
-    // Arrival is when a waiter's ticket reaches the store: 100 ms apart, so that a loaded
-    // machine delaying one waiter's first statement does not swap two arrivals.
-    let order = served_alternately(&lockers, Duration::from_millis(100), Duration::ZERO).await;
-
-    assert_eq!(
-        order,
-        (0..12).collect::<Vec<_>>(),
-        "served in arrival order"
-    );
-}
-
-/// Twelve waiters queue alternately in the two `lockers`' processes, `apart` after one another,
-/// behind a lock held by the first; each holds it for `hold`. The order they were served in.
-async fn served_alternately<B: crate::backend::LockBackend>(
-    lockers: &[crate::Locker<B>; 2],
-    apart: Duration,
-    hold: Duration,
-) -> Vec<usize> {
     let holder = lockers[0].lock("k").await.expect("free");
     let (served, mut order) = mpsc::unbounded_channel();
     let mut waiters = Vec::new();
@@ -48,18 +36,25 @@ async fn served_alternately<B: crate::backend::LockBackend>(
         waiters.push(tokio::spawn(async move {
             let held = locker.lock("k").await?;
             served.send(waiter).ok();
-            sleep(hold).await;
             held.release().await
         }));
-        sleep(apart).await;
+        until("the waiter's ticket is in the store's queue", || {
+            tickets() > waiter
+        })
+        .await;
     }
-
     holder.release().await.expect("released");
     for waiter in waiters {
         let done = waiter.await.expect("a waiter panicked");
         done.expect("every waiter gets the lock");
     }
-    (0..12).map(|_| order.try_recv().expect("served")).collect()
+    let order: Vec<usize> = (0..12).map(|_| order.try_recv().expect("served")).collect();
+
+    assert_eq!(
+        order,
+        (0..12).collect::<Vec<_>>(),
+        "served in arrival order"
+    );
 }
 
 /// A fair waiter that gives up leaves the line at once: the waiter behind it gets the lock as
@@ -85,28 +80,64 @@ pub async fn a_queued_waiter_that_gives_up_leaves_the_line<S: Store>(store: &S) 
 
     let taken = waiting.await.expect("the waiter finished");
     let taken = taken.expect("the patient waiter gets the lock");
+    // The departed ticket would hold the line until it expired, 30 s after it was last
+    // renewed: a tenth of that is far above a woken waiter's attempt.
     let after = taken.saturating_duration_since(released);
     assert!(after < LONG / 10, "served {after:?} after the release");
 }
 
-/// Twelve notified waiters queued alternately in two processes behind a held lock, each
-/// holding it for a while, are served alternately (starting with either process) when locks
-/// are not handed on within a process: a release does not keep the lock among its own
-/// process's waiters while another process's waiter is in line.
+/// Twelve notified waiters in two processes, behind a lock held by the first, are served
+/// alternately (starting with either process) when locks are not handed on within a process:
+/// a release does not keep the lock among its own process's waiters while another process's
+/// waiter is in line. Each holds the lock until both processes have their next waiter's ticket
+/// in the store's queue (while they have one left), so that either could be served next.
 pub async fn notified_processes_take_turns<S: Store>(store: &S) {
     let (a, b) = two_processes(store).await;
+    let backends = Arc::new([CountingBackend::new(a), CountingBackend::new(b)]);
     let notified = |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG).max_local_run(1);
-    let lockers = [locker(a, notified), locker(b, notified)];
+    let lockers = [0, 1].map(|process| locker(backends[process].clone(), notified));
+    let served: Arc<Mutex<Vec<usize>>> = Arc::default();
+    // Whether `process` has a waiter whose ticket is in the store and who was not served yet,
+    // or no waiter left: each of its six waiters queues one ticket as its process's head.
+    let ready = {
+        let (backends, served) = (backends.clone(), served.clone());
+        move |process: usize| {
+            let served = served.lock().unwrap();
+            let done = served
+                .iter()
+                .filter(|&&waiter| waiter % 2 == process)
+                .count();
+            done == 6 || backends[process].tickets_queued() > done
+        }
+    };
 
-    let apart = Duration::from_millis(10);
-    let order = served_alternately(&lockers, apart, Duration::from_millis(20)).await;
+    let holder = lockers[0].lock("k").await.expect("free");
+    let mut waiters = Vec::new();
+    for waiter in 0..12 {
+        let (locker, served, ready) = (lockers[waiter % 2].clone(), served.clone(), ready.clone());
+        waiters.push(tokio::spawn(async move {
+            let held = locker.lock("k").await?;
+            served.lock().unwrap().push(waiter);
+            until("both processes' next waiters are in line", || {
+                ready(0) && ready(1)
+            })
+            .await;
+            held.release().await
+        }));
+    }
+    until("both processes' first waiters are in line", || {
+        ready(0) && ready(1)
+    })
+    .await;
+    holder.release().await.expect("released");
+    for waiter in waiters {
+        let done = waiter.await.expect("a waiter panicked");
+        done.expect("every waiter gets the lock");
+    }
 
-    let by_process: String = order
-        .iter()
+    let by_process: String = (served.lock().unwrap().iter())
         .map(|waiter| if waiter % 2 == 0 { 'A' } else { 'B' })
         .collect();
-    // The first two heads reach the store's line 10 ms apart; a loaded store may answer the
-    // second first, and then B's turns come first.
     assert!(
         by_process == "ABABABABABAB" || by_process == "BABABABABABA",
         "each process in turn: {by_process}"

@@ -131,7 +131,7 @@ impl LockGuard {
         self.inner.lease.is_held()
     }
 
-    /// Resolves when the lease is lost — taken by somebody else, or its deadline passed
+    /// Resolves when the lease is lost — gone from the store, or its deadline passed
     /// without a confirmed renewal — and says why. It never resolves for a lock its holder
     /// released: race it against the work it protects.
     ///

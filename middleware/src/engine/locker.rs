@@ -182,6 +182,12 @@ impl<B: LockBackend> Locker<B> {
         &self.inner.settings
     }
 
+    /// How many of this locker's tasks wait in its line for the lock `name`, behind the one
+    /// asking the store or holding it.
+    pub(crate) fn waiting_in_line(&self, name: &str) -> usize {
+        self.inner.lines.waiting(name)
+    }
+
     /// Takes the mutex on `key`, waiting while it is busy as the settings say.
     pub async fn lock(&self, key: &str) -> Result<HeldLock<B>, LockError> {
         self.hold([key], Ask::mutex()).await

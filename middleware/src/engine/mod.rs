@@ -26,6 +26,8 @@ mod tests;
 
 #[cfg(test)]
 pub(crate) use acquire::HEAD_TICKET_TTL;
+#[cfg(any(test, feature = "conformance"))]
+pub(crate) use acquire::SHARED_REFRESH;
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use held::HeldLock;

@@ -10,8 +10,10 @@ use crate::backend::{BackendError, Holding, Inspect, Listing, LockState};
 
 impl<B: Inspect> Locker<B> {
     /// Who holds the lock on `key` now — each holder's label, fence, time held and lease left
-    /// — and how many wait for it, as the store records it: readable by any process, for any
-    /// locker's locks under the same prefix.
+    /// — and how many wait for it: those the store records (readable by any process, for any
+    /// locker's locks under the same prefix), and this locker's own tasks waiting in its line
+    /// behind the one that asks the store or holds the lock. Other processes' lines are not
+    /// counted.
     ///
     /// # Example
     ///
@@ -39,6 +41,7 @@ impl<B: Inspect> Locker<B> {
         let name = self.name_of(key)?;
         let mut state = (self.within_store_timeout(self.backend().inspect(&name))).await?;
         state.holders = state.holders.into_iter().map(as_handed_out).collect();
+        state.waiting += self.waiting_in_line(&name);
         Ok(state)
     }
 

@@ -1,10 +1,11 @@
 //! A backend wrapper that counts calls: for tests and benchmarks that check what a lock costs
 //! the store.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::num::NonZeroU32;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -79,6 +80,10 @@ pub enum Availability {
 #[derive(Debug, Default)]
 struct Counts {
     acquires: AtomicU64,
+    /// Acquire attempts answered: granted, busy or queued, or failed by the store.
+    acquires_answered: AtomicU64,
+    /// The callers whose queued attempts were answered with their ticket in the queue.
+    ticket_holders: Mutex<HashSet<OwnerToken>>,
     extends: AtomicU64,
     releases: AtomicU64,
     availability: AtomicU8,
@@ -98,6 +103,19 @@ impl Counts {
             )),
             Availability::Hangs => std::future::pending().await,
         }
+    }
+
+    fn ticket_holders(&self) -> std::sync::MutexGuard<'_, HashSet<OwnerToken>> {
+        // Every update leaves the set consistent.
+        self.ticket_holders
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Counts an acquire attempt's `answer` as answered.
+    fn answered<T>(&self, answer: T) -> T {
+        self.acquires_answered.fetch_add(1, Ordering::Relaxed);
+        answer
     }
 
     fn availability(&self) -> Availability {
@@ -161,6 +179,20 @@ impl<B: LockBackend> CountingBackend<B> {
         self.counts.availability.store(value, Ordering::Relaxed);
     }
 
+    /// How many acquire attempts the wrapped backend has answered — granted, busy, queued or
+    /// failed: fewer than [`counts`](Self::counts)' `acquires` while some are in flight. A
+    /// test waits on it to know that a waiter's place in the store's queue is taken.
+    pub fn acquires_answered(&self) -> u64 {
+        self.counts.acquires_answered.load(Ordering::Relaxed)
+    }
+
+    /// How many callers the wrapped backend answered with their ticket in a lock's queue —
+    /// each once, however often it renewed its ticket or asked again: a test waits on it to
+    /// know that a waiter's ticket is in the store.
+    pub fn tickets_queued(&self) -> usize {
+        self.counts.ticket_holders().len()
+    }
+
     /// The calls counted so far.
     pub fn counts(&self) -> CallCounts {
         let Counts {
@@ -213,7 +245,8 @@ impl<B: LockBackend> LockBackend for CountingBackend<B> {
         request: LockRequest,
     ) -> Result<Attempt<Granted<B::Lease>>, BackendError> {
         self.counts.call(&self.counts.acquires).await?;
-        self.inner.acquire(name, request).await
+        self.counts
+            .answered(self.inner.acquire(name, request).await)
     }
 
     async fn extend(
@@ -242,7 +275,8 @@ impl<B: LockBackend> LockBackend for CountingBackend<B> {
         request: LockRequest,
     ) -> Result<Attempt<Vec<Granted<B::Lease>>>, BackendError> {
         self.counts.call(&self.counts.acquires).await?;
-        self.inner.acquire_many(names, request).await
+        self.counts
+            .answered(self.inner.acquire_many(names, request).await)
     }
 
     fn wait_queue(&self) -> Option<&dyn WaitQueue<B::Lease>> {
@@ -267,7 +301,8 @@ impl<B: SharedLocks> SharedLocks for CountingBackend<B> {
         request: LockRequest,
     ) -> Result<Attempt<Granted<B::Lease>>, BackendError> {
         self.counts.call(&self.counts.acquires).await?;
-        self.inner.acquire_read(name, request).await
+        self.counts
+            .answered(self.inner.acquire_read(name, request).await)
     }
 
     async fn acquire_write(
@@ -276,7 +311,8 @@ impl<B: SharedLocks> SharedLocks for CountingBackend<B> {
         request: LockRequest,
     ) -> Result<Attempt<Granted<B::Lease>>, BackendError> {
         self.counts.call(&self.counts.acquires).await?;
-        self.inner.acquire_write(name, request).await
+        self.counts
+            .answered(self.inner.acquire_write(name, request).await)
     }
 }
 
@@ -288,7 +324,8 @@ impl<B: Semaphores> Semaphores for CountingBackend<B> {
         permits: NonZeroU32,
     ) -> Result<Attempt<Granted<B::Lease>>, BackendError> {
         self.counts.call(&self.counts.acquires).await?;
-        self.inner.acquire_permit(name, request, permits).await
+        let answer = self.inner.acquire_permit(name, request, permits).await;
+        self.counts.answered(answer)
     }
 }
 
@@ -311,7 +348,11 @@ impl<B: LockBackend> WaitQueue<B::Lease> for CountedQueue<B> {
         Box::pin(async move {
             self.counts.call(&self.counts.acquires).await?;
             let queue = self.inner.wait_queue().ok_or_else(no_queue)?;
-            queue.acquire_queued(name, request, ticket_ttl).await
+            let answer = queue.acquire_queued(name, request, ticket_ttl).await;
+            if let Ok(QueuedAttempt::Queued { .. }) = answer {
+                self.counts.ticket_holders().insert(request.token);
+            }
+            self.counts.answered(answer)
         })
     }
 

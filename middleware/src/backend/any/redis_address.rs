@@ -13,7 +13,7 @@ impl Parts<'_> {
             return self.tls_address();
         }
         self.option("", &[])?;
-        self.parsed(self.url)
+        self.parsed(&self.normalized())
     }
 
     #[cfg(not(feature = "tls"))]

@@ -22,6 +22,7 @@ struct MemoryByUrl(AnyBackend);
 
 impl crate::conformance::Store for MemoryByUrl {
     type Backend = AnyBackend;
+    const PAUSED_CLOCK: bool = true;
 
     async fn start() -> Self {
         Self(AnyBackend::connect("memory://").await.unwrap())
@@ -36,6 +37,7 @@ struct MutexMemoryByUrl(AnyMutexBackend);
 
 impl crate::conformance::Store for MutexMemoryByUrl {
     type Backend = AnyMutexBackend;
+    const PAUSED_CLOCK: bool = true;
 
     async fn start() -> Self {
         Self(AnyMutexBackend::connect("memory://").await.unwrap())

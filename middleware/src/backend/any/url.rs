@@ -96,7 +96,7 @@ impl AnyMutexBackend {
 
 impl Parts<'_> {
     async fn connect(&self) -> Result<Store, StoreUrlError> {
-        match self.scheme {
+        match self.scheme.as_str() {
             "memory" => {
                 self.option("", &[])?;
                 Ok(Store::Memory(MemoryBackend::new()))
@@ -123,7 +123,7 @@ impl Parts<'_> {
 
     /// The store of an [`AnyMutexBackend`].
     async fn connect_mutex(&self) -> Result<MutexStore, StoreUrlError> {
-        match (self.scheme, self.mode()) {
+        match (self.scheme.as_str(), self.mode()) {
             ("redlock", _) => self.redlock().await,
             ("postgres" | "postgresql", Some("advisory")) => self.advisory().await,
             ("mysql" | "mariadb", Some("nowait")) => self.nowait().await,
@@ -141,6 +141,14 @@ impl Parts<'_> {
         use crate::backend::redis::RedlockBackend;
         self.option("", &[])?;
         let masters = self.required_hosts("the masters")?;
+        if masters.len() < 3 {
+            let why = format!(
+                "RedLock needs three masters or more, and names {}: with fewer, the loss of \
+                 any one leaves no majority to grant a lock (a single Redis is redis://)",
+                masters.len()
+            );
+            return Err(malformed(self.url, why));
+        }
         let urls: Vec<String> = masters
             .iter()
             .map(|master| format!("redis://{master}"))
@@ -394,10 +402,78 @@ mod tests {
         assert!(error.contains("127.0.0.1:2"), "{error}");
     }
 
+    /// A port past 65535 is named as what is wrong, for any store; a port in range gets past
+    /// the URL to the connect (nothing listens on port 1).
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn a_port_out_of_range_is_named() {
+        let error = refused("redis://127.0.0.1:99999").await;
+        assert!(
+            error.contains("port 99999 of 127.0.0.1:99999 is not a port"),
+            "{error}"
+        );
+        let error = refused("etcd://127.0.0.1:2379,127.0.0.1:70000").await;
+        assert!(error.contains("port 70000"), "{error}");
+        let error = refused("redis://127.0.0.1:1").await;
+        assert!(error.contains("cannot connect"), "{error}");
+    }
+
+    /// Schemes are case-insensitive (RFC 3986 §3.1): `REDIS://` is `redis://`.
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn an_upper_case_scheme_is_the_same_scheme() {
+        for url in [
+            "REDIS://127.0.0.1:1",
+            "Redis://127.0.0.1:1",
+            "redis://127.0.0.1:1",
+        ] {
+            let error = refused(url).await;
+            assert!(error.contains("cannot connect to Redis"), "{url}: {error}");
+        }
+        assert!(AnyBackend::connect("MEMORY://").await.is_ok());
+    }
+
+    /// RedLock over fewer than three masters is refused, saying why; three get past the URL
+    /// (to the quorum check, refused here: nothing listens).
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn redlock_over_fewer_than_three_masters_is_refused() {
+        for masters in ["127.0.0.1:1", "127.0.0.1:1,127.0.0.1:2"] {
+            let error = match AnyMutexBackend::connect(&format!("redlock://{masters}")).await {
+                Ok(backend) => panic!("connected to {backend:?}"),
+                Err(error) => error.to_string(),
+            };
+            assert!(error.contains("needs three masters or more"), "{error}");
+        }
+    }
+
     #[tokio::test]
     async fn an_option_the_store_does_not_take_is_named() {
         let error = refused("memory://?ttl=5").await;
         assert!(error.contains("takes no option `ttl`"), "{error}");
+    }
+
+    /// A misspelt option of a SQL store is refused, naming the options tower-lock and the
+    /// database's client take; the same URL spelt right gets past the check, to the connect
+    /// (refused here: nothing listens on port 1).
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn a_sql_option_neither_we_nor_the_client_take_is_named() {
+        for scheme in ["postgres", "mysql"] {
+            if scheme == "mysql" && !cfg!(feature = "mysql") {
+                continue;
+            }
+            let error = refused(&format!("{scheme}://u:s3cret@127.0.0.1:1/db?lock_tabel=x")).await;
+            assert!(error.contains("takes no option `lock_tabel`"), "{error}");
+            assert!(error.contains("tower-lock's: lock_table, mode"), "{error}");
+            assert!(error.contains("sslmode"), "{error}");
+            assert!(!error.contains("s3cret"), "{error}");
+
+            let url = format!("{scheme}://u:s3cret@127.0.0.1:1/db?lock_table=x");
+            let error = refused(&url).await;
+            assert!(error.contains("cannot connect"), "{error}");
+            assert!(!error.contains("takes no option"), "{error}");
+        }
     }
 
     #[cfg(feature = "etcd")]

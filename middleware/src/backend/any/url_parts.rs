@@ -7,10 +7,11 @@ use std::time::Duration;
 use super::url::{SCHEMES, StoreUrlError};
 use crate::backend::store_support::masked_url::masked;
 
-/// A store URL taken apart: its scheme, what follows it up to the query, and the query's pairs.
+/// A store URL taken apart: its scheme (in lower case: schemes are case-insensitive, RFC 3986
+/// §3.1), what follows it up to the query, and the query's pairs.
 pub(super) struct Parts<'a> {
     pub(super) url: &'a str,
-    pub(super) scheme: &'a str,
+    pub(super) scheme: String,
     pub(super) query: Vec<(String, String)>,
 }
 
@@ -22,11 +23,29 @@ impl<'a> Parts<'a> {
                 format!("no scheme; the known ones: {SCHEMES}"),
             ));
         };
-        let query = after.split_once('?').map_or("", |(_, query)| query);
+        let (authority, query) = after.split_once('?').unwrap_or((after, ""));
         let query = form_urlencoded::parse(query.as_bytes())
             .into_owned()
             .collect();
+        let authority = authority.split('/').next().unwrap_or_default();
+        let authority = authority.rsplit('@').next().unwrap_or_default();
+        for host in authority.split(',') {
+            let port = host.rsplit_once(':').map_or("", |(_, port)| port);
+            let digits = !port.is_empty() && port.bytes().all(|byte| byte.is_ascii_digit());
+            if digits && port.parse::<u16>().is_err() {
+                let why = format!("port {port} of {host} is not a port (1 to 65535)");
+                return Err(malformed(url, why));
+            }
+        }
+        let scheme = scheme.to_ascii_lowercase();
         Ok(Self { url, scheme, query })
+    }
+
+    /// The URL with its scheme in lower case, as the stores' clients read it.
+    #[cfg(feature = "redis")]
+    pub(super) fn normalized(&self) -> String {
+        let after = self.url.split_once("://").map_or("", |(_, after)| after);
+        format!("{}://{after}", self.scheme)
     }
 
     /// What follows the scheme, up to the query.
@@ -130,7 +149,7 @@ impl<'a> Parts<'a> {
     pub(super) fn needs(&self, feature: &'static str) -> StoreUrlError {
         StoreUrlError::NotBuilt {
             url: masked(self.url),
-            scheme: self.scheme.to_owned(),
+            scheme: self.scheme.clone(),
             feature,
         }
     }
@@ -142,13 +161,33 @@ impl<'a> Parts<'a> {
     }
 
     /// The URL without the options that are this crate's (`mode` and `ours`), for the
-    /// database's own client, and the value of `ours` (`default` without it).
+    /// database's own client, and the value of `ours` (`default` without it). An option that is
+    /// neither this crate's nor one the database's client reads (which it would ignore, so that
+    /// a misspelt `lock_table` would leave the default table in use) is refused, naming both
+    /// lists.
     #[cfg(any(feature = "postgres", feature = "mysql"))]
     pub(super) fn database_url(
         &self,
         ours: &str,
         default: &str,
     ) -> Result<(String, String), StoreUrlError> {
+        let (clients, prefixed) = match self.scheme.as_str() {
+            "postgres" | "postgresql" => (POSTGRES_OPTIONS, Some("options[")),
+            _ => (MYSQL_OPTIONS, None),
+        };
+        let client_reads = |key: &str| {
+            clients.contains(&key) || prefixed.is_some_and(|prefix| key.starts_with(prefix))
+        };
+        if let Some((unknown, _)) =
+            (self.query.iter()).find(|(key, _)| key != ours && key != "mode" && !client_reads(key))
+        {
+            let why = format!(
+                "{}:// takes no option `{unknown}` (tower-lock's: {ours}, mode; its client's: {})",
+                self.scheme,
+                clients.join(", ")
+            );
+            return Err(malformed(self.url, why));
+        }
         let theirs: Vec<_> = (self.query.iter())
             .filter(|(key, _)| key != ours && key != "mode")
             .collect();
@@ -180,6 +219,49 @@ impl<'a> Parts<'a> {
         }
     }
 }
+
+/// The options PostgreSQL's client (sqlx) reads from a URL (and `options[<name>]`); it ignores
+/// any other, with a log line.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+const POSTGRES_OPTIONS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+/// The options MySQL's client (sqlx) reads from a URL; it ignores any other, silently.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+const MYSQL_OPTIONS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslca",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "charset",
+    "collation",
+    "statement-cache-capacity",
+    "socket",
+    "timezone",
+    "time-zone",
+];
 
 pub(super) fn malformed(url: &str, why: String) -> StoreUrlError {
     StoreUrlError::Malformed {

@@ -24,6 +24,7 @@ struct MemoryStore(MemoryBackend);
 
 impl crate::conformance::Store for MemoryStore {
     type Backend = MemoryBackend;
+    const PAUSED_CLOCK: bool = true;
 
     async fn start() -> Self {
         Self::default()

@@ -155,7 +155,11 @@ impl<B: LockBackend> Attempts<'_, B> {
                     continue;
                 }
             }
-            let live = place.is_some_and(Place::announcements_live);
+            // Only a waiter that listens has its busy answers marked for the release to be
+            // announced: one that polls (a writer's place is for wake-ups from releases in
+            // this process) asks again after its backoff, whatever the room hears.
+            let listens = self.request.patience == Patience::Listens;
+            let live = listens && place.is_some_and(Place::announcements_live);
             let Some(delay) = self.delay(attempt, live, holder_ttl, deadline) else {
                 return Err(NotObtained::Busy { holder_ttl });
             };

@@ -22,7 +22,7 @@ mod many;
 
 /// How often a waiter for a shared-shape lock asks again at the latest: a waiting writer's
 /// intent (2 s in the stores here) must be renewed before it lapses.
-const SHARED_REFRESH: Duration = Duration::from_millis(500);
+pub(crate) const SHARED_REFRESH: Duration = Duration::from_millis(500);
 
 /// Notified mode: how long the ticket of a process's head of line lives in the store's queue
 /// unless renewed (the head renews it every third of that), at the least. A crashed process

@@ -14,9 +14,10 @@ use crate::engine::telemetry::{Meters, Outcome, Renewal, StoreOp};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LeaseLost {
-    /// A renewal found the lock gone or held by somebody else (an operator, a store restart or
-    /// failover).
-    #[error("the lock was taken by somebody else")]
+    /// A renewal found the lease gone from the store: an operator freed the lock, or the
+    /// store lost it (a restart, a failover) and it may be somebody else's now. The store does
+    /// not say which, so neither does the message.
+    #[error("a renewal found the lease gone from the store")]
     Taken,
     /// The local deadline passed without a confirmed renewal: the store did not answer, the
     /// process was paused, or renewal is off.

@@ -180,7 +180,7 @@ impl<B: LockBackend> ReleaseDuty<B> {
             Ok(()) => tracing::trace!(lock = self.guard.name(), "released"),
             Err(LockError::LeaseLost { .. }) => tracing::warn!(
                 lock = self.guard.name(),
-                "the lock was no longer ours at release: its lease had expired"
+                "the lock was no longer ours at release: its lease was gone from the store"
             ),
             Err(error) => tracing::warn!(
                 lock = self.guard.name(),

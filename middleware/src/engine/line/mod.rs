@@ -201,6 +201,12 @@ impl<L> Queue<L> {
         }
     }
 
+    /// How many tasks wait here (not the one asking the store), leaving out those that gave up.
+    fn waiting(&self) -> usize {
+        let waits = |waiter: &&Waiter<L>| !waiter.turn.is_closed();
+        self.waiters.iter().filter(waits).count()
+    }
+
     /// Whether the store said the lock is busy within `recently`.
     fn said_busy_within(&self, recently: Duration) -> bool {
         self.said_busy.is_some_and(|at| at.elapsed() <= recently)
@@ -289,6 +295,15 @@ impl<L> Lines<L> {
 
     fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// How many of the locker's tasks wait in lock `name`'s line, behind the one asking the
+    /// store or holding the lock: writers, mutex holders and readers.
+    pub(crate) fn waiting(&self, name: &str) -> usize {
+        let lines = self.lines();
+        lines
+            .get(name)
+            .map_or(0, |line| line.exclusive.waiting() + line.shared.waiting())
     }
 
     /// A mutex or writer task asks for lock `name`: it contends in the store, or waits here. A

@@ -150,6 +150,11 @@ async fn a_lock_taken_by_someone_else_is_reported_taken_at_the_next_renewal() {
     assert_eq!(lost, LeaseLost::Taken);
     assert_eq!(taken.elapsed(), ttl / 3, "found at the first renewal");
     assert!(!held.is_held());
+    // The store says only that the lease is gone: freed by an operator, or lost in a restart.
+    assert_eq!(
+        lost.to_string(),
+        "a renewal found the lease gone from the store"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -353,7 +358,7 @@ fn settings_that_cannot_work_are_refused_when_the_locker_is_built() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_wait_longer_than_the_clock_can_count_waits_without_end() {
     let store = MemoryBackend::new();
     let holder = Locker::new(store.clone());

@@ -16,7 +16,7 @@ use crate::backend::{
     Attempt, BackendError, FencingToken, Granted, LockBackend, LockRequest, OwnerToken,
     QueuedAttempt, TokenLease, WaitQueue,
 };
-use crate::engine::HEAD_TICKET_TTL;
+use crate::engine::{HEAD_TICKET_TTL, SHARED_REFRESH};
 use crate::test_support::hold;
 use crate::testing::CountingBackend;
 use crate::{LockError, Locker, LockerBuilder, MemoryBackend};
@@ -96,6 +96,56 @@ async fn polling_waiters_retry_on_timers_instead() {
     backend.inner().release("lock:k", &holder).await.unwrap();
 
     waiter.await.unwrap().unwrap();
+}
+
+/// How many times a writer waiting as `waiting` says asks the store in 5 s behind a held
+/// lock, in a room that hears announcements (the memory store's).
+async fn a_writers_asks_in_five_seconds(
+    waiting: impl FnOnce(LockerBuilder<Counted>) -> LockerBuilder<Counted>,
+) -> u64 {
+    let (backend, locker, holder, _, _) = held_lock(waiting).await;
+    let writer = tokio::spawn(async move { locker.write("k").await.map(drop) });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let asked = backend.counts().acquires;
+    backend.inner().release("lock:k", &holder).await.unwrap();
+    writer.await.unwrap().unwrap();
+    asked
+}
+
+/// A polling writer asks again after each backoff (here at most 20 ms), though the room hears
+/// announcements: its busy answers leave no mark, so no release it waits for is announced.
+/// (It slept until its intent's refresh, every 500 ms: hot write locks stalled under polling.)
+#[tokio::test(start_paused = true)]
+async fn polling_writers_retry_on_timers_too() {
+    let backoff = Duration::from_millis(20);
+    let polling = |locker: LockerBuilder<_>| {
+        locker
+            .wait_polling(Duration::from_secs(10))
+            .backoff(backoff / 2, backoff)
+    };
+    let asked = a_writers_asks_in_five_seconds(polling).await;
+    assert!(
+        asked >= 5000 / 20,
+        "asked {asked} times in 5 s, at least once per backoff"
+    );
+}
+
+/// The twin: a notified writer, with the same backoff, sleeps until the release is announced,
+/// asking only to renew its intent (every 500 ms).
+#[tokio::test(start_paused = true)]
+async fn a_notified_writer_asks_only_to_renew_its_intent() {
+    let backoff = Duration::from_millis(20);
+    let notified = |locker: LockerBuilder<_>| {
+        locker
+            .wait(Duration::from_secs(10))
+            .backoff(backoff / 2, backoff)
+    };
+    let asked = a_writers_asks_in_five_seconds(notified).await;
+    let renewals = (5000 / SHARED_REFRESH.as_millis()) as u64;
+    assert!(
+        asked <= 2 + renewals,
+        "asked {asked} times: its look, its first attempt and {renewals} renewals at most"
+    );
 }
 
 #[tokio::test(start_paused = true)]
