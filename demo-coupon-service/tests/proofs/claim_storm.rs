@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 const DEMO: &str = env!("CARGO_BIN_EXE_demo-coupon-service");
 /// Concurrent claimers, spread over the replicas.
-const CLAIMERS: usize = 24;
+pub const CLAIMERS: usize = 24;
 /// The replicas the claimers are spread over.
 pub const REPLICAS: usize = 3;
 /// More stock than a storm can claim: every claim should be granted.
@@ -49,6 +49,25 @@ impl Storm {
     pub fn slowest(&self) -> Duration {
         let took = self.answers.iter().map(|answer| answer.took);
         took.max().unwrap_or_default()
+    }
+
+    /// The most claims granted to others while any one claim waited for its answer (from when
+    /// it was sent until it was answered, granted or refused).
+    pub fn most_grants_waited_for(&self) -> usize {
+        let mut grants: Vec<Instant> = (self.answers.iter())
+            .filter(|answer| answer.status == StatusCode::CREATED)
+            .map(|answer| answer.at)
+            .collect();
+        grants.sort();
+        let during = |answer: &Answer| {
+            let sent = answer.at - answer.took;
+            let (from, to) = (
+                grants.partition_point(|&at| at <= sent),
+                grants.partition_point(|&at| at < answer.at),
+            );
+            to.saturating_sub(from)
+        };
+        self.answers.iter().map(during).max().unwrap_or_default()
     }
 
     /// Claims answered `status`.

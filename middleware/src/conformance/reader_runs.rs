@@ -11,7 +11,7 @@ use tokio::sync::Barrier;
 use tokio::time::{sleep, timeout};
 
 use super::Store;
-use super::support::{LONG, Occupancy, SHORT, locker};
+use super::support::{LONG, Occupancy, SHORT, locker, until};
 use crate::backend::SharedLocks;
 use crate::testing::CountingBackend;
 use crate::{LockError, Locker, LockerBuilder};
@@ -112,26 +112,28 @@ where
     S::Backend: SharedLocks,
 {
     let settings = |builder: LockerBuilder<_>| builder.wait(LONG).ttl(LONG);
-    let readers = locker(store.backend().await, settings);
+    let readers = locker(CountingBackend::new(store.backend().await), settings);
     let order = reader_after_a_writer(&readers, readers.clone()).await;
     assert_eq!(
         order,
         ["writer", "reader"],
         "a writer of the readers' process"
     );
-    let other = locker(store.backend().await, settings);
+    let other = locker(CountingBackend::new(store.backend().await), settings);
     let order = reader_after_a_writer(&readers, other).await;
     assert_eq!(order, ["writer", "reader"], "a writer of another process");
 }
 
-/// A reader of `readers` holds the key; `writers` asks to write it, then another reader of
-/// `readers` asks to read it, and must still wait when the first leaves. In which order the
-/// writer and the second reader came in.
+/// A reader of `readers` holds the key; `writers` asks to write it, then — once the writer
+/// waits with its intent in the store — another reader of `readers` asks to read it, and must
+/// still wait when the first leaves. In which order the writer and the second reader came in.
 async fn reader_after_a_writer<B: SharedLocks>(
-    readers: &Locker<B>,
-    writers: Locker<B>,
+    readers: &Locker<CountingBackend<B>>,
+    writers: Locker<CountingBackend<B>>,
 ) -> Vec<&'static str> {
     let first = readers.read("k").await.expect("free");
+    let counted = writers.backend().clone();
+    let answered = counted.acquires_answered();
     let order = Arc::new(Mutex::new(Vec::new()));
     let writing = order.clone();
     let writer = tokio::spawn(async move {
@@ -140,7 +142,11 @@ async fn reader_after_a_writer<B: SharedLocks>(
         sleep(Duration::from_millis(20)).await;
         held.release().await
     });
-    sleep(Duration::from_millis(100)).await;
+    // A writer's look, then the attempt whose busy answer leaves its intent.
+    until("the writer waits with its intent in the store", || {
+        counted.acquires_answered() >= answered + 2
+    })
+    .await;
     let (reader, reading) = (readers.clone(), order.clone());
     let reader = tokio::spawn(async move {
         let held = reader.read("k").await?;

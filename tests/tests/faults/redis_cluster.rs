@@ -73,6 +73,8 @@ async fn a_waiter_is_woken_after_its_locks_slot_moved() {
         .expect("the waiter finished")
         .expect("it holds the lock");
     held.release().await.expect("released");
+    // The holder's lease has 30 s left: a waiter that missed the release on the slot's new
+    // master would wait for that; one woken by it asks again at once.
     assert!(
         woken_after < Duration::from_secs(2),
         "the waiter got the lock {woken_after:?} after the release"

@@ -125,6 +125,8 @@ async fn a_writer_behind_a_stream_of_readers_gets_in() {
     }
 
     assert_eq!(writer.await.unwrap(), StatusCode::OK);
+    // Starved by the readers, the writer would wait until they stop coming (20 s); barring new
+    // readers, it waits for the ones inside, each holding for milliseconds.
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "the writer got in: {:?}",
