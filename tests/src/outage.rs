@@ -9,6 +9,7 @@ use std::future::Future;
 use std::num::NonZeroU32;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -60,7 +61,24 @@ type Asked = Pin<Box<dyn Future<Output = Result<(), LockError>> + Send>>;
 
 /// Takes a lock of `shape` on `key` (and `key` + `+` for two keys), holds it for the given
 /// time, and releases it.
-type Take = Arc<dyn Fn(Shape, String, Duration) -> Asked + Send + Sync>;
+/// Takes a lock of a shape on a key, holds it for a while (counting itself in `taken`, when
+/// given, once it holds it) and releases it.
+type Take = Arc<dyn Fn(Shape, String, Holding) -> Asked + Send + Sync>;
+
+/// How long a [`Take`] holds its lock, and where it counts itself once it does.
+#[derive(Clone, Default)]
+struct Holding {
+    time: Duration,
+    taken: Arc<AtomicUsize>,
+}
+
+impl Holding {
+    /// Taken, and held for `self.time`.
+    async fn held(self) {
+        self.taken.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(self.time).await;
+    }
+}
 
 /// One process's lockers on a store: one per way of waiting the store offers, each taking
 /// every shape the store has.
@@ -104,7 +122,7 @@ impl Lockers {
                         Shape::TwoKeys => locker.lock_all([key.clone(), format!("{key}+")]).await?,
                         _ => locker.lock(&key).await?,
                     };
-                    tokio::time::sleep(hold).await;
+                    hold.held().await;
                     held.release().await
                 })
             })
@@ -132,7 +150,7 @@ impl Lockers {
                         Shape::Permit => locker.permit(&key, ONE_PERMIT).await?,
                         Shape::TwoKeys => locker.lock_all([key.clone(), format!("{key}+")]).await?,
                     };
-                    tokio::time::sleep(hold).await;
+                    hold.held().await;
                     held.release().await
                 })
             })
@@ -210,7 +228,7 @@ async fn burst(lockers: &Lockers) -> Vec<Answer> {
             (0..TASKS).map(move |_| {
                 let (case, asking) = (
                     format!("{shape:?} {way:?}"),
-                    take(shape, key.clone(), Duration::ZERO),
+                    take(shape, key.clone(), Holding::default()),
                 );
                 tokio::spawn(async move {
                     let told = asking.await;
@@ -254,11 +272,25 @@ fn every_task_failed(answers: &[Answer], within: Duration, what: &str) {
 /// below either.
 pub async fn busy_while_another_process_holds(lockers: &Lockers, other: &Lockers) {
     let (_, other_take) = &other.ways[0];
-    let holding = WAIT * 2;
+    let holding = Holding {
+        time: WAIT * 2,
+        taken: Arc::default(),
+    };
     let holders: Vec<_> = (lockers.cases())
-        .map(|(_, shape, key, _)| tokio::spawn(other_take((lockers.blocker)(shape), key, holding)))
+        .map(|(_, shape, key, _)| {
+            let holding = holding.clone();
+            tokio::spawn(other_take((lockers.blocker)(shape), key, holding))
+        })
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Every lock held before the burst asks: a wait for that, not a guess at how long it takes.
+    let asked = Instant::now();
+    while holding.taken.load(Ordering::SeqCst) < holders.len() {
+        assert!(
+            asked.elapsed() < WAIT,
+            "the other process took its locks within {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 
     let answers = burst(lockers).await;
 
@@ -340,7 +372,7 @@ pub async fn every_task_hears_the_store_fail(
 async fn served_again(lockers: &Lockers, what: &str) {
     let started = Instant::now();
     for (way, shape, key, take) in lockers.cases() {
-        while let Err(error) = take(shape, key.clone(), Duration::ZERO).await {
+        while let Err(error) = take(shape, key.clone(), Holding::default()).await {
             assert!(
                 started.elapsed() < Duration::from_secs(30),
                 "{what}: {shape:?} {way:?} still refused after 30 s: {error:?}"

@@ -61,9 +61,8 @@ pub struct LockState {
     /// How many wait for it that the store knows of — tickets in its wait queue, writers
     /// waiting for their turn, readers claiming theirs — and, through
     /// [`Locker::inspect`](crate::Locker::inspect), the asking locker's own tasks waiting in its
-    /// line. A waiter of another process that polls, listens for the release without a place
-    /// in the queue, or waits in its process's line behind the one that asks, leaves nothing
-    /// in the store to count.
+    /// line. A waiter that polls or listens for the release without a place in the queue
+    /// (of any process), or waits in another process's line, leaves nothing here to count.
     pub waiting: usize,
 }
 

@@ -149,8 +149,12 @@ pub(crate) use request::lease_deadline;
 pub use request::{LockRequest, Patience};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use sql::session::ConnectionLease;
-pub use store_support::connect::CONNECT_TIMEOUT;
 pub use wait_queue::{QueuedAttempt, WaitQueue};
+
+/// The longest a store's `connect` takes, in all, before it gives up on a server that does not
+/// answer (not a setting): the bound a service that connects to the same server for its own
+/// data may keep too. RedLock connects on first use instead, within the store timeout.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A store of leases on lock names: exclusive, expiring, owner-checked, optionally fenced.
 ///

@@ -247,7 +247,8 @@ pub async fn a_handed_lease_ends_when_the_runs_lease_ends<S: Store>(store: &S) {
     );
     if store.leases_expire() {
         // The store's lease began when it received the first acquire, after the local lease
-        // began (when it was sent): it ends a round trip after the local deadline at most.
+        // began (when it was sent): it ends a round trip after the local deadline at most, well
+        // within the TTL and slack allowed here.
         let other = locker(b, |builder| builder.wait(LONG).ttl(LONG));
         let free = free_within(other.backend(), "lock:k", SHORT + SLACK).await;
         assert!(free, "the store frees the lock after the run's lease");

@@ -20,9 +20,11 @@
 //! and `leases`), `wait_queue`
 //! ([`LockBackend::wait_queue`] offers one), `inspect` ([`Inspect`]: the operator's view and
 //! release), `listing` (`Inspect`'s held names), `inspect_shapes` (`inspect` with both shapes)
-//! and `outage` (the store can be made to stop answering: [`Outage`]). Each case is also a public function, to call on its own.
+//! and `outage` (the store can be made to stop answering: [`Outage`]). Each case is also a public function, to call on its own, on a
+//! Tokio runtime of yours (with its paused clock for a store that keeps time there, as
+//! [`Store::PAUSED_CLOCK`] says).
 //!
-//! The cases use short leases (hundreds of milliseconds) on real time, since a store's expiry
+//! The cases use short leases (a second) on real time, since a store's expiry
 //! runs on its own clock, or on Tokio's paused clock for a store that keeps its time there
 //! ([`Store::PAUSED_CLOCK`]: the memory store's cases never wait on the wall clock).
 
@@ -89,7 +91,8 @@ pub trait Store: Send + Sync + Sized + 'static {
     /// standing still while any task can run and jumping to the next timer when none can, so
     /// a case's timed assertions hold however loaded the machine is. Only for a store that
     /// keeps time on Tokio's clock and waits on nothing outside the runtime (the memory
-    /// store); a server's leases expire on its own clock.
+    /// store): while a case waits for a server's answer the clock would jump ahead, and every
+    /// store timeout fire at once — and a server's leases expire on its own clock anyway.
     const PAUSED_CLOCK: bool = false;
 }
 
@@ -125,7 +128,8 @@ pub trait Outage: Store {
     fn answer_again(&self);
 }
 
-/// Turns every conformance case into a named `#[tokio::test]` for the store type `$store`: the
+/// Turns every conformance case into a named `#[test]` for the store type `$store` (run by
+/// [`run_case`] on the runtime the store asks for: [`Store::PAUSED_CLOCK`]): the
 /// mutex cases, and those of each capability named after it (`leases`, `read_write`,
 /// `semaphore`, `shared_leases`, `wait_queue`, `inspect`, `listing`, `inspect_shapes`,
 /// `outage`). See the [module](crate::conformance)

@@ -8,7 +8,8 @@ use tokio::time::{Instant, sleep};
 
 use super::Store;
 use super::support::{
-    LONG, Occupancy, SHORT, SLACK, busy, free_within, granted, locker, request, two_processes,
+    LONG, Occupancy, SHORT, SLACK, busy, free_within, granted, locker, request, taking,
+    two_processes,
 };
 use crate::backend::Attempt;
 use crate::backend::LockBackend;
@@ -259,11 +260,7 @@ pub async fn a_waiter_wakes_soon_after_the_release<S: Store>(store: &S) {
     let wait = |builder: crate::LockerBuilder<_>| builder.wait(LONG).ttl(LONG);
     let (holder, waiter) = (locker(a, wait), locker(b, wait));
     let held = holder.lock("k").await.expect("free");
-    let waiting = tokio::spawn(async move {
-        let held = waiter.lock("k").await?;
-        let taken = Instant::now();
-        held.release().await.map(|()| taken)
-    });
+    let waiting = taking(async move { waiter.lock("k").await });
     sleep(SHORT).await;
 
     let released = Instant::now();
@@ -271,7 +268,7 @@ pub async fn a_waiter_wakes_soon_after_the_release<S: Store>(store: &S) {
     let taken = waiting.await.expect("the waiter finished");
     let taken = taken.expect("the waiter got the lock and released it");
 
-    // The holder's lease had 30 s left: a tenth of that is ten times a polling waiter's
+    // The holder's lease had 30 s left: a tenth of that is twelve times a polling waiter's
     // longest backoff, and far from what a waiter that missed the release would wait.
     let after = taken.saturating_duration_since(released);
     assert!(

@@ -8,11 +8,10 @@ use tokio::time::sleep;
 
 use super::Store;
 use super::support::{
-    LONG, Occupancy, SHORT, SLACK, announces, busy, granted, locker, refreshed_once, request,
-    two_processes,
+    LONG, Occupancy, SHORT, SLACK, WOKEN, announces, busy, granted, locker, refreshed_once,
+    request, taking, two_processes,
 };
 use crate::backend::{LockBackend, Semaphores};
-use crate::engine::SHARED_REFRESH;
 use crate::testing::CountingBackend;
 
 fn permits(count: u32) -> NonZeroU32 {
@@ -98,9 +97,9 @@ where
 /// A waiter for a full semaphore is woken by the release of any permit, not only the earliest
 /// holder's: with two permits out, the later holder's release lets it in while the earlier
 /// one still holds. Where the store announces releases, at once: released just after one of
-/// the waiter's periodic looks, the permit is its own before the next (every
-/// [`SHARED_REFRESH`]). Where it cannot (a silent room: the waiter polls with backoff), by the
-/// backoff's next attempt, long before the earlier holder's lease (30 s) runs out.
+/// the waiter's periodic looks (every 500 ms), the permit is its own well before the next.
+/// Where it cannot (a silent room: the waiter polls with backoff), by the backoff's next
+/// attempt, long before the earlier holder's lease (30 s) runs out.
 pub async fn a_permit_waiter_is_woken_by_any_holders_release<S: Store>(store: &S)
 where
     S::Backend: Semaphores,
@@ -115,7 +114,7 @@ where
         .permit("k", permits(2))
         .await
         .expect("the other permit");
-    let waiting = spawn_permit_waiter(waiter);
+    let waiting = taking(async move { waiter.permit("k", permits(2)).await });
     refreshed_once(&b, 0).await;
 
     let released = tokio::time::Instant::now();
@@ -124,7 +123,7 @@ where
     let taken = taken.expect("the waiter got a permit and gave it back");
 
     let after = taken.saturating_duration_since(released);
-    let bound = if announced { SHARED_REFRESH } else { LONG / 10 };
+    let bound = if announced { WOKEN } else { LONG / 10 };
     assert!(
         after < bound,
         "woken {after:?} after the later holder's release (announced: {announced})"
@@ -135,8 +134,8 @@ where
 
 /// A permit waiter in the same process as the holders is woken when one of them leaves, even
 /// where the store cannot announce it (MySQL): its backoff is as long as its wait, and a
-/// release just after one of its periodic looks lets it in before the next (every
-/// [`SHARED_REFRESH`]) only by waking it.
+/// release just after one of its periodic looks (every 500 ms) lets it in well before the next
+/// only by waking it.
 pub async fn a_permit_waiter_is_woken_by_a_release_in_its_own_process<S: Store>(store: &S)
 where
     S::Backend: Semaphores,
@@ -148,7 +147,8 @@ where
     let earlier = one.permit("k", permits(2)).await.expect("a permit");
     let later = one.permit("k", permits(2)).await.expect("the other permit");
     let answered = backend.acquires_answered();
-    let waiting = spawn_permit_waiter(one.clone());
+    let waiter = one.clone();
+    let waiting = taking(async move { waiter.permit("k", permits(2)).await });
     refreshed_once(&backend, answered).await;
 
     let released = tokio::time::Instant::now();
@@ -157,19 +157,8 @@ where
     let taken = taken.expect("the waiter got a permit and gave it back");
     let after = taken.saturating_duration_since(released);
     assert!(
-        after < SHARED_REFRESH,
+        after < WOKEN,
         "woken {after:?} after a holder of its own process left, not by it"
     );
     earlier.release().await.expect("released");
-}
-
-/// A task of `waiter` that takes one of two permits of `k` and gives it back: when it took it.
-fn spawn_permit_waiter<B: Semaphores>(
-    waiter: crate::Locker<B>,
-) -> tokio::task::JoinHandle<Result<tokio::time::Instant, crate::LockError>> {
-    tokio::spawn(async move {
-        let held = waiter.permit("k", permits(2)).await?;
-        let taken = tokio::time::Instant::now();
-        held.release().await.map(|()| taken)
-    })
 }

@@ -8,13 +8,12 @@ use tokio::time::sleep;
 
 use super::Store;
 use super::support::{
-    LONG, Occupancy, SHORT, SLACK, busy, granted, locker, refreshed_once, request, two_processes,
-    until,
+    LONG, Occupancy, SHORT, SLACK, WOKEN, busy, granted, locker, refreshed_once, request, taking,
+    two_processes, until,
 };
 use crate::backend::LockBackend;
 use crate::backend::lock_shapes::WAITER_MARK_TTL;
 use crate::backend::{Attempt, Patience, SharedLocks};
-use crate::engine::SHARED_REFRESH;
 use crate::testing::CountingBackend;
 /// while they hold it. Writers are fenced, readers are not.
 pub async fn readers_share_and_exclude_writers_and_mutexes<S: Store>(store: &S)
@@ -380,8 +379,8 @@ where
 /// their release, not by its backoff (as long as its wait). Behind a writer it waits in its
 /// locker's line and is handed the lock, with no store call. Behind readers it asks the store,
 /// and on a store that cannot announce a release (MySQL) only the release in the process wakes
-/// it: released just after one of the waiter's refreshes (every [`SHARED_REFRESH`], which keep
-/// its intent), the lock is its own before the next refresh is due.
+/// it: released just after one of the waiter's refreshes (every 500 ms, which keep its intent),
+/// the lock is its own well before the next is due.
 pub async fn a_writer_is_woken_by_a_release_in_its_own_process<S: Store>(store: &S)
 where
     S::Backend: SharedLocks,
@@ -393,7 +392,8 @@ where
     let name = format!("{}k", one.settings().prefix);
 
     let writer = one.write("k").await.expect("free");
-    let waiting = spawn_writer(&one);
+    let writer_task = one.clone();
+    let waiting = taking(async move { writer_task.write("k").await });
     until("the waiter is in its locker's line", || {
         one.waiting_in_line(&name) == 1
     })
@@ -415,7 +415,8 @@ where
         one.read("k").await.expect("shared"),
     ];
     let answered = backend.acquires_answered();
-    let waiting = spawn_writer(&one);
+    let writer_task = one.clone();
+    let waiting = taking(async move { writer_task.write("k").await });
     refreshed_once(&backend, answered).await;
     let released = tokio::time::Instant::now();
     for reader in readers {
@@ -427,21 +428,9 @@ where
         .expect("behind readers");
     let after = taken.saturating_duration_since(released);
     assert!(
-        after < SHARED_REFRESH,
+        after < WOKEN,
         "behind readers: woken {after:?} after the release, not by it"
     );
-}
-
-/// A task of `locker` that takes the write lock on `k` and gives it back: when it took it.
-fn spawn_writer<B: SharedLocks>(
-    locker: &crate::Locker<B>,
-) -> tokio::task::JoinHandle<Result<tokio::time::Instant, crate::LockError>> {
-    let waiter = locker.clone();
-    tokio::spawn(async move {
-        let held = waiter.write("k").await?;
-        let taken = tokio::time::Instant::now();
-        held.release().await.map(|()| taken)
-    })
 }
 
 /// How [`longest_of_eight_in_turn`] takes the lock.

@@ -1,13 +1,15 @@
 //! What the cases share: short and long leases, lockers, and a probe of who is inside.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::Store;
 use crate::backend::{Attempt, BackendError, Granted, LockBackend, LockRequest};
-use crate::engine::{Locker, LockerBuilder};
+use crate::engine::{HeldLock, LockError, Locker, LockerBuilder, SHARED_REFRESH};
 use crate::testing::CountingBackend;
 use crate::token::OwnerToken;
 
@@ -127,14 +129,30 @@ pub(super) async fn until(what: &str, condition: impl Fn() -> bool) {
 
 /// Waits until a shared-shape waiter on `backend` (a writer, reader or permit waiter, the only
 /// caller there since `answered` of its acquire attempts were answered) has had its first look,
-/// its first wait's attempt and its first refresh answered. Its next attempt is then a
-/// [`SHARED_REFRESH`](crate::engine::SHARED_REFRESH) away (or its backoff, if shorter): a lock released now and its own
-/// sooner was handed to it by the release.
+/// its first wait's attempt and its first refresh answered: its next attempt is then its next
+/// refresh, 500 ms away (or its backoff, if shorter).
 pub(super) async fn refreshed_once<B: LockBackend>(backend: &CountingBackend<B>, answered: u64) {
     until("the waiter asked again at its refresh", || {
         backend.acquires_answered() >= answered + 3
     })
     .await;
+}
+
+/// How soon a waiter released just after [`refreshed_once`] holds the lock when the release
+/// woke it: a waiter not woken asks at its next refresh, 500 ms after the answer seen there,
+/// and one woken asks at once, a round trip after the release. Half the refresh keeps the two
+/// apart with room for a loaded machine's round trip (324 ms at the worst seen, with TLS).
+pub(super) const WOKEN: Duration = Duration::from_millis(SHARED_REFRESH.as_millis() as u64 / 2);
+
+/// A task that takes a lock with `take` and gives it back at once: when it took it.
+pub(super) fn taking<B: LockBackend>(
+    take: impl Future<Output = Result<HeldLock<B>, LockError>> + Send + 'static,
+) -> JoinHandle<Result<Instant, LockError>> {
+    tokio::spawn(async move {
+        let held = take.await?;
+        let taken = Instant::now();
+        held.release().await.map(|()| taken)
+    })
 }
 
 /// Whether `backend` announces releases to its waiters (else they poll).

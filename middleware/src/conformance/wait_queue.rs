@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep};
 
 use super::Store;
-use super::support::{LONG, Occupancy, SHORT, locker, two_processes, until};
+use super::support::{LONG, Occupancy, SHORT, locker, taking, two_processes, until};
 use crate::backend::FencingToken;
 use crate::testing::CountingBackend;
 
@@ -69,11 +69,7 @@ pub async fn a_queued_waiter_that_gives_up_leaves_the_line<S: Store>(store: &S) 
 
     let gave_up = impatient.lock("k").await;
     assert!(gave_up.is_err(), "the lock is held");
-    let waiting = tokio::spawn(async move {
-        let held = patient.lock("k").await?;
-        let taken = Instant::now();
-        held.release().await.map(|()| taken)
-    });
+    let waiting = taking(async move { patient.lock("k").await });
     sleep(SHORT).await;
     let released = Instant::now();
     holder.release().await.expect("released");
@@ -118,16 +114,18 @@ pub async fn notified_processes_take_turns<S: Store>(store: &S) {
         waiters.push(tokio::spawn(async move {
             let held = locker.lock("k").await?;
             served.lock().unwrap().push(waiter);
-            until("both processes' next waiters are in line", || {
-                ready(0) && ready(1)
-            })
+            until(
+                "both processes' next waiters have tickets in the store's queue",
+                || ready(0) && ready(1),
+            )
             .await;
             held.release().await
         }));
     }
-    until("both processes' first waiters are in line", || {
-        ready(0) && ready(1)
-    })
+    until(
+        "both processes' first waiters have tickets in the store's queue",
+        || ready(0) && ready(1),
+    )
     .await;
     holder.release().await.expect("released");
     for waiter in waiters {

@@ -12,8 +12,8 @@ impl<B: Inspect> Locker<B> {
     /// Who holds the lock on `key` now — each holder's label, fence, time held and lease left
     /// — and how many wait for it: those the store records (readable by any process, for any
     /// locker's locks under the same prefix), and this locker's own tasks waiting in its line
-    /// behind the one that asks the store or holds the lock. Other processes' lines are not
-    /// counted.
+    /// behind the one that asks the store or holds the lock — so inspect through the locker
+    /// the work takes its locks with to see those. Other lockers' lines are not counted.
     ///
     /// # Example
     ///

@@ -83,7 +83,7 @@ struct Counts {
     /// Acquire attempts answered: granted, busy or queued, or failed by the store.
     acquires_answered: AtomicU64,
     /// The callers whose queued attempts were answered with their ticket in the queue.
-    ticket_holders: Mutex<HashSet<OwnerToken>>,
+    queued_callers: Mutex<HashSet<OwnerToken>>,
     extends: AtomicU64,
     releases: AtomicU64,
     availability: AtomicU8,
@@ -105,9 +105,9 @@ impl Counts {
         }
     }
 
-    fn ticket_holders(&self) -> std::sync::MutexGuard<'_, HashSet<OwnerToken>> {
+    fn queued_callers(&self) -> std::sync::MutexGuard<'_, HashSet<OwnerToken>> {
         // Every update leaves the set consistent.
-        self.ticket_holders
+        self.queued_callers
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -180,17 +180,21 @@ impl<B: LockBackend> CountingBackend<B> {
     }
 
     /// How many acquire attempts the wrapped backend has answered — granted, busy, queued or
-    /// failed: fewer than [`counts`](Self::counts)' `acquires` while some are in flight. A
-    /// test waits on it to know that a waiter's place in the store's queue is taken.
+    /// failed — in all, by every clone: fewer than [`counts`](Self::counts)' `acquires` while
+    /// some are in flight, and for good when one was refused or left hanging
+    /// ([`set_availability`](Self::set_availability)) or dropped unanswered. A test that knows
+    /// the calls a waiter makes (a writer's first look, then the attempt whose busy answer
+    /// leaves its intent) waits on it to know that the waiter stands in the store.
     pub fn acquires_answered(&self) -> u64 {
         self.counts.acquires_answered.load(Ordering::Relaxed)
     }
 
-    /// How many callers the wrapped backend answered with their ticket in a lock's queue —
-    /// each once, however often it renewed its ticket or asked again: a test waits on it to
-    /// know that a waiter's ticket is in the store.
+    /// How many callers the wrapped backend has answered with their ticket in a lock's queue,
+    /// in all, over every lock and every clone — each caller once, however often it renewed
+    /// its ticket or asked again; the count never goes down. A test waits on it to know that a
+    /// waiter's ticket is in the store.
     pub fn tickets_queued(&self) -> usize {
-        self.counts.ticket_holders().len()
+        self.counts.queued_callers().len()
     }
 
     /// The calls counted so far.
@@ -350,7 +354,7 @@ impl<B: LockBackend> WaitQueue<B::Lease> for CountedQueue<B> {
             let queue = self.inner.wait_queue().ok_or_else(no_queue)?;
             let answer = queue.acquire_queued(name, request, ticket_ttl).await;
             if let Ok(QueuedAttempt::Queued { .. }) = answer {
-                self.counts.ticket_holders().insert(request.token);
+                self.counts.queued_callers().insert(request.token);
             }
             self.counts.answered(answer)
         })

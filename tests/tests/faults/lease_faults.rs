@@ -15,7 +15,9 @@ use tower_lock::backend::LockBackend;
 use tower_lock::key::{KeyTemplate, header};
 use tower_lock::{LockGuard, LockLayer, Locker, LockerBuilder, OnLost, RedisBackend};
 
-const TTL: Duration = Duration::from_millis(300);
+/// The leases here: renewed every third, a second leaves a loaded machine's round trip (324 ms
+/// at the worst seen) and a renewal's (667 ms of room) well inside them.
+const TTL: Duration = Duration::from_secs(1);
 
 /// The coupon lock on `redis`, its locker configured by `configure`.
 async fn coupon_lock(
@@ -79,7 +81,12 @@ async fn probe_while_holding(
             .await
             .status
     });
+    let asked = Instant::now();
     while claim.began.get().is_none() {
+        assert!(
+            asked.elapsed() < Duration::from_secs(30),
+            "the claim's handler never began"
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let began = *claim.began.get().expect("the handler began");
@@ -136,12 +143,12 @@ async fn without_renewal_a_second_request_gets_in_after_the_ttl() {
     let (probes, _) = probe_while_holding(holder, &claim, prober).await;
 
     // The store's lease began before the handler did, at most a round trip: within half a TTL
-    // of the handler's start it still holds.
+    // of the handler's start it still holds, and the first probe comes back then.
+    let early = |(at, _): &&(Duration, StatusCode)| *at < TTL / 2;
     assert!(
-        probes
-            .iter()
-            .all(|(at, status)| *at >= TTL / 2 || *status == StatusCode::CONFLICT),
-        "let in within the lease: {probes:?}"
+        probes.iter().filter(early).count() > 0
+            && (probes.iter().filter(early)).all(|(_, status)| *status == StatusCode::CONFLICT),
+        "refused while the lease lasted: {probes:?}"
     );
     assert!(
         probes.iter().any(|(_, status)| *status == StatusCode::OK),

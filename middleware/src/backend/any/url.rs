@@ -54,7 +54,10 @@ impl AnyBackend {
     /// | `zk://host:port[,host:port…][?root=<path>&session_ms=<ms>]` | a ZooKeeper ensemble's servers |
     ///
     /// PostgreSQL and MySQL take their own options too, TLS among them (`sslmode=verify-full&
-    /// sslrootcert=<path>`, `ssl-mode=VERIFY_IDENTITY&ssl-ca=<path>`; the `tls` feature).
+    /// sslrootcert=<path>`, `ssl-mode=VERIFY_IDENTITY&ssl-ca=<path>`; the `tls` feature). An
+    /// option that neither tower-lock nor the store's client reads is refused, naming both lists
+    /// (a misspelt `lock_table` would otherwise leave the default table in use), as is a port
+    /// past 65535; the scheme is case-insensitive.
     ///
     /// `session_ms` (etcd and ZooKeeper, default 15 000): how long a crashed holder keeps its
     /// locks; lockers may lease two thirds of it.
@@ -433,8 +436,8 @@ mod tests {
         assert!(AnyBackend::connect("MEMORY://").await.is_ok());
     }
 
-    /// RedLock over fewer than three masters is refused, saying why; three get past the URL
-    /// (to the quorum check, refused here: nothing listens).
+    /// RedLock over fewer than three masters is refused, saying why (three get past the URL
+    /// to the quorum check: `redlock_without_a_majority_is_refused_naming_the_masters`).
     #[cfg(feature = "redis")]
     #[tokio::test]
     async fn redlock_over_fewer_than_three_masters_is_refused() {

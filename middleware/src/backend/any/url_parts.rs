@@ -32,7 +32,7 @@ impl<'a> Parts<'a> {
         for host in authority.split(',') {
             let port = host.rsplit_once(':').map_or("", |(_, port)| port);
             let digits = !port.is_empty() && port.bytes().all(|byte| byte.is_ascii_digit());
-            if digits && port.parse::<u16>().is_err() {
+            if digits && !matches!(port.parse::<u16>(), Ok(1..)) {
                 let why = format!("port {port} of {host} is not a port (1 to 65535)");
                 return Err(malformed(url, why));
             }

@@ -3,13 +3,8 @@
 
 use std::fmt::Display;
 use std::future::Future;
-use std::time::Duration;
 
-use crate::backend::BackendError;
-
-/// The longest a store's `connect` takes before it gives up on a server that does not answer:
-/// the bound a service that connects to the same server for its own data may keep too.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::backend::{BackendError, CONNECT_TIMEOUT};
 
 /// Why a `connect` failed, naming what it tried to reach.
 #[derive(Debug)]
