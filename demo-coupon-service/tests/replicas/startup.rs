@@ -280,23 +280,18 @@ fn without_a_ttl_the_demo_takes_the_longest_the_lock_store_vouches_for_and_says_
 #[tokio::test]
 async fn the_memory_store_by_its_url_serves_claims() {
     for scheme in ["memory", "MEMORY"] {
-        let demo = DemoReplica::start(DEMO, &["--store", &format!("{scheme}://")]);
-        let http = Http::default();
-        let coupon = format!("{}/coupons/c1", demo.url());
-
-        let seeded = http.put(&coupon, json!({ "stock": 1 })).await;
-        let claim = http
-            .post(&format!("{coupon}/claim"), json!({ "user_id": "u1" }))
-            .await;
-
-        assert_eq!(seeded.status, StatusCode::OK, "{}", seeded.body);
-        assert_eq!(claim.status, StatusCode::CREATED, "{}", claim.body);
+        serves_a_claim(&["--store", &format!("{scheme}://")]).await;
     }
 }
 
 #[tokio::test]
 async fn a_wait_too_long_for_the_clock_serves_claims() {
-    let demo = DemoReplica::start(DEMO, &["--lock-wait-ms", "18446744073709551615"]);
+    serves_a_claim(&["--lock-wait-ms", "18446744073709551615"]).await;
+}
+
+/// Starts the demo with `args` and checks that it seeds a coupon and grants a claim on it.
+async fn serves_a_claim(args: &[&str]) {
+    let demo = DemoReplica::start(DEMO, args);
     let http = Http::default();
     let coupon = format!("{}/coupons/c1", demo.url());
 

@@ -298,7 +298,7 @@ impl<L> Lines<L> {
     }
 
     /// How many of the locker's tasks wait in lock `name`'s line, behind the one asking the
-    /// store or holding the lock: writers, mutex holders and readers.
+    /// store or holding the lock: for a mutex, a write lock or a read lock.
     pub(crate) fn waiting(&self, name: &str) -> usize {
         let lines = self.lines();
         lines
