@@ -14,7 +14,7 @@ use tower_lock::testing::CountingBackend;
 use tower_lock::{Locker, RedisBackend};
 
 use crate::lease_settings::TTL;
-use crate::shape::{PERMITS, Shape, Taking};
+use crate::shape::{PERMITS, Shape, Taking, pair_of};
 
 /// How long a contender may wait before an implementation gives up (then it asks again).
 const WAIT: Duration = Duration::from_secs(30);
@@ -272,6 +272,7 @@ where
         Taking::Read => locker.read(key).await,
         Taking::Write => locker.write(key).await,
         Taking::Permit => locker.permit(key, PERMITS).await,
+        Taking::Pair => locker.lock_all([key, &pair_of(key)]).await,
     };
     let held = held.unwrap_or_else(|error| panic!("tower-lock gave up on {key}: {error}"));
     let output = work.await;

@@ -25,6 +25,8 @@ pub enum Shape {
     ReadMostly,
     /// A semaphore of [`PERMITS`] permits.
     Permit,
+    /// The hot key and a second key taken together, all or none (`Locker::lock_all`).
+    MultiKey,
 }
 
 /// The permits of the `permit` shape's semaphore.
@@ -37,6 +39,7 @@ impl Shape {
             Shape::Write => "write",
             Shape::ReadMostly => "read-mostly",
             Shape::Permit => "permit",
+            Shape::MultiKey => "multi-key",
         }
     }
 
@@ -48,6 +51,7 @@ impl Shape {
             Shape::ReadMostly if contender.is_multiple_of(10) => Taking::Write,
             Shape::ReadMostly => Taking::Read,
             Shape::Permit => Taking::Permit,
+            Shape::MultiKey => Taking::Pair,
         }
     }
 }
@@ -59,6 +63,13 @@ pub enum Taking {
     Read,
     Write,
     Permit,
+    /// The key and its pair ([`pair_of`]) together.
+    Pair,
+}
+
+/// The second key the `multi-key` shape takes with `key`.
+pub fn pair_of(key: &str) -> String {
+    format!("{key}:pair")
 }
 
 impl Taking {

@@ -2,7 +2,7 @@
 //! Redis: its numbers move while claims land, both replicas report, and `oversold` reads 0 —
 //! and, the twin, without the lock the same page shows the coupon oversold. And the page fits
 //! a desktop's, a laptop's and a phone's window: every number whole in its card, the replicas'
-//! table whole, the coupon under attack first and in view.
+//! table whole, the coupon under attack first and in view, the locks panel in the first screen.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -141,15 +141,18 @@ async fn every_kind_of_answer(url: &str) {
     }
 }
 
-/// Numbers cut short or sticking out of their cards, where the replicas begin, whether the
-/// page is wider than its window, and whether the replicas' table is wider than its box.
+/// Numbers cut short or sticking out of their cards, where the replicas begin and the locks
+/// panel's token form ends, whether the page is wider than its window, and whether the
+/// replicas' table is wider than its box.
 const LAYOUT: &str = "const cut = [...document.querySelectorAll('.numbers b')] \
         .filter((number) => number.scrollWidth > number.clientWidth \
             || number.getBoundingClientRect().right \
                 > number.closest('.card').getBoundingClientRect().right) \
         .map((number) => number.innerText); \
     const replicas = document.querySelector('#replicas').getBoundingClientRect(); \
-    return { cut, replicas_top: replicas.top, window_height: window.innerHeight, \
+    const locks = document.querySelector('#token-form').getBoundingClientRect(); \
+    return { cut, replicas_top: replicas.top, locks_bottom: locks.bottom, \
+        window_height: window.innerHeight, \
         too_wide: document.documentElement.scrollWidth > window.innerWidth, \
         table_width: document.querySelector('.table').scrollWidth, \
         table_box: document.querySelector('.table').clientWidth };";
@@ -197,6 +200,14 @@ async fn the_page_fits_a_desktop_and_a_phone_with_large_numbers_and_many_coupons
         laptop["table_width"].as_f64() <= laptop["table_box"].as_f64(),
         "the replicas' table whole at 1024×768 too: {laptop}"
     );
+    for (width, height) in [(1280, 800), (1920, 1080)] {
+        browser.resize(width, height).await;
+        let window = browser.evaluate(LAYOUT, vec![]).await;
+        assert!(
+            window["locks_bottom"].as_f64() <= window["window_height"].as_f64(),
+            "the locks panel in the first screen at {width}×{height} however many coupons: {window}"
+        );
+    }
     browser.resize(1280, 900).await;
     assert_eq!(
         browser.count("[data-coupon]").await,

@@ -186,6 +186,7 @@ macro_rules! __conformance_cases {
             writers_alone_hand_over_like_a_mutex,
             fair_writers_alone_hand_over_like_fair_mutexes,
             a_writer_is_woken_by_a_release_in_its_own_process,
+            a_polling_writer_is_woken_by_a_release_in_its_own_process,
             readers_of_a_process_share_one_store_hold,
             a_reader_comes_in_after_a_waiting_writer_of_any_process,
             readers_sharing_a_hold_keep_renewing_it,

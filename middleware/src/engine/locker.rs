@@ -20,6 +20,7 @@ use super::reentry::{self, Reentry};
 use super::settings::{LockerBuilder, Settings};
 use super::telemetry::{Instruments, Meters, Outcome, Shape, Tally};
 use crate::backend::Ask;
+use crate::backend::waiting::Wakes;
 use crate::backend::{FencingToken, Hold, LockBackend, Semaphores, SharedLocks, lease_deadline};
 use crate::token::OwnerToken;
 use tokio::time::Instant;
@@ -416,8 +417,11 @@ impl<B: LockBackend> Locker<B> {
                 tally.waiting();
                 // Seen by the backend as a waiter of this process, so that a release goes
                 // through the store's queue at once, without asking whether anybody waits.
-                let _present = (self.inner.backend.wait_queue())
-                    .map(|queue| queue.room().take_ticket(name, OwnerToken::new(), false));
+                let _present = (self.inner.backend.wait_queue()).map(|queue| {
+                    queue
+                        .room()
+                        .take_ticket(name, OwnerToken::new(), Wakes::Named)
+                });
                 let told = waiting.turn(deadline, self.settings().store_timeout).await;
                 match self.wait_ended(told, (names, name, ask), tally).await? {
                     Ok(taken) => return Ok(taken),

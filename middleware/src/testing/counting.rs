@@ -155,6 +155,17 @@ impl<B: LockBackend> CountingBackend<B> {
         &self.inner
     }
 
+    /// The same backend, its waiters in a room of their own that the store announces nothing
+    /// to: as a store announces no release to waiters whose busy answers left no mark (those
+    /// that poll). Only this process's own releases reach them.
+    #[cfg(test)]
+    pub(crate) fn deaf(mut self) -> Self {
+        if let Some(queue) = &mut self.queue {
+            queue.room = WaitingRoom::in_process();
+        }
+        self
+    }
+
     /// From now on, the store answers every call, refuses it at once, or answers none (a call
     /// already waiting for its answer is not affected).
     ///

@@ -110,13 +110,25 @@ struct Waiters {
     handed: Option<(OwnerToken, Option<FencingToken>)>,
 }
 
-/// One waiter: how it is woken, and whether announcements naming others wake it too.
+/// One waiter: how it is woken, and by what.
 #[derive(Debug)]
 struct Waiter {
     wake: Arc<Notify>,
-    /// A process's head of line whose ticket is not in the store's queue yet: woken by any
+    wakes: Wakes,
+}
+
+/// What wakes a waiter besides an announcement naming its ticket, or the lock free to anybody.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wakes {
+    /// Nothing else.
+    Named,
+    /// A process's head of line whose ticket is not in the store's queue yet: any
     /// announcement, so that it asks (and takes its place) at once.
-    unqueued_head: bool,
+    Head,
+    /// A waiter that polls: its busy answers leave no mark, so the store announces no release
+    /// it waits for. Any announcement, and every release by this process
+    /// ([`WaitingRoom::released_here`]).
+    Polling,
 }
 
 impl Waiters {
@@ -224,7 +236,21 @@ impl WaitingRoom {
             }
         };
         for (ticket, waiter) in &waiters.tickets {
-            if *ticket == next || waiter.unqueued_head {
+            if *ticket == next || waiter.wakes != Wakes::Named {
+                waiter.wake.notify_one();
+            }
+        }
+    }
+
+    /// This process released lock `name` in the store: wakes its waiters that poll, which no
+    /// announcement may reach.
+    pub(crate) fn released_here(&self, name: &str) {
+        let names = self.names();
+        let Some(waiters) = names.get(name) else {
+            return;
+        };
+        for waiter in waiters.tickets.values() {
+            if waiter.wakes == Wakes::Polling {
                 waiter.wake.notify_one();
             }
         }
@@ -286,18 +312,18 @@ impl WaitingRoom {
     }
 
     /// Registers a waiter holding `ticket` for `name`, woken when its ticket is named (or the
-    /// lock announced free to anybody). A process's `head` of line is also woken by
-    /// announcements naming others until it is [`enqueued`](Place::enqueued).
+    /// lock announced free to anybody), and by what else it `wakes` by — a head of line until
+    /// it is [`enqueued`](Place::enqueued).
     pub(crate) fn take_ticket(
         self: &Arc<Self>,
         name: &str,
         ticket: OwnerToken,
-        head: bool,
+        wakes: Wakes,
     ) -> Place {
         let wake = Arc::new(Notify::new());
         let waiter = Waiter {
             wake: Arc::clone(&wake),
-            unqueued_head: head,
+            wakes,
         };
         self.enter(name, ticket, waiter);
         Place {
@@ -356,8 +382,9 @@ impl WaitingRoom {
     /// `ticket`'s place is in the store's queue: announcements naming others need not wake it.
     fn enqueued(&self, name: &str, ticket: OwnerToken) {
         if let Some(waiter) = (self.names().get_mut(name)).and_then(|w| w.tickets.get_mut(&ticket))
+            && waiter.wakes == Wakes::Head
         {
-            waiter.unqueued_head = false;
+            waiter.wakes = Wakes::Named;
         }
     }
 

@@ -19,8 +19,8 @@ const NOT_DUE: Duration = Duration::from_millis(50);
 async fn a_lock_handed_to_a_ticket_is_known_to_that_waiter_only_and_once() {
     let room = WaitingRoom::in_process();
     let (head_token, other_token) = (OwnerToken::new(), OwnerToken::new());
-    let head = room.take_ticket("k", head_token, true);
-    let other = room.take_ticket("k", other_token, false);
+    let head = room.take_ticket("k", head_token, Wakes::Head);
+    let other = room.take_ticket("k", other_token, Wakes::Named);
     head.enqueued();
 
     room.announce(
@@ -40,7 +40,7 @@ async fn a_lock_handed_to_a_ticket_is_known_to_that_waiter_only_and_once() {
 #[tokio::test]
 async fn an_announcement_before_the_wait_is_not_lost() {
     let room = WaitingRoom::in_process();
-    let place = room.take_ticket("k", OwnerToken::new(), true);
+    let place = room.take_ticket("k", OwnerToken::new(), Wakes::Head);
 
     room.announce("k", Announcement::Free);
 
@@ -51,8 +51,8 @@ async fn an_announcement_before_the_wait_is_not_lost() {
 async fn fair_announcements_wake_only_the_named_ticket() {
     let room = WaitingRoom::in_process();
     let (a, b) = (OwnerToken::new(), OwnerToken::new());
-    let first = room.take_ticket("k", a, false);
-    let second = room.take_ticket("k", b, false);
+    let first = room.take_ticket("k", a, Wakes::Named);
+    let second = room.take_ticket("k", b, Wakes::Named);
 
     room.announce("k", Announcement::Next(b));
 
@@ -63,7 +63,7 @@ async fn fair_announcements_wake_only_the_named_ticket() {
 #[tokio::test]
 async fn a_head_without_a_place_in_the_queue_wakes_for_another_processs_ticket_to_take_its_own() {
     let room = WaitingRoom::in_process();
-    let head = room.take_ticket("k", OwnerToken::new(), true);
+    let head = room.take_ticket("k", OwnerToken::new(), Wakes::Head);
 
     room.announce("k", Announcement::Next(OwnerToken::new()));
 
@@ -74,7 +74,7 @@ async fn a_head_without_a_place_in_the_queue_wakes_for_another_processs_ticket_t
 async fn an_enqueued_head_sleeps_through_other_tickets_and_wakes_when_named() {
     let room = WaitingRoom::in_process();
     let token = OwnerToken::new();
-    let head = room.take_ticket("k", token, true);
+    let head = room.take_ticket("k", token, Wakes::Head);
     head.enqueued();
 
     room.announce("k", Announcement::Next(OwnerToken::new()));
@@ -87,7 +87,7 @@ async fn an_enqueued_head_sleeps_through_other_tickets_and_wakes_when_named() {
 #[tokio::test]
 async fn a_waiter_that_leaves_stops_being_counted() {
     let room = WaitingRoom::in_process();
-    let place = room.take_ticket("k", OwnerToken::new(), false);
+    let place = room.take_ticket("k", OwnerToken::new(), Wakes::Named);
     assert!(room.has_waiters("k"));
 
     drop(place);
@@ -98,7 +98,7 @@ async fn a_waiter_that_leaves_stops_being_counted() {
 #[tokio::test(start_paused = true)]
 async fn a_name_is_forgotten_after_its_last_waiter_leaves_and_the_linger_passes() {
     let room = WaitingRoom::in_process();
-    drop(room.take_ticket("k", OwnerToken::new(), false));
+    drop(room.take_ticket("k", OwnerToken::new(), Wakes::Named));
     assert_eq!(room.waiting_names(), 1);
 
     tokio::time::sleep(LINGER + Duration::from_millis(1)).await;
@@ -109,9 +109,9 @@ async fn a_name_is_forgotten_after_its_last_waiter_leaves_and_the_linger_passes(
 #[tokio::test(start_paused = true)]
 async fn a_waiter_who_returns_within_the_linger_keeps_the_name() {
     let room = WaitingRoom::in_process();
-    drop(room.take_ticket("k", OwnerToken::new(), false));
+    drop(room.take_ticket("k", OwnerToken::new(), Wakes::Named));
     tokio::time::sleep(LINGER / 2).await;
-    let again = room.take_ticket("k", OwnerToken::new(), false);
+    let again = room.take_ticket("k", OwnerToken::new(), Wakes::Named);
 
     tokio::time::sleep(LINGER).await;
 

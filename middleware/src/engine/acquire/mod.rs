@@ -11,6 +11,7 @@ use super::policy::{BusyPolicy, WaitMode};
 use super::settings::Settings;
 use super::telemetry::Tally;
 use crate::backend::Ask;
+use crate::backend::waiting::Wakes;
 use crate::backend::{BackendError, Granted, Hold, LockBackend, LockRequest, Patience, WaitQueue};
 use crate::token::OwnerToken;
 use attempts::{Answer, Attempts, How};
@@ -109,7 +110,7 @@ pub(crate) async fn acquire<B: LockBackend>(
     }
     match (ask.hold(), mode, queue) {
         (Hold::Mutex, WaitMode::Fair { ticket_ttl }, Some(queue)) => {
-            let place = queue.room().take_ticket(name, token, false);
+            let place = queue.room().take_ticket(name, token, Wakes::Named);
             attempts
                 .wait_queued(Some(&place), deadline, ticket_ttl)
                 .await
@@ -184,7 +185,7 @@ async fn wait_queued_ahead<B: LockBackend>(
     attempts.tally.waiting();
     let place = queue
         .room()
-        .take_ticket(attempts.name, attempts.request.token, true);
+        .take_ticket(attempts.name, attempts.request.token, Wakes::Head);
     let ticket_ttl = head_ticket_ttl(attempts.settings.ttl);
     attempts
         .wait_queued(Some(&place), deadline, ticket_ttl)
@@ -235,12 +236,16 @@ async fn wait_shared<B: LockBackend>(
         }
     }
     attempts.tally.waiting();
+    let listens = request.patience == Patience::Listens;
     let place = match room {
-        Some(room) if is_writer => Some(room.take_ticket(name, request.token, true)),
-        // In a room that hears no announcements a ticket costs the store nothing, and lets a
-        // release in this process wake the reader or permit waiter.
-        Some(room) if request.patience == Patience::Listens || !room.hears_announcements() => {
-            Some(room.take_ticket(name, request.token, false))
+        Some(room) if is_writer && listens => {
+            Some(room.take_ticket(name, request.token, Wakes::Head))
+        }
+        Some(room) if listens => Some(room.take_ticket(name, request.token, Wakes::Named)),
+        // A writer that polls, and in a room that hears no announcements (where a ticket costs
+        // the store nothing) a reader or permit waiter: woken by releases in this process.
+        Some(room) if is_writer || !room.hears_announcements() => {
+            Some(room.take_ticket(name, request.token, Wakes::Polling))
         }
         _ => None,
     };

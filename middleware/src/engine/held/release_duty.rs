@@ -197,7 +197,7 @@ async fn give_back<B: LockBackend>(
     guard: &LockGuard,
     leases: &[B::Lease],
 ) -> Result<bool, BackendError> {
-    match leases {
+    let released = match leases {
         [lease] => backend.release(guard.name(), lease).await,
         leases => {
             let releases = guard
@@ -209,6 +209,20 @@ async fn give_back<B: LockBackend>(
                 .into_iter()
                 .try_fold(true, |all, one| Ok(all & one?))
         }
+    };
+    if let Ok(true) = released {
+        for name in guard.names() {
+            released_here(backend, name);
+        }
+    }
+    released
+}
+
+/// Lock `name` was released in the store by this process: its waiters here that poll are
+/// woken, since no announcement reaches them.
+fn released_here<B: LockBackend>(backend: &B, name: &str) {
+    if let Some(queue) = backend.wait_queue() {
+        queue.room().released_here(name);
     }
 }
 
@@ -301,10 +315,14 @@ fn release_in_background<B: LockBackend>(
         name.clone(),
         store_timeout,
         async move {
-            match leases.first() {
-                Some(lease) => backend.release(&name, lease).await,
-                None => Ok(false),
+            let Some(lease) = leases.first() else {
+                return Ok(false);
+            };
+            let released = backend.release(&name, lease).await;
+            if let Ok(true) = released {
+                released_here(&*backend, &name);
             }
+            released
         },
     );
 }

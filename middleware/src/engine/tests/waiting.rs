@@ -148,6 +148,62 @@ async fn a_notified_writer_asks_only_to_renew_its_intent() {
     );
 }
 
+/// How long after a release a polling writer (30 s of full-jitter backoff; its intent
+/// refreshed every 500 ms) takes the write lock on `k`, in a room the store announces nothing
+/// to, released after the writer's first refresh by a task of its own locker (`here`: every
+/// release in the store) or by another process.
+async fn polling_writer_taking_after(here: bool) -> Duration {
+    let backend = CountingBackend::new(MemoryBackend::new()).deaf();
+    let store = backend.inner().clone();
+    let locker = locker(backend, |locker| {
+        locker
+            .wait_polling(Duration::from_secs(60))
+            .backoff(Duration::from_secs(30), Duration::from_secs(30))
+            .max_local_run(1)
+    });
+    let (held_here, held_elsewhere) = match here {
+        true => (Some(locker.write("k").await.unwrap()), None),
+        false => (None, Some(hold(&store, "lock:k", TTL).await)),
+    };
+    let writer = tokio::spawn(async move {
+        let held = locker.write("k").await;
+        (Instant::now(), held.map(drop))
+    });
+    tokio::time::sleep(SHARED_REFRESH + Duration::from_millis(1)).await;
+    let released = Instant::now();
+    if let Some(held) = held_here {
+        held.release().await.unwrap();
+    }
+    if let Some(holder) = held_elsewhere {
+        store.release("lock:k", &holder).await.unwrap();
+    }
+    let (taken, held) = writer.await.unwrap();
+    held.unwrap();
+    taken - released
+}
+
+/// A writer that polls is woken by a release in its own process, though the store announces
+/// it nothing (its busy answers leave no mark): at the release, not at its next attempt. Hot
+/// write locks under polling slept a backoff at every turn on Redis, etcd and ZooKeeper
+/// (137 writes/s where polling mutexes took 10 697).
+#[tokio::test(start_paused = true)]
+async fn a_polling_writer_is_woken_by_an_unannounced_release_in_its_process() {
+    let after = polling_writer_taking_after(true).await;
+    assert_eq!(after, Duration::ZERO, "woken at the release");
+}
+
+/// The twin: released by another process, unannounced, the lock waits for the writer's next
+/// attempt (its intent's refresh at the latest).
+#[tokio::test(start_paused = true)]
+async fn a_polling_writer_takes_an_unannounced_release_elsewhere_at_its_next_attempt() {
+    let after = polling_writer_taking_after(false).await;
+    assert!(after > Duration::ZERO, "not woken by the release");
+    assert!(
+        after <= SHARED_REFRESH,
+        "asked again at its refresh: {after:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn local_waiters_are_served_in_arrival_order_with_one_contender() {
     let (backend, locker, holder, served, mut order) =
