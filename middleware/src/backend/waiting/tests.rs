@@ -118,3 +118,25 @@ async fn a_waiter_who_returns_within_the_linger_keeps_the_name() {
     assert_eq!(room.waiting_names(), 1);
     drop(again);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_release_here_wakes_only_the_waiters_that_poll() {
+    let room = WaitingRoom::in_process();
+    let polling = room.take_ticket("k", OwnerToken::new(), Wakes::Polling);
+    let named = room.take_ticket("k", OwnerToken::new(), Wakes::Named);
+    let head = room.take_ticket("k", OwnerToken::new(), Wakes::Head);
+    let elsewhere = room.take_ticket("j", OwnerToken::new(), Wakes::Polling);
+
+    room.released_here("k");
+
+    assert!(woken(&polling, DUE).await);
+    assert!(
+        !woken(&named, NOT_DUE).await,
+        "it hears the store's announcement"
+    );
+    assert!(
+        !woken(&head, NOT_DUE).await,
+        "it hears the store's announcement"
+    );
+    assert!(!woken(&elsewhere, NOT_DUE).await, "another lock");
+}
