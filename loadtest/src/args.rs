@@ -26,8 +26,9 @@ pub struct Args {
     #[arg(long)]
     pub handoff: bool,
     /// Hot key: the shape of lock taken — `mutex`, `write` (every contender writes),
-    /// `read-mostly` (nine readers to one writer) or `permit` (a semaphore of 2). The peers
-    /// (seed-naive, rslock) have mutexes only and sit out the others.
+    /// `read-mostly` (nine readers to one writer), `permit` (a semaphore of 2) or `multi-key`
+    /// (the key and `<key>:pair` together). The peers (seed-naive, rslock) and RedLock have
+    /// mutexes only and sit out the others.
     #[arg(long, value_enum, default_value_t = Shape::Mutex)]
     pub shape: Shape,
     /// Concurrent contenders or tasks (repeatable); default: the scenario's grid (hot key: 8

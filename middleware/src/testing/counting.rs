@@ -156,8 +156,7 @@ impl<B: LockBackend> CountingBackend<B> {
     }
 
     /// The same backend, its waiters in a room of their own that the store announces nothing
-    /// to: as a store announces no release to waiters whose busy answers left no mark (those
-    /// that poll). Only this process's own releases reach them.
+    /// to: only the engine's word of this process's own releases reaches them.
     #[cfg(test)]
     pub(crate) fn deaf(mut self) -> Self {
         if let Some(queue) = &mut self.queue {

@@ -11,7 +11,7 @@ use sqlx::{MySql, MySqlPool, Row};
 
 use super::sql::lease_rows::{LeaseRows, lease_rows_backend};
 use super::sql::{AcquireSlots, ReachablePool, connect_pool};
-use super::waiting::{Announcement, WaitingRoom};
+use super::waiting::WaitingRoom;
 use super::{Attempt, BackendError, Granted, Hold, LockRequest, OwnerToken, Patience, TokenLease};
 use crate::backend::FencingToken;
 use statements::{MAX_NAME_LEN, Param, Statement, Statements};
@@ -255,11 +255,7 @@ impl LeaseRows for MysqlBackend {
 
     async fn release_shared(&self, name: &str, owner: OwnerToken) -> Result<bool, BackendError> {
         let release = &self.statements.release_shared;
-        let released = (self.owner_checked(release, name, owner, Duration::ZERO, None)).await?;
-        if self.room.has_waiters(name) {
-            self.room.announce(name, Announcement::Free);
-        }
-        Ok(released)
+        (self.owner_checked(release, name, owner, Duration::ZERO, None)).await
     }
 
     async fn release_unwaited(&self, name: &str, owner: OwnerToken) -> Result<bool, BackendError> {

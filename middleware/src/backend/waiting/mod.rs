@@ -19,6 +19,9 @@
 //!   last one leaves. Until the store confirms it, and after a disconnection, waiters retry on
 //!   timers. A silent room (a store that cannot announce) hears only what the backend
 //!   announces from releases in this process.
+//! * A waiter that polls leaves no mark in the store, so no release it waits for is announced:
+//!   it asks again after its backoff, or when the engine tells the room that this process
+//!   released the lock ([`WaitingRoom::released_here`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -122,12 +125,12 @@ struct Waiter {
 pub(crate) enum Wakes {
     /// Nothing else.
     Named,
-    /// A process's head of line whose ticket is not in the store's queue yet: any
+    /// A process's head of line whose ticket is not in the store's wait queue yet: any
     /// announcement, so that it asks (and takes its place) at once.
     Head,
     /// A waiter that polls: its busy answers leave no mark, so the store announces no release
-    /// it waits for. Any announcement, and every release by this process
-    /// ([`WaitingRoom::released_here`]).
+    /// it waits for. Only this process's releases wake it ([`WaitingRoom::released_here`]);
+    /// it asks again after its backoff otherwise.
     Polling,
 }
 
@@ -141,9 +144,12 @@ impl Waiters {
         }
     }
 
-    fn wake_everyone(&self) {
+    /// Wakes every waiter that listens to announcements: one that polls asks again on its own.
+    fn wake_listeners(&self) {
         for waiter in self.tickets.values() {
-            waiter.wake.notify_one();
+            if waiter.wakes != Wakes::Polling {
+                waiter.wake.notify_one();
+            }
         }
     }
 }
@@ -217,8 +223,9 @@ impl WaitingRoom {
     /// Lock `name` was released: wakes whoever it concerns.
     ///
     /// A named ticket's holder is woken; so is every head of line whose ticket is not in the
-    /// store's queue yet, so that it takes a place instead of sleeping through the other
-    /// processes' turns.
+    /// store's wait queue yet, so that it takes a place instead of sleeping through the other
+    /// processes' turns. Waiters that poll are not: [`released_here`](Self::released_here)
+    /// is what wakes them.
     pub fn announce(&self, name: &str, announcement: Announcement) {
         let mut names = self.names();
         let Some(waiters) = names.get_mut(name) else {
@@ -226,7 +233,7 @@ impl WaitingRoom {
         };
         let next = match announcement {
             Announcement::Free => {
-                waiters.wake_everyone();
+                waiters.wake_listeners();
                 return;
             }
             Announcement::Next(next) => next,
@@ -236,14 +243,14 @@ impl WaitingRoom {
             }
         };
         for (ticket, waiter) in &waiters.tickets {
-            if *ticket == next || waiter.wakes != Wakes::Named {
+            if *ticket == next || waiter.wakes == Wakes::Head {
                 waiter.wake.notify_one();
             }
         }
     }
 
     /// This process released lock `name` in the store: wakes its waiters that poll, which no
-    /// announcement may reach.
+    /// announcement reaches (the engine tells the room of every release it makes).
     pub(crate) fn released_here(&self, name: &str) {
         let names = self.names();
         let Some(waiters) = names.get(name) else {
@@ -265,7 +272,7 @@ impl WaitingRoom {
         if waiters.subscription == Subscription::Pending {
             waiters.subscription = Subscription::Live;
             // Anything announced while we were not listening is lost: look again.
-            waiters.wake_everyone();
+            waiters.wake_listeners();
         }
     }
 
@@ -279,7 +286,7 @@ impl WaitingRoom {
             return;
         };
         waiters.subscription = Subscription::Pending;
-        waiters.wake_everyone();
+        waiters.wake_listeners();
         if let Delivery::Subscribed(commands) = &self.delivery {
             commands.send(Command::Subscribe(name.to_owned())).ok();
         }
@@ -300,7 +307,7 @@ impl WaitingRoom {
     pub fn disconnected(&self) {
         for waiters in self.names().values_mut() {
             waiters.subscription = Subscription::Pending;
-            waiters.wake_everyone();
+            waiters.wake_listeners();
         }
     }
 

@@ -156,8 +156,8 @@ impl<B: LockBackend> Attempts<'_, B> {
                 }
             }
             // Only a waiter that listens has its busy answers marked for the release to be
-            // announced: one that polls asks again after its backoff, whatever the room hears
-            // (a polling writer is in the room only to be woken by releases in its process).
+            // announced: one that polls asks again after its backoff, or when its own process
+            // releases the lock (the only wake-up its place in the room gets).
             let listens = self.request.patience == Patience::Listens;
             let live = listens && place.is_some_and(Place::announcements_live);
             let Some(delay) = self.delay(attempt, live, holder_ttl, deadline) else {

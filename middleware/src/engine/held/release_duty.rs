@@ -197,33 +197,33 @@ async fn give_back<B: LockBackend>(
     guard: &LockGuard,
     leases: &[B::Lease],
 ) -> Result<bool, BackendError> {
-    let released = match leases {
-        [lease] => backend.release(guard.name(), lease).await,
+    match leases {
+        [lease] => release(backend, guard.name(), lease).await,
         leases => {
             let releases = guard
                 .names()
                 .zip(leases)
-                .map(|(name, lease)| backend.release(name, lease));
+                .map(|(name, lease)| release(backend, name, lease));
             let released = join_all(releases).await;
             released
                 .into_iter()
                 .try_fold(true, |all, one| Ok(all & one?))
         }
-    };
-    if let Ok(true) = released {
-        for name in guard.names() {
-            released_here(backend, name);
-        }
     }
-    released
 }
 
-/// Lock `name` was released in the store by this process: its waiters here that poll are
-/// woken, since no announcement reaches them.
-fn released_here<B: LockBackend>(backend: &B, name: &str) {
-    if let Some(queue) = backend.wait_queue() {
+/// Releases `lease` of lock `name` in the store: whether it was still ours. Once it is
+/// released, this process's waiters for it that poll are woken: no announcement reaches them.
+async fn release<B: LockBackend>(
+    backend: &B,
+    name: &str,
+    lease: &B::Lease,
+) -> Result<bool, BackendError> {
+    let released = backend.release(name, lease).await;
+    if let (Ok(true), Some(queue)) = (&released, backend.wait_queue()) {
         queue.room().released_here(name);
     }
+    released
 }
 
 impl<B: LockBackend> Drop for ReleaseDuty<B> {
@@ -315,14 +315,10 @@ fn release_in_background<B: LockBackend>(
         name.clone(),
         store_timeout,
         async move {
-            let Some(lease) = leases.first() else {
-                return Ok(false);
-            };
-            let released = backend.release(&name, lease).await;
-            if let Ok(true) = released {
-                released_here(&*backend, &name);
+            match leases.first() {
+                Some(lease) => release(&*backend, &name, lease).await,
+                None => Ok(false),
             }
-            released
         },
     );
 }
