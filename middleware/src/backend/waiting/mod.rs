@@ -21,7 +21,7 @@
 //!   announces from releases in this process.
 //! * A waiter that polls leaves no mark in the store, so no release it waits for is announced:
 //!   it asks again after its backoff, or when the engine tells the room that this process
-//!   released the lock ([`WaitingRoom::released_here`]).
+//!   released the lock.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -224,8 +224,8 @@ impl WaitingRoom {
     ///
     /// A named ticket's holder is woken; so is every head of line whose ticket is not in the
     /// store's wait queue yet, so that it takes a place instead of sleeping through the other
-    /// processes' turns. Waiters that poll are not: [`released_here`](Self::released_here)
-    /// is what wakes them.
+    /// processes' turns. Waiters that poll are not: only the engine's word that this process
+    /// released the lock wakes them.
     pub fn announce(&self, name: &str, announcement: Announcement) {
         let mut names = self.names();
         let Some(waiters) = names.get_mut(name) else {
