@@ -63,6 +63,67 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Closed {
     }
 }
 
+/// Keeps every event's fields, its message among them.
+#[derive(Clone, Default)]
+struct Events(Arc<Mutex<Vec<Fields>>>);
+
+impl<S: Subscriber> Layer<S> for Events {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        self.0.lock().unwrap().push(fields);
+    }
+}
+
+/// Its twin, `a_lock_taken_by_someone_else_is_reported_taken_at_the_next_renewal` (the
+/// library's unit tests): a store that cannot tell says only that the lease is gone.
+#[test]
+fn a_holder_freed_by_an_operator_logs_the_operators_label() {
+    let events = Events::default();
+    let subscriber = tracing_subscriber::registry().with(events.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    subscriber::with_default(subscriber, || {
+        runtime.block_on(async {
+            let store = MemoryBackend::new();
+            let worker = Locker::builder(store.clone())
+                .ttl(Duration::from_millis(300))
+                .build()
+                .unwrap();
+            let operator = Locker::builder(store)
+                .holder_label("ops-7")
+                .build()
+                .unwrap();
+            let work = worker.with_lock("invoice:1", |_| async {
+                operator.force_release("invoice:1").await.unwrap();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            });
+            let stopped = work.await;
+            assert!(
+                matches!(stopped, Err(LockError::LeaseLost { .. })),
+                "{stopped:?}"
+            );
+        });
+    });
+    let events = events.0.lock().unwrap().clone();
+    let said = |message: &str| {
+        (events.iter())
+            .find(|fields| fields.get("message") == Some(message))
+            .unwrap_or_else(|| panic!("no event {message:?} among {events:?}"))
+    };
+    let told = said("an operator released the lock");
+    assert_eq!(told.get("released_by"), Some("ops-7"));
+    assert_eq!(told.get("lock"), Some("lock:invoice:1"));
+    let stopped = said("lock lost; stopping the work");
+    assert_eq!(
+        stopped.get("because"),
+        Some("an operator released the lock")
+    );
+}
+
 #[test]
 fn each_acquisition_runs_in_a_span_naming_its_key_shape_wait_attempts_outcome_and_fence() {
     let closed = Closed::default();

@@ -116,11 +116,14 @@ pub trait Inspect: LockBackend {
         limit: usize,
     ) -> impl Future<Output = Result<Listing, BackendError>> + Send;
 
-    /// Frees lock `name` whatever its holders, and wakes its waiters: the next grant's fence
-    /// is above every fence the freed holders had, and each of them finds its lease lost at
-    /// its next renewal. Returns the holders it freed (none: the lock was free).
+    /// Frees lock `name` whatever its holders, for the operator labelled `by`, and wakes its
+    /// waiters: the next grant's fence is above every fence the freed holders had, and each
+    /// of them finds its lease lost at its next renewal. A store that can keeps `by` for each
+    /// freed lease, for [`released_by`](LockBackend::released_by) to tell its holder. Returns
+    /// the holders it freed (none: the lock was free).
     fn force_release(
         &self,
         name: &str,
+        by: &str,
     ) -> impl Future<Output = Result<Vec<Holding>, BackendError>> + Send;
 }

@@ -200,6 +200,19 @@ pub trait LockBackend: Send + Sync + 'static {
         lease: &Self::Lease,
     ) -> impl Future<Output = Result<bool, BackendError>> + Send;
 
+    /// Who freed `lease` on `name` when a renewal or release found it gone: the label of the
+    /// operator whose [`force_release`](Inspect::force_release) freed it, where the store
+    /// recorded one (it keeps the record while the freed lease would have lived). `None` (the
+    /// default): the store cannot tell, and the holder says only that its lease is gone.
+    fn released_by(
+        &self,
+        name: &str,
+        lease: &Self::Lease,
+    ) -> impl Future<Output = Result<Option<String>, BackendError>> + Send {
+        let _ = (name, lease);
+        std::future::ready(Ok(None))
+    }
+
     /// An attempt by `request.token` on `name` ended without the lock reaching its caller:
     /// its answer was lost (the store failed or was too slow, or the caller was dropped before
     /// the answer came), or a writer or reader gave up waiting. Undo what it may have left: a

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::Store;
 use super::support::{LONG, SHORT, SLACK, locker, two_processes, until};
 use crate::backend::{Hold, Inspect, Semaphores, SharedLocks};
-use crate::{FencingToken, LockError};
+use crate::{FencingToken, LeaseLost, LockError};
 
 /// The operator's view of a lock held in its own process counts that process's tasks waiting
 /// in its locker's line behind the holder: the store knows nothing of them (another process's
@@ -126,7 +126,12 @@ where
         );
     }
     let lost = tokio::time::timeout(SHORT + SLACK, held.lost()).await;
-    assert!(lost.is_ok(), "the freed holder learns at its next renewal");
+    let lost = lost.expect("the freed holder learns at its next renewal");
+    let told = match store.records_releases() {
+        true => LeaseLost::Released,
+        false => LeaseLost::Taken,
+    };
+    assert_eq!(lost, told, "the freed holder is told what the store knows");
     assert!(!held.is_held());
     assert!(
         next.force_release("coupon:9")

@@ -87,6 +87,13 @@ pub trait Store: Send + Sync + Sized + 'static {
         true
     }
 
+    /// Whether the store records who freed a lease in an operator's release, so that its
+    /// holder is told ([`LeaseLost::Released`](crate::LeaseLost::Released)) rather than only
+    /// that the lease is gone (default `false`; memory and Redis record it).
+    fn records_releases(&self) -> bool {
+        false
+    }
+
     /// Whether the cases run on Tokio's paused clock (default `false`): one thread, time
     /// standing still while any task can run and jumping to the next timer when none can, so
     /// a case's timed assertions hold however loaded the machine is. Only for a store that

@@ -73,16 +73,19 @@ impl<B: Inspect> Locker<B> {
     /// and wakes its waiters. Safe where the store fences: the next holder's fence is above
     /// every freed holder's, so a data store that checks fences refuses their late writes; each
     /// freed holder finds its lease lost at its next renewal ([`LockError::LeaseLost`], its
-    /// work stopped under [`OnLost::Abort`](crate::OnLost::Abort)). Logged at WARN, naming the
-    /// key, the freed holders and this locker's label. Returns the holders it freed (none: the
-    /// lock was free).
+    /// work stopped under [`OnLost::Abort`](crate::OnLost::Abort)) and, where the store
+    /// records who freed it (memory, Redis), logs that this locker's
+    /// [label](crate::LockerBuilder::holder_label) released it ([`LeaseLost::Released`](crate::LeaseLost::Released)).
+    /// Logged at WARN here too, naming the key, the freed holders and this locker's label.
+    /// Returns the holders it freed (none: the lock was free).
     ///
     /// # Errors
     ///
     /// [`LockError::InvalidKey`], or the store's failure ([`LockError::StoreUnavailable`]).
     pub async fn force_release(&self, key: &str) -> Result<Vec<Holding>, LockError> {
         let name = self.name_of(key)?;
-        let freed = (self.within_store_timeout(self.backend().force_release(&name))).await?;
+        let by = self.settings().holder;
+        let freed = (self.within_store_timeout(self.backend().force_release(&name, by))).await?;
         let freed: Vec<Holding> = freed.into_iter().map(as_handed_out).collect();
         if !freed.is_empty() {
             let holders: Vec<String> = (freed.iter())

@@ -278,6 +278,14 @@ impl<B: LockBackend> LockBackend for CountingBackend<B> {
         self.inner.release(name, lease).await
     }
 
+    async fn released_by(
+        &self,
+        name: &str,
+        lease: &B::Lease,
+    ) -> Result<Option<String>, BackendError> {
+        self.inner.released_by(name, lease).await
+    }
+
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
         self.counts.call(&self.counts.releases).await?;
         self.inner.abandon(name, request).await

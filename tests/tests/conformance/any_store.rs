@@ -66,6 +66,10 @@ impl Store for RedisByUrl {
         let url = self.0.url();
         (AnyBackend::connect(&url).await).unwrap_or_else(|error| panic!("{url}: {error}"))
     }
+
+    fn records_releases(&self) -> bool {
+        true
+    }
 }
 
 impl Outage for RedisByUrl {
@@ -135,6 +139,10 @@ impl Store for RedlockByUrl {
 
     fn fences(&self) -> bool {
         false
+    }
+
+    fn records_releases(&self) -> bool {
+        true
     }
 }
 

@@ -45,6 +45,10 @@ impl Store for RedisStore {
             .await
             .expect("the test's redis-server answers")
     }
+
+    fn records_releases(&self) -> bool {
+        true
+    }
 }
 
 impl Outage for RedisStore {
@@ -73,5 +77,9 @@ impl Store for UnfencedRedisStore {
 
     fn fences(&self) -> bool {
         false
+    }
+
+    fn records_releases(&self) -> bool {
+        true
     }
 }

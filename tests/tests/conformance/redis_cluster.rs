@@ -37,4 +37,8 @@ impl Store for RedisClusterStore {
             .await
             .expect("the test's cluster answers")
     }
+
+    fn records_releases(&self) -> bool {
+        true
+    }
 }

@@ -37,4 +37,8 @@ impl Store for SentinelStore {
         let backend = backend.expect("the test's Sentinels answer");
         backend.replica_acks(1, Duration::from_millis(500))
     }
+
+    fn records_releases(&self) -> bool {
+        true
+    }
 }

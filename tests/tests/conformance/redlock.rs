@@ -28,6 +28,10 @@ impl Store for RedlockStore {
     fn fences(&self) -> bool {
         false
     }
+
+    fn records_releases(&self) -> bool {
+        true
+    }
 }
 
 impl Outage for RedlockStore {

@@ -23,8 +23,8 @@ impl Inspect for AnyBackend {
         )
     }
 
-    async fn force_release(&self, name: &str) -> Result<Vec<Holding>, BackendError> {
-        each_store!(self.store(), backend => Box::pin(backend.force_release(name)).await)
+    async fn force_release(&self, name: &str, by: &str) -> Result<Vec<Holding>, BackendError> {
+        each_store!(self.store(), backend => Box::pin(backend.force_release(name, by)).await)
     }
 }
 
@@ -45,7 +45,7 @@ impl Inspect for AnyMutexBackend {
         )
     }
 
-    async fn force_release(&self, name: &str) -> Result<Vec<Holding>, BackendError> {
-        each_mutex_store!(self.store(), backend => Box::pin(backend.force_release(name)).await)
+    async fn force_release(&self, name: &str, by: &str) -> Result<Vec<Holding>, BackendError> {
+        each_mutex_store!(self.store(), backend => Box::pin(backend.force_release(name, by)).await)
     }
 }

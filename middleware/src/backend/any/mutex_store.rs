@@ -180,6 +180,14 @@ impl LockBackend for AnyMutexBackend {
         each_mutex_store!(&self.store, backend => Box::pin(backend.release(name, LeaseIn::of(lease)?)).await)
     }
 
+    async fn released_by(
+        &self,
+        name: &str,
+        lease: &AnyMutexLease,
+    ) -> Result<Option<String>, BackendError> {
+        each_mutex_store!(&self.store, backend => Box::pin(backend.released_by(name, LeaseIn::of(lease)?)).await)
+    }
+
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
         each_mutex_store!(&self.store, backend => Box::pin(backend.abandon(name, request)).await)
     }

@@ -201,6 +201,14 @@ impl LockBackend for AnyBackend {
         each_store!(&self.store, backend => Box::pin(backend.release(name, LeaseIn::of(lease)?)).await)
     }
 
+    async fn released_by(
+        &self,
+        name: &str,
+        lease: &AnyLease,
+    ) -> Result<Option<String>, BackendError> {
+        each_store!(&self.store, backend => Box::pin(backend.released_by(name, LeaseIn::of(lease)?)).await)
+    }
+
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
         each_store!(&self.store, backend => Box::pin(backend.abandon(name, request)).await)
     }

@@ -71,6 +71,8 @@ struct State {
     keys: HashMap<String, KeyState>,
     sweep_at_len: usize,
     fences: FenceCounter,
+    /// Leases an operator freed: by whom, until they would have expired.
+    released: HashMap<OwnerToken, (String, Instant)>,
 }
 
 /// Below this many keys the map is not swept.
@@ -211,6 +213,19 @@ impl LockBackend for MemoryBackend {
         }))
     }
 
+    async fn released_by(
+        &self,
+        _name: &str,
+        lease: &TokenLease,
+    ) -> Result<Option<String>, BackendError> {
+        let now = Instant::now();
+        let state = self.lock_state();
+        let released = state.released.get(&lease.token());
+        Ok(released
+            .filter(|(_, until)| *until > now)
+            .map(|(by, _)| by.clone()))
+    }
+
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
         self.freeing(name, |entry, fences, now| {
             entry.abandon(request.token, fences, now)
@@ -322,16 +337,30 @@ impl Inspect for MemoryBackend {
         Ok(Listing::new(names.into_iter().cloned().collect(), next))
     }
 
-    async fn force_release(&self, name: &str) -> Result<Vec<Holding>, BackendError> {
-        let freed =
-            self.with_existing_key(name, |entry, fences, now| entry.force_free(fences, now));
-        let Some((freed, announcement)) = freed else {
+    async fn force_release(&self, name: &str, by: &str) -> Result<Vec<Holding>, BackendError> {
+        let now = Instant::now();
+        let mut state = self.lock_state();
+        let State {
+            keys,
+            fences,
+            released,
+            ..
+        } = &mut *state;
+        let Some(freed) = keys
+            .get_mut(name)
+            .map(|entry| entry.force_free(fences, now))
+        else {
             return Ok(Vec::new());
         };
-        if let Some(announcement) = announcement {
+        released.retain(|_, (_, until)| *until > now);
+        for (token, until) in freed.leases {
+            released.insert(token, (by.to_owned(), until));
+        }
+        drop(state);
+        if let Some(announcement) = freed.announcement {
             self.room.announce(name, announcement);
         }
-        Ok(freed)
+        Ok(freed.holders)
     }
 }
 

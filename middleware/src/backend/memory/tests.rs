@@ -33,6 +33,10 @@ impl crate::conformance::Store for MemoryStore {
     async fn backend(&self) -> MemoryBackend {
         self.0.clone()
     }
+
+    fn records_releases(&self) -> bool {
+        true
+    }
 }
 
 fn request(token: OwnerToken) -> LockRequest {

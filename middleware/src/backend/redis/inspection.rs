@@ -198,7 +198,7 @@ impl<C: RedisConnection> Inspect for RedisBackend<C> {
         Ok(Listing::new(names, Some(next)))
     }
 
-    async fn force_release(&self, name: &str) -> Result<Vec<Holding>, BackendError> {
+    async fn force_release(&self, name: &str, by: &str) -> Result<Vec<Holding>, BackendError> {
         let (holders, _) = self.recorded(name).await?;
         let mut freed = Vec::new();
         for holder in holders {
@@ -209,10 +209,59 @@ impl<C: RedisConnection> Inspect for RedisBackend<C> {
                 self.run_shared(name, "release", holder.handle, &[]).await?
             };
             if released == 1 {
+                self.record_release(name, holder.handle, by, holder.holding.lease_left)
+                    .await?;
                 freed.push(holder.holding);
             }
         }
         Ok(freed)
+    }
+}
+
+impl<C: RedisConnection> RedisBackend<C> {
+    /// Records that the operator labelled `by` freed `token`'s lease on `name`, for as long as
+    /// the lease had `left` (at least a second): the hash's expiry only ever grows.
+    async fn record_release(
+        &self,
+        name: &str,
+        token: OwnerToken,
+        by: &str,
+        left: Option<Duration>,
+    ) -> Result<(), BackendError> {
+        let keep_ms = left.map_or(1000, |left| left.as_millis().max(1000));
+        let key = LockKey::released(name);
+        let mut pipeline = redis::Pipeline::with_capacity(3);
+        pipeline
+            .cmd("HSET")
+            .arg(key)
+            .arg(token.to_string())
+            .arg(by)
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(key)
+            .arg(keep_ms as u64)
+            .arg("NX")
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(key)
+            .arg(keep_ms as u64)
+            .arg("GT")
+            .ignore();
+        (pipeline
+            .query_async::<()>(&mut self.connection.clone())
+            .await)
+            .map_err(BackendError::new)
+    }
+
+    /// The label of the operator who freed `token`'s lease on `name`, while its record lasts.
+    pub(super) async fn recorded_release(
+        &self,
+        name: &str,
+        token: OwnerToken,
+    ) -> Result<Option<String>, BackendError> {
+        let mut command = redis::cmd("HGET");
+        command.arg(LockKey::released(name)).arg(token.to_string());
+        (command.query_async(&mut self.connection.clone()).await).map_err(BackendError::new)
     }
 }
 

@@ -29,6 +29,14 @@ impl<C: RedisConnection> LockBackend for RedisBackend<C> {
         self.acknowledged(&[name], taken).await
     }
 
+    async fn released_by(
+        &self,
+        name: &str,
+        lease: &TokenLease,
+    ) -> Result<Option<String>, BackendError> {
+        self.recorded_release(name, lease.token()).await
+    }
+
     async fn extend(
         &self,
         name: &str,

@@ -264,6 +264,23 @@ impl LockBackend for RedlockBackend {
         }
     }
 
+    /// The operator's label a master recorded for `lease` (the operator's release ran on every
+    /// master it could reach): the first master that answers with one tells.
+    async fn released_by(
+        &self,
+        name: &str,
+        lease: &TokenLease,
+    ) -> Result<Option<String>, BackendError> {
+        let calls = self
+            .backends()
+            .map(|master| master.released_by(name, lease));
+        let votes = self.votes(RELEASE_LIMIT, calls).await;
+        Ok(votes.into_iter().find_map(|vote| match vote {
+            Vote::Answered(Some(label)) => Some(label),
+            _ => None,
+        }))
+    }
+
     async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
         let calls = self.backends().map(|master| master.release(name, lease));
         let votes = self.votes(RELEASE_LIMIT, calls).await;

@@ -85,7 +85,7 @@ impl<B: RowInspection + Sync> Inspect for B {
         list_held(prefix, limit, |rows| self.name_page(prefix, after, rows)).await
     }
 
-    async fn force_release(&self, name: &str) -> Result<Vec<Holding>, BackendError> {
+    async fn force_release(&self, name: &str, _by: &str) -> Result<Vec<Holding>, BackendError> {
         let (holders, _) = recorded(self, name).await?;
         let mut freed = Vec::new();
         for holder in holders {

@@ -142,7 +142,7 @@ impl Inspect for ZookeeperBackend {
         Ok(Listing::new(names, next))
     }
 
-    async fn force_release(&self, name: &str) -> Result<Vec<Holding>, BackendError> {
+    async fn force_release(&self, name: &str, _by: &str) -> Result<Vec<Holding>, BackendError> {
         let (holders, _) = self.recorded(name).await?;
         let mut freed = Vec::new();
         for holder in holders {

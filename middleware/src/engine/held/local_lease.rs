@@ -7,18 +7,24 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 
-use crate::backend::{BackendError, lease_deadline};
+use crate::backend::{LockBackend, lease_deadline};
+use crate::engine::held::ReleaseDuty;
 use crate::engine::telemetry::{Meters, Outcome, Renewal, StoreOp};
 
 /// Why a lease was lost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LeaseLost {
-    /// A renewal found the lease gone from the store: an operator freed the lock, or the
-    /// store lost it (a restart, a failover) and it may be somebody else's now. The store does
-    /// not say which, so neither does the message.
+    /// A renewal found the lease gone from the store, and the store cannot tell why: an
+    /// operator freed the lock on a store that keeps no record of it, or the store lost it (a
+    /// restart, a failover) and it may be somebody else's now.
     #[error("a renewal found the lease gone from the store")]
     Taken,
+    /// An operator freed the lock ([`Locker::force_release`](crate::Locker::force_release)):
+    /// the store recorded it, and the holder's log names the operator's label. The memory
+    /// store and Redis (every mode) record it; the others answer [`Taken`](Self::Taken).
+    #[error("an operator released the lock")]
+    Released,
     /// The local deadline passed without a confirmed renewal: the store did not answer, the
     /// process was paused, or renewal is off.
     #[error("the lease ran out without a confirmed renewal")]
@@ -163,21 +169,15 @@ impl LocalLease {
     }
 }
 
-/// Keeps `lease` while its lock (first named `name`, for logs) is held: renews it every TTL/3
-/// after its last confirmed renewal, with `extend` (which extends every name of the lock) when
-/// `plan.renew`, and returns as soon as it is lost. Dropping this future stops renewal at once;
-/// it owns no task and at most one timer at a time. Started again later (the work ended, its
-/// output is still being delivered), it goes on from the last renewal.
-pub(crate) async fn keep<F, Fut>(
-    lease: &LocalLease,
-    plan: LeasePlan,
-    name: &str,
-    mut extend: F,
-) -> LeaseLost
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<bool, BackendError>>,
-{
+/// Keeps the lease of `leases`' lock while it is held: renews it every TTL/3 after its last
+/// confirmed renewal (every name of the lock at once) when the locker renews, and returns as
+/// soon as it is lost — asking the store, when a renewal finds the lease gone, whether an
+/// operator freed it. Dropping this future stops renewal at once; it owns no task and at most
+/// one timer at a time. Started again later (the work ended, its output is still being
+/// delivered), it goes on from the last renewal.
+pub(crate) async fn keep<B: LockBackend>(leases: &ReleaseDuty<B>) -> LeaseLost {
+    let (guard, plan) = (leases.guard(), leases.locker().settings.lease_plan());
+    let (lease, name) = (guard.lease(), guard.name());
     let meters = lease.meters();
     let interval = plan.ttl / 3;
     let retry_after_failure = (interval / 3).max(Duration::from_millis(10));
@@ -199,7 +199,7 @@ where
         tokio::select! {
             biased;
             () = sleep_until(deadline) => return lease.lose(LeaseLost::Expired),
-            outcome = meters.store_call(StoreOp::Extend, plan.store_timeout, extend()) => match outcome {
+            outcome = meters.store_call(StoreOp::Extend, plan.store_timeout, leases.extend()) => match outcome {
                 Ok(Ok(true)) => {
                     meters.renewal(Renewal::Ok);
                     lease.renewed(sent, plan.ttl);
@@ -207,7 +207,16 @@ where
                 }
                 Ok(Ok(false)) => {
                     meters.renewal(Renewal::Refused);
-                    return lease.lose(LeaseLost::Taken);
+                    let released_by = tokio::select! {
+                        biased;
+                        by = leases.released_by() => by,
+                        () = sleep_until(deadline) => None,
+                    };
+                    let Some(operator) = released_by else {
+                        return lease.lose(LeaseLost::Taken);
+                    };
+                    tracing::warn!(lock = name, released_by = operator, "an operator released the lock");
+                    return lease.lose(LeaseLost::Released);
                 }
                 Ok(Err(error)) => {
                     meters.renewal(Renewal::Failed);

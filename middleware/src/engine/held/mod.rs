@@ -32,9 +32,7 @@ async fn run_while_kept<F: Future, B: LockBackend>(
     leases: &ReleaseDuty<B>,
     on_lost: OnLost,
 ) -> Option<F::Output> {
-    let (guard, plan) = (leases.guard(), leases.locker().settings.lease_plan());
-    let kept = keep(guard.lease(), plan, guard.name(), || leases.extend());
-    run_until_lost(work, guard, kept, on_lost).await
+    run_until_lost(work, leases.guard(), keep(leases), on_lost).await
 }
 
 /// Runs `work` until `lost` resolves, then stops it (`None`) or lets it finish, as `on_lost`
@@ -141,9 +139,8 @@ impl<B: LockBackend> HeldLock<B> {
             Ok(runtime) => {
                 let leases = Arc::clone(&owned.leases);
                 let renewal = runtime.spawn(async move {
-                    let (guard, plan) = (leases.guard(), leases.locker().settings.lease_plan());
-                    let lost = keep(guard.lease(), plan, guard.name(), || leases.extend()).await;
-                    tracing::warn!(lock = guard.name(), because = %lost, "lock lost");
+                    let lost = keep(&leases).await;
+                    tracing::warn!(lock = leases.guard().name(), because = %lost, "lock lost");
                 });
                 RenewalTask::Running(renewal.abort_handle())
             }

@@ -97,6 +97,18 @@ impl<B: LockBackend> ReleaseDuty<B> {
         }
     }
 
+    /// The label of the operator who freed this lock, where the store recorded one: asked,
+    /// within one store timeout, once a renewal or release found the lease gone. `None` when
+    /// the store cannot tell, fails or is too slow.
+    pub(crate) async fn released_by(&self) -> Option<String> {
+        let backend = &*self.locker.backend;
+        let asks = (self.guard.names().zip(self.leases.iter()))
+            .map(|(name, lease)| backend.released_by(name, lease));
+        let store_timeout = self.locker.settings.store_timeout;
+        let answers = tokio::time::timeout(store_timeout, join_all(asks)).await;
+        (answers.ok()?.into_iter()).find_map(|answer| answer.ok().flatten())
+    }
+
     /// Gives every lease back at once, within one store timeout: `Ok(())`, or why the lock
     /// was no longer (certainly) ours: the store had lost it, or its lease had been lost here
     /// (the work may have run unprotected, even when the store still held it).
@@ -178,10 +190,17 @@ impl<B: LockBackend> ReleaseDuty<B> {
     pub(crate) async fn release_quietly(&self) {
         match self.release().await {
             Ok(()) => tracing::trace!(lock = self.guard.name(), "released"),
-            Err(LockError::LeaseLost { .. }) => tracing::warn!(
-                lock = self.guard.name(),
-                "the lock was no longer ours at release: its lease was gone from the store"
-            ),
+            Err(LockError::LeaseLost { .. }) => match self.released_by().await {
+                Some(operator) => tracing::warn!(
+                    lock = self.guard.name(),
+                    released_by = operator,
+                    "the lock was no longer ours at release: an operator released it"
+                ),
+                None => tracing::warn!(
+                    lock = self.guard.name(),
+                    "the lock was no longer ours at release: its lease was gone from the store"
+                ),
+            },
             Err(error) => tracing::warn!(
                 lock = self.guard.name(),
                 %error,

@@ -157,6 +157,31 @@ async fn a_lock_taken_by_someone_else_is_reported_taken_at_the_next_renewal() {
     );
 }
 
+/// Its twin above: a store that cannot tell why a lease is gone says only that.
+#[tokio::test(start_paused = true)]
+async fn a_holder_freed_by_an_operator_is_told_so_at_its_next_renewal_or_release() {
+    let ttl = Duration::from_millis(300);
+    let store = MemoryBackend::new();
+    let worker = locker(store.clone(), |locker| locker.ttl(ttl));
+    let operator = locker(store, |locker| locker.holder_label("ops-7"));
+    let renewed = worker.lock("k").await.unwrap();
+    let taken = Instant::now();
+
+    operator.force_release("k").await.unwrap();
+    let lost = renewed.lost().await;
+
+    assert_eq!(lost, LeaseLost::Released);
+    assert_eq!(taken.elapsed(), ttl / 3, "found at the first renewal");
+    assert_eq!(lost.to_string(), "an operator released the lock");
+
+    let released = worker.lock("k").await.unwrap();
+    operator.force_release("k").await.unwrap();
+    assert!(
+        matches!(released.release().await, Err(LockError::LeaseLost { .. })),
+        "released before its first renewal, it finds the lease gone"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn with_lock_stops_work_whose_lease_is_lost() {
     let locker = locker(MutexOnly::failing(Fault::Stolen), |locker| {

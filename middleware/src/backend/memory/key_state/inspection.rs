@@ -7,6 +7,7 @@ use tokio::time::Instant;
 use super::{Entry, FenceCounter, KeyState};
 use crate::backend::waiting::Announcement;
 use crate::backend::{Hold, Holding, LockState};
+use crate::token::OwnerToken;
 
 impl KeyState {
     /// Its live holders and the waiters it records, at `now`.
@@ -42,22 +43,39 @@ impl KeyState {
     }
 
     /// Frees the name whatever its holders: the exclusive holder's release, as its own would be
-    /// (a ticket in line gets the lock next), and every shared hold dropped. The freed holders,
-    /// and what to announce.
+    /// (a ticket in line gets the lock next), and every shared hold dropped.
     pub(in crate::backend::memory) fn force_free(
         &mut self,
         fences: &mut FenceCounter,
         now: Instant,
-    ) -> (Vec<Holding>, Option<Announcement>) {
+    ) -> Freed {
         self.forget_expired(now);
-        let freed = self.holdings(now);
-        let holder = self.live_holder(now).map(|holder| holder.token);
-        let announcement = holder.and_then(|token| self.release_exclusive(token, fences, now));
-        let shared = !(self.readers.is_empty() && self.permits.is_empty());
+        let holders = self.holdings(now);
+        let exclusive = self
+            .live_holder(now)
+            .map(|holder| (holder.token, holder.expires_at));
+        let shared =
+            (self.readers.iter().chain(&self.permits)).map(|entry| (entry.token, entry.expires_at));
+        let leases: Vec<(OwnerToken, Instant)> = exclusive.into_iter().chain(shared).collect();
+        let announcement =
+            exclusive.and_then(|(token, _)| self.release_exclusive(token, fences, now));
+        let any_shared = !(self.readers.is_empty() && self.permits.is_empty());
         self.readers.clear();
         self.permits.clear();
-        (freed, announcement.or(shared.then_some(Announcement::Free)))
+        Freed {
+            holders,
+            leases,
+            announcement: announcement.or(any_shared.then_some(Announcement::Free)),
+        }
     }
+}
+
+/// What an operator's release freed: the holders as it saw them, each freed lease's token and
+/// the instant it would have expired, and what to announce.
+pub(in crate::backend::memory) struct Freed {
+    pub(in crate::backend::memory) holders: Vec<Holding>,
+    pub(in crate::backend::memory) leases: Vec<(OwnerToken, Instant)>,
+    pub(in crate::backend::memory) announcement: Option<Announcement>,
 }
 
 fn holding(hold: Hold, entry: &Entry, now: Instant) -> Holding {

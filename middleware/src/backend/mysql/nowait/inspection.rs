@@ -112,7 +112,7 @@ impl Inspect for NowaitBackend {
         .await
     }
 
-    async fn force_release(&self, name: &str) -> Result<Vec<Holding>, BackendError> {
+    async fn force_release(&self, name: &str, _by: &str) -> Result<Vec<Holding>, BackendError> {
         let Some(holder) = self.holder(name).await? else {
             return Ok(Vec::new());
         };

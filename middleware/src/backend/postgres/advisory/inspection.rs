@@ -68,7 +68,7 @@ impl Inspect for AdvisoryBackend {
         ))
     }
 
-    async fn force_release(&self, name: &str) -> Result<Vec<Holding>, BackendError> {
+    async fn force_release(&self, name: &str, _by: &str) -> Result<Vec<Holding>, BackendError> {
         let mut freed = Vec::new();
         for (pid, holding) in self.holders(name).await? {
             let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")

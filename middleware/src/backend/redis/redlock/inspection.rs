@@ -83,10 +83,10 @@ impl Inspect for RedlockBackend {
         )))
     }
 
-    async fn force_release(&self, name: &str) -> Result<Vec<Holding>, BackendError> {
+    async fn force_release(&self, name: &str, by: &str) -> Result<Vec<Holding>, BackendError> {
         let state = self.inspect(name).await?;
         self.answered_by_a_quorum(name, |master| {
-            self.masters[master].backend.force_release(name)
+            self.masters[master].backend.force_release(name, by)
         })
         .await?;
         Ok(state.holders)
