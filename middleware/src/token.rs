@@ -24,8 +24,13 @@ use uuid::Uuid;
 pub struct OwnerToken(Uuid);
 
 impl OwnerToken {
-    /// Draws a new random token.
+    /// Draws a new random token (from the thread's seed, where a simulation
+    /// [seeded](crate::testing::seed_this_thread) it).
     pub fn new() -> Self {
+        #[cfg(feature = "test-util")]
+        if let Some(bytes) = crate::testing::seeded_bytes() {
+            return Self(uuid::Builder::from_random_bytes(bytes).into_uuid());
+        }
         Self(Uuid::new_v4())
     }
 

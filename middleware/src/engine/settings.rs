@@ -8,6 +8,7 @@ use super::held::{HoldTimes, LeasePlan};
 use super::line::{Lines, MAX_LOCAL_RUN};
 use super::locker::{Locker, LockerInner};
 use super::names::DEFAULT_MAX_KEY_LEN;
+use super::observer::Observer;
 use super::policy::{Backoff, BusyPolicy, OnLost, WaitMode};
 use super::telemetry::Instruments;
 use metrics::SharedString;
@@ -40,6 +41,8 @@ pub(crate) struct Settings {
     pub(crate) max_local_run: u32,
     /// Who holds this locker's locks, for operators: stored with each grant.
     pub(crate) holder: &'static str,
+    /// Who watches its holds (tests only attach one).
+    pub(crate) observer: Observer,
 }
 
 /// Holds in a row handed on among a locker's tasks unless set otherwise.
@@ -66,6 +69,7 @@ impl Settings {
             metrics_group: None,
             max_local_run: DEFAULT_MAX_LOCAL_RUN,
             holder: holder_label::default_label(),
+            observer: Observer::default(),
         }
     }
 
@@ -341,6 +345,8 @@ impl<B: LockBackend> LockerBuilder<B> {
     /// once. How the waiter learns that the lock may be free is set apart: woken when its
     /// release is announced (the default; backends without a wait queue poll), by polling
     /// ([`wait_polling`](Self::wait_polling)), or in a fair line ([`fair`](Self::fair)).
+    /// Every caller is answered within `timeout` and one [store
+    /// timeout](Self::store_timeout) (an attempt sent just before the wait ends).
     pub fn wait(mut self, timeout: Duration) -> Self {
         self.waiting.timeout = timeout;
         self
@@ -399,6 +405,15 @@ impl<B: LockBackend> LockerBuilder<B> {
     /// How long one store call may take before it counts as failed (default 1 s).
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.settings.store_timeout = timeout;
+        self
+    }
+
+    /// Records this locker's holds in `recording` rather than in the process's history: one
+    /// simulated process among several in one OS process
+    /// ([`testing::history`](crate::testing::history)).
+    #[cfg(feature = "test-util")]
+    pub fn recorded_in(mut self, recording: &crate::testing::history::Recording) -> Self {
+        self.settings.observer = recording.observer();
         self
     }
 

@@ -2,5 +2,8 @@
 
 mod counting;
 pub mod history;
+mod seeded;
 
 pub use counting::{Availability, CallCounts, CountingBackend};
+pub use seeded::seed_this_thread;
+pub(crate) use seeded::seeded_bytes;

@@ -14,17 +14,16 @@
 
 use std::time::Duration;
 
-mod history;
 mod proxy;
 mod register;
 mod runner;
 mod stores;
 mod worker;
 
-pub use history::{History, Verdict};
 pub use register::Tally;
 pub use runner::{ChaosPlan, ChaosReport, Fault, run};
 pub use stores::ChaosStore;
+pub use tower_lock::testing::history::{History, Verdict};
 pub use worker::{ChaosShape, PERMITS, WORKER_ENV, run_worker};
 
 /// A random time within `(from, to)`, in whole milliseconds.

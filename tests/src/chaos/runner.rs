@@ -10,12 +10,12 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::history::{History, Verdict};
 use super::proxy::CutProxy;
 use super::register::Tally;
 use super::stores::ChaosStore;
 use super::within;
 use super::worker::{ChaosShape, WORKER_ENV, WorkerPlan};
+use super::{History, Verdict};
 use crate::RedisServer;
 use crate::private_server::ServerDir;
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use tokio::time::Instant;
 
 use crate::backend::{BackendError, LockBackend, LockRequest};
 use crate::background;
@@ -47,20 +48,21 @@ impl<'a, B: LockBackend> Abandon<'a, B> {
     }
 
     /// Abandons now, before the caller answers (a reader sent right after a writer gave up
-    /// must not find its intent, nor a writer a reader's claim), bounded by the store timeout.
-    pub(super) async fn now(mut self) {
-        self.armed = false;
-        let abandoned = tokio::time::timeout(
-            self.store_timeout,
+    /// must not find its intent, nor a writer a reader's claim) — until `answer_by`, the
+    /// latest the caller is answered (its deadline and one store call), and in the background
+    /// from then on.
+    pub(super) async fn before(mut self, answer_by: Instant) {
+        let abandoned = tokio::time::timeout_at(
+            answer_by,
             abandon_each(&**self.backend, self.names, self.request),
         )
         .await;
-        if !matches!(abandoned, Ok(Ok(()))) {
-            tracing::warn!(
-                locks = self.names.joined_keys(),
-                ?abandoned,
-                "abandon failed"
-            );
+        let Ok(abandoned) = abandoned else {
+            return;
+        };
+        self.armed = false;
+        if let Err(error) = abandoned {
+            tracing::warn!(locks = self.names.joined_keys(), %error, "abandon failed");
         }
     }
 }

@@ -206,7 +206,8 @@ async fn wait_queued_ahead<B: LockBackend>(
 /// others until it lapsed (2 s). A writer `called` from
 /// its locker's line skips that look. A reader that waits claims the next turn for readers. A
 /// writer or reader that gives up withdraws its intent or claim before it answers, so that
-/// nobody is held back by a caller that left.
+/// nobody is held back by a caller that left — or, from its deadline plus one store timeout
+/// on (the latest a caller is answered), in the background.
 async fn wait_shared<B: LockBackend>(
     attempts: &Attempts<'_, B>,
     queue: Option<&dyn WaitQueue<B::Lease>>,
@@ -253,7 +254,11 @@ async fn wait_shared<B: LockBackend>(
         .wait(place.as_ref(), deadline, Some(SHARED_REFRESH), How::Plain)
         .await;
     match (marks, &waited) {
-        (Some(marks), Err(NotObtained::Busy { .. })) => marks.now().await,
+        (Some(marks), Err(NotObtained::Busy { .. })) => {
+            marks
+                .before(deadline + attempts.settings.store_timeout)
+                .await;
+        }
         (Some(marks), Ok(_)) => marks.disarm(),
         // A store failure: the guard abandons in the background.
         (Some(_), Err(NotObtained::Store(_))) | (None, _) => {}

@@ -157,6 +157,7 @@ impl LocalLease {
                     Status::Held => {}
                 }
                 tokio::select! {
+                    biased;
                     changed = state.changed() => if changed.is_err() {
                         // Nobody can renew or release it any more: only the deadline is left.
                         sleep_until(deadline).await;

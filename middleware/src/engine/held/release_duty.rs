@@ -14,7 +14,6 @@ use crate::engine::error::LockError;
 use crate::engine::guard::LockGuard;
 use crate::engine::line::{Baton, RunId};
 use crate::engine::locker::LockerInner;
-use crate::engine::observer;
 use crate::engine::telemetry::StoreOp;
 
 /// A held lock's leases, one per name, counted among the locker's held locks until dropped.
@@ -45,7 +44,7 @@ impl<B: LockBackend> ReleaseDuty<B> {
         locker.held.fetch_add(1, Ordering::Relaxed);
         guard.lease().meters().taken();
         Self {
-            observed: observer::granted(&guard),
+            observed: locker.settings.observer.granted(&guard),
             locker,
             guard,
             leases,
@@ -69,7 +68,7 @@ impl<B: LockBackend> ReleaseDuty<B> {
         let sent = Instant::now();
         let extended = self.extend_all().await;
         if let Ok(false) = extended {
-            observer::lost(self.observed);
+            self.locker.settings.observer.lost(self.observed);
         }
         if let (Some(run), Ok(true)) = (self.run, &extended) {
             let lease_ends = lease_deadline(sent, self.locker.settings.ttl);
@@ -129,7 +128,7 @@ impl<B: LockBackend> ReleaseDuty<B> {
         let meters = self.guard.lease().meters();
         let released = (meters.store_call(StoreOp::Release, store_timeout, give_back)).await;
         if let Ok(Ok(false)) = released {
-            observer::lost(self.observed);
+            self.locker.settings.observer.lost(self.observed);
         }
         match released {
             Ok(Ok(true)) if was_held => Ok(()),
@@ -174,7 +173,7 @@ impl<B: LockBackend> ReleaseDuty<B> {
     fn ends(&self) -> bool {
         self.record_hold_time();
         let was_held = self.guard.is_held();
-        observer::ended(self.observed, was_held);
+        self.locker.settings.observer.ended(self.observed, was_held);
         self.guard.lease().release();
         was_held
     }

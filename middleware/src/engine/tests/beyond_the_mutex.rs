@@ -7,6 +7,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::locker;
+use crate::backend::{
+    Attempt, BackendError, Granted, Inspect, LockBackend, LockRequest, SharedLocks, TokenLease,
+};
 use crate::test_support::Inside;
 use crate::{Hold, LockError, Locker, MemoryBackend};
 
@@ -124,4 +127,108 @@ async fn transfers_over_overlapping_keys_exclude_each_other_without_deadlock() {
         transfer.await.unwrap().unwrap();
     }
     assert_eq!(inside.overlaps(), 0);
+}
+
+/// The memory store, answering every call `answer_after` late: a store whose round trips are
+/// slow.
+#[derive(Clone)]
+struct SlowStore {
+    memory: MemoryBackend,
+    answer_after: Duration,
+}
+
+impl LockBackend for SlowStore {
+    type Lease = TokenLease;
+
+    async fn acquire(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        tokio::time::sleep(self.answer_after).await;
+        self.memory.acquire(name, request).await
+    }
+
+    async fn extend(
+        &self,
+        name: &str,
+        lease: &TokenLease,
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        tokio::time::sleep(self.answer_after).await;
+        self.memory.extend(name, lease, ttl).await
+    }
+
+    async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
+        tokio::time::sleep(self.answer_after).await;
+        self.memory.release(name, lease).await
+    }
+
+    async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
+        tokio::time::sleep(self.answer_after).await;
+        self.memory.abandon(name, request).await
+    }
+}
+
+impl SharedLocks for SlowStore {
+    async fn acquire_read(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        tokio::time::sleep(self.answer_after).await;
+        self.memory.acquire_read(name, request).await
+    }
+
+    async fn acquire_write(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        tokio::time::sleep(self.answer_after).await;
+        self.memory.acquire_write(name, request).await
+    }
+}
+
+/// A writer that gives up is answered by its deadline and one store timeout, however slow
+/// the withdrawal of its intent: the last attempt, sent just before the deadline, takes most
+/// of a store timeout, and the withdrawal goes on in the background past that bound (found
+/// by the simulator, seed 2: answered a few milliseconds late, a whole store timeout late at
+/// worst). Its twin: with the withdrawal answered in time, the intent is gone before the
+/// writer answers.
+#[tokio::test(start_paused = true)]
+async fn a_writer_that_gives_up_is_answered_by_its_deadline_and_one_store_timeout() {
+    let (wait, store_timeout) = (Duration::from_millis(300), Duration::from_millis(100));
+    let memory = MemoryBackend::new();
+    let _holder = Locker::new(memory.clone()).write("k").await.unwrap();
+    for answer_after in [Duration::from_millis(90), Duration::from_millis(30)] {
+        let slow = SlowStore {
+            memory: memory.clone(),
+            answer_after,
+        };
+        let writer = locker(slow, |locker| {
+            locker
+                .wait_polling(wait)
+                .backoff(Duration::from_millis(45), Duration::from_millis(45))
+                .store_timeout(store_timeout)
+        });
+        let asked = Instant::now();
+
+        let refused = writer.write("k").await;
+
+        assert!(
+            matches!(refused, Err(LockError::Busy { .. })),
+            "{refused:?}"
+        );
+        assert!(
+            asked.elapsed() <= wait + store_timeout,
+            "answered {:?} after it asked, past {:?}",
+            asked.elapsed(),
+            wait + store_timeout
+        );
+        if answer_after == Duration::from_millis(30) {
+            let state = Inspect::inspect(&memory, "lock:k").await.unwrap();
+            assert_eq!(state.waiting, 0, "withdrawn before the answer: {state:?}");
+        }
+    }
 }

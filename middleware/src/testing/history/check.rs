@@ -1,4 +1,4 @@
-//! Reads the holds processes recorded (`tower_lock::testing::history`) and checks them: every
+//! Reads the holds processes recorded (`record_to`, [`Recording`](super::Recording)) and checks them: every
 //! pair of holds of one lock that overlapped in time where one of them was exclusive (a mutex,
 //! a writer, several keys at once: readers share), split by whether fencing kept the stale
 //! holder's writes out; and every moment a semaphore had more holders than permits.
@@ -165,7 +165,7 @@ impl History {
             shapes: self.shapes.clone(),
             ..Verdict::default()
         };
-        let mut by_name: HashMap<&str, Vec<&Hold>> = HashMap::new();
+        let mut by_name: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
         for hold in &self.holds {
             by_name.entry(&hold.name).or_default().push(hold);
         }

@@ -1,0 +1,201 @@
+//! One simulated process's link to the store: the one path every contract call takes. The
+//! seed decides each call's fate — answered after a delay, refused before the store saw it,
+//! applied with its answer lost, applied and never answered, or answered late — and a paused
+//! process's calls wait out the pause, a killed one's never end.
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep, sleep_until};
+use tower_lock::backend::BackendError;
+
+/// How often each fault befalls a call, and how long calls take.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Faults {
+    /// Refused before the store saw it (a connection reset).
+    pub(crate) refused: f64,
+    /// Applied, its answer lost.
+    pub(crate) lost: f64,
+    /// Applied, never answered (the caller's store timeout ends the wait).
+    pub(crate) hung: f64,
+    /// Answered after `slow` (around the store timeout).
+    pub(crate) slow: f64,
+    pub(crate) slow_delay: Duration,
+    /// The longest an ordinary call takes each way.
+    pub(crate) max_delay: Duration,
+}
+
+/// What befalls one call.
+#[derive(Clone, Copy, Debug)]
+enum Fate {
+    Answered { there: Duration, back: Duration },
+    Refused,
+    AnswerLost { there: Duration },
+    Hung { there: Duration },
+}
+
+/// How many of each fault the link has dealt.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Dealt {
+    pub(crate) refused: u64,
+    pub(crate) lost: u64,
+    pub(crate) hung: u64,
+    pub(crate) slow: u64,
+}
+
+impl Dealt {
+    pub(crate) fn total(&self) -> u64 {
+        self.refused + self.lost + self.hung + self.slow
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    paused_until: Option<Instant>,
+    killed: bool,
+    dealt: Dealt,
+    /// Every call: when it was sent (since the link was made), what it asked, its fate.
+    calls: Vec<(Duration, String)>,
+}
+
+/// A process's link; see the module's docs.
+#[derive(Debug)]
+pub(crate) struct Link {
+    rng: Mutex<fastrand::Rng>,
+    faults: Faults,
+    state: Mutex<State>,
+    epoch: Instant,
+}
+
+impl Link {
+    pub(crate) fn new(seed: u64, faults: Faults, epoch: Instant) -> Self {
+        Self {
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+            faults,
+            state: Mutex::default(),
+            epoch,
+        }
+    }
+
+    /// Sends `apply` to the store: it is applied in a task of its own once it arrives, whatever
+    /// the caller does meanwhile (a request sent stays sent), and its answer comes back as the
+    /// call's fate says.
+    pub(crate) async fn call<T: Send + 'static>(
+        &self,
+        what: String,
+        apply: impl Future<Output = Result<T, BackendError>> + Send + 'static,
+    ) -> Result<T, BackendError> {
+        self.reachable().await;
+        let fate = self.draw();
+        let sent = Instant::now() - self.epoch;
+        self.lock_state()
+            .calls
+            .push((sent, format!("{what}: {fate:?}")));
+        let there = match fate {
+            Fate::Refused => {
+                sleep(self.faults.max_delay).await;
+                return Err(BackendError::new("the simulated connection was reset"));
+            }
+            Fate::Answered { there, .. } | Fate::AnswerLost { there } | Fate::Hung { there } => {
+                there
+            }
+        };
+        let applied = tokio::spawn(async move {
+            sleep(there).await;
+            apply.await
+        });
+        let answer = applied
+            .await
+            .unwrap_or_else(|error| Err(BackendError::new(format!("the store failed: {error}"))));
+        match fate {
+            Fate::Answered { back, .. } => {
+                sleep(back).await;
+                self.reachable().await;
+                answer
+            }
+            Fate::AnswerLost { .. } => Err(BackendError::new("the simulated answer was lost")),
+            Fate::Hung { .. } | Fate::Refused => std::future::pending().await,
+        }
+    }
+
+    /// Returns once the process runs: at once, or when its pause ends; never once it was
+    /// killed.
+    pub(crate) async fn reachable(&self) {
+        loop {
+            let (paused_until, killed) = {
+                let state = self.lock_state();
+                (state.paused_until, state.killed)
+            };
+            if killed {
+                std::future::pending::<()>().await;
+            }
+            match paused_until {
+                Some(until) if until > Instant::now() => sleep_until(until).await,
+                _ => return,
+            }
+        }
+    }
+
+    /// Freezes the process until `until`: its calls and its work wait.
+    pub(crate) fn pause_until(&self, until: Instant) {
+        self.lock_state().paused_until = Some(until);
+    }
+
+    /// Ends the process: nothing it sends from now on arrives, nothing it was sent returns.
+    pub(crate) fn kill(&self) {
+        self.lock_state().killed = true;
+    }
+
+    pub(crate) fn dealt(&self) -> Dealt {
+        self.lock_state().dealt
+    }
+
+    /// Every call sent so far: when, what, and its fate.
+    pub(crate) fn calls(&self) -> Vec<(Duration, String)> {
+        self.lock_state().calls.clone()
+    }
+
+    fn draw(&self) -> Fate {
+        let faults = self.faults;
+        let mut rng = self
+            .rng
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut delay = || Duration::from_micros(rng.u64(0..=faults.max_delay.as_micros() as u64));
+        let (there, back) = (delay(), delay());
+        let roll = rng.f64();
+        let mut state = self.lock_state();
+        let dealt = &mut state.dealt;
+        let mut threshold = faults.refused;
+        if roll < threshold {
+            dealt.refused += 1;
+            return Fate::Refused;
+        }
+        threshold += faults.lost;
+        if roll < threshold {
+            dealt.lost += 1;
+            return Fate::AnswerLost { there };
+        }
+        threshold += faults.hung;
+        if roll < threshold {
+            dealt.hung += 1;
+            return Fate::Hung { there };
+        }
+        threshold += faults.slow;
+        if roll < threshold {
+            dealt.slow += 1;
+            return Fate::Answered {
+                there,
+                back: back + faults.slow_delay,
+            };
+        }
+        Fate::Answered { there, back }
+    }
+
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}

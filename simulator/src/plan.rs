@@ -1,0 +1,135 @@
+//! What a seed decides before the run starts: the store's kind of lease, the processes and
+//! their settings, the keys, how often calls fail, and when processes are paused or killed.
+
+use std::time::Duration;
+
+use fastrand::Rng;
+
+use crate::link::Faults;
+use crate::store::Leases;
+
+/// Acquisitions granted in every run, at least.
+pub(crate) const ACQUISITIONS: u64 = 200;
+
+/// One run's plan.
+#[derive(Clone, Debug)]
+pub(crate) struct Plan {
+    pub(crate) leases: Leases,
+    pub(crate) processes: usize,
+    pub(crate) keys: Vec<String>,
+    pub(crate) faults: Faults,
+    /// When each process fault strikes, from the start.
+    pub(crate) events: Vec<(Duration, Event)>,
+}
+
+/// A fault that strikes a whole process.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Event {
+    /// Frozen for this long (a GC pause), calls and work alike.
+    Pause { process: usize, pause: Duration },
+    /// Killed (its leases left in the store), and started again as a new process this much
+    /// later.
+    Kill {
+        process: usize,
+        restart_after: Duration,
+    },
+}
+
+/// How one process's locker is set up.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ProcessPlan {
+    pub(crate) ttl: Duration,
+    pub(crate) store_timeout: Duration,
+    pub(crate) policy: Policy,
+    pub(crate) workers: usize,
+    pub(crate) max_local_run: u32,
+}
+
+/// What a process's callers do when the lock is busy.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Policy {
+    Reject,
+    Wait(Duration),
+    Polling(Duration),
+}
+
+impl Policy {
+    /// How long a caller may wait for the lock.
+    pub(crate) fn wait(self) -> Duration {
+        match self {
+            Self::Reject => Duration::ZERO,
+            Self::Wait(wait) | Self::Polling(wait) => wait,
+        }
+    }
+}
+
+fn millis(rng: &mut Rng, range: std::ops::RangeInclusive<u64>) -> Duration {
+    Duration::from_millis(rng.u64(range))
+}
+
+impl Plan {
+    pub(crate) fn draw(rng: &mut Rng) -> Self {
+        let leases = match rng.u8(0..10) {
+            0..=6 => Leases::Ttl,
+            _ => Leases::Session {
+                timeout: millis(rng, 600..=2000),
+            },
+        };
+        let processes = rng.usize(3..=5);
+        let keys = (0..rng.usize(2..=3)).map(|key| format!("k{key}")).collect();
+        let faults = Faults {
+            refused: 0.02,
+            lost: 0.02,
+            hung: 0.01,
+            slow: 0.03,
+            slow_delay: millis(rng, 50..=400),
+            max_delay: Duration::from_micros(rng.u64(100..=3000)),
+        };
+        let mut events = Vec::new();
+        for _ in 0..rng.usize(3..=5) {
+            let at = millis(rng, 0..=1500);
+            let process = rng.usize(0..processes);
+            let event = match rng.bool() {
+                true => Event::Pause {
+                    process,
+                    pause: millis(rng, 100..=2500),
+                },
+                false => Event::Kill {
+                    process,
+                    restart_after: millis(rng, 0..=500),
+                },
+            };
+            events.push((at, event));
+        }
+        events.sort_by_key(|(at, _)| *at);
+        Self {
+            leases,
+            processes,
+            keys,
+            faults,
+            events,
+        }
+    }
+}
+
+impl ProcessPlan {
+    pub(crate) fn draw(rng: &mut Rng, leases: Leases) -> Self {
+        let longest = match leases {
+            Leases::Ttl => 1500,
+            Leases::Session { timeout } => timeout.as_millis() as u64,
+        };
+        let ttl = millis(rng, 300.min(longest)..=longest);
+        let policy = match rng.u8(0..3) {
+            0 => Policy::Reject,
+            1 => Policy::Wait(millis(rng, 100..=1500)),
+            _ => Policy::Polling(millis(rng, 100..=1500)),
+        };
+        Self {
+            ttl,
+            store_timeout: millis(rng, 50..=300),
+            policy,
+            workers: rng.usize(1..=3),
+            max_local_run: rng.u32(1..=8),
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! The simulated store: one [`MemoryBackend`] every simulated process shares, reached through
+//! each process's [`Link`], with leases of either kind — a TTL the store counts down (Redis,
+//! the SQL lease rows), or a session's: held for as long as the holder's session lives, and
+//! freed when it expires (etcd, ZooKeeper).
+
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tower_lock::MemoryBackend;
+use tower_lock::backend::{
+    Attempt, BackendError, Granted, LockBackend, LockRequest, Semaphores, SharedLocks, TokenLease,
+};
+
+use crate::link::Link;
+
+/// How the store keeps a lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Leases {
+    /// For the TTL asked, renewed by each extend.
+    Ttl,
+    /// For as long as the holder's session lives; the session expires `timeout` after its
+    /// process stops keeping it alive (killed, or paused that long).
+    Session { timeout: Duration },
+}
+
+/// A lease a session lease store holds for as long as this, in place of a TTL.
+const SESSION_HOLD: Duration = Duration::from_secs(24 * 60 * 60);
+
+impl Leases {
+    fn asked(self, mut request: LockRequest) -> LockRequest {
+        if let Self::Session { .. } = self {
+            request.ttl = SESSION_HOLD;
+        }
+        request
+    }
+
+    fn ttl(self, ttl: Duration) -> Duration {
+        match self {
+            Self::Ttl => ttl,
+            Self::Session { .. } => SESSION_HOLD,
+        }
+    }
+}
+
+/// One simulated process's backend: the shared store, through its link.
+#[derive(Clone, Debug)]
+pub(crate) struct SimBackend {
+    store: MemoryBackend,
+    link: Arc<Link>,
+    leases: Leases,
+    /// What the store granted the process, for its session's expiry to free.
+    granted: Arc<Mutex<Vec<(String, TokenLease)>>>,
+}
+
+impl SimBackend {
+    pub(crate) fn new(store: MemoryBackend, link: Arc<Link>, leases: Leases) -> Self {
+        Self {
+            store,
+            link,
+            leases,
+            granted: Arc::default(),
+        }
+    }
+
+    /// The store frees what the process's session held: its session expired.
+    pub(crate) async fn session_expired(&self) {
+        let granted = std::mem::take(&mut *lock(&self.granted));
+        for (name, lease) in granted {
+            let _ = self.store.release(&name, &lease).await;
+        }
+    }
+
+    /// Sends `apply` (on the store, with the name it is given) through the link, noting what it
+    /// granted.
+    async fn call<T, F, Fut>(
+        &self,
+        what: &'static str,
+        name: &str,
+        apply: F,
+    ) -> Result<T, BackendError>
+    where
+        T: Granting + Send + 'static,
+        F: FnOnce(MemoryBackend, String) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, BackendError>> + Send + 'static,
+    {
+        let (store, name, granted) = (self.store.clone(), name.to_owned(), self.granted.clone());
+        let session = matches!(self.leases, Leases::Session { .. });
+        self.link
+            .call(format!("{what} {}", name.replace('\n', "+")), async move {
+                let answer = apply(store, name.clone()).await;
+                if let (true, Ok(answer)) = (session, &answer) {
+                    let mut granted = lock(&granted);
+                    answer.grants(&name, &mut granted);
+                }
+                answer
+            })
+            .await
+    }
+}
+
+impl SimBackend {
+    /// `apply` through the link, as [`call`](Self::call); where leases are a session's, tried
+    /// again in the background until the store answers, as etcd's and ZooKeeper's backends
+    /// keep deleting what a release or an abandonment left: a deletion lost on the way would
+    /// otherwise hold the lock for as long as the session lives.
+    async fn until_answered<T, F, Fut>(
+        &self,
+        what: &'static str,
+        name: &str,
+        apply: F,
+    ) -> Result<T, BackendError>
+    where
+        T: Granting + Send + 'static,
+        F: Fn(MemoryBackend, String) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, BackendError>> + Send + 'static,
+    {
+        let Leases::Session { timeout } = self.leases else {
+            return self.call(what, name, apply).await;
+        };
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let (backend, name) = (self.clone(), name.to_owned());
+        tokio::spawn(async move {
+            let mut answer = Some(answer);
+            loop {
+                let attempt = backend.call(what, &name, apply.clone());
+                let outcome = tokio::time::timeout(timeout / 4, attempt).await;
+                let done = matches!(outcome, Ok(Ok(_)));
+                let outcome = outcome.unwrap_or_else(|_| {
+                    Err(BackendError::new("the simulated store did not answer in time"))
+                });
+                if let Some(answer) = answer.take() {
+                    let _ = answer.send(outcome);
+                }
+                if done {
+                    return;
+                }
+                tokio::time::sleep(timeout / 8).await;
+            }
+        });
+        answered
+            .await
+            .unwrap_or_else(|_| Err(BackendError::new("the simulated store went away")))
+    }
+}
+
+/// An answer that may grant leases.
+trait Granting {
+    fn grants(&self, _name: &str, _into: &mut Vec<(String, TokenLease)>) {}
+}
+
+impl Granting for bool {}
+impl Granting for () {}
+
+impl Granting for Attempt<Granted<TokenLease>> {
+    fn grants(&self, name: &str, into: &mut Vec<(String, TokenLease)>) {
+        if let Attempt::Acquired(granted) = self {
+            into.push((name.to_owned(), granted.lease));
+        }
+    }
+}
+
+/// Several names at once: `names` joined by `\n`.
+impl Granting for Attempt<Vec<Granted<TokenLease>>> {
+    fn grants(&self, names: &str, into: &mut Vec<(String, TokenLease)>) {
+        if let Attempt::Acquired(all) = self {
+            for (name, granted) in names.split('\n').zip(all) {
+                into.push((name.to_owned(), granted.lease));
+            }
+        }
+    }
+}
+
+impl LockBackend for SimBackend {
+    type Lease = TokenLease;
+
+    async fn acquire(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        let request = self.leases.asked(request);
+        self.call("acquire", name, move |store, name| async move {
+            store.acquire(&name, request).await
+        })
+        .await
+    }
+
+    async fn extend(
+        &self,
+        name: &str,
+        lease: &TokenLease,
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        let (lease, ttl) = (*lease, self.leases.ttl(ttl));
+        self.call("extend", name, move |store, name| async move {
+            store.extend(&name, &lease, ttl).await
+        })
+        .await
+    }
+
+    async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
+        let lease = *lease;
+        self.until_answered("release", name, move |store, name| async move {
+            store.release(&name, &lease).await
+        })
+        .await
+    }
+
+    async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
+        self.until_answered("abandon", name, move |store, name| async move {
+            store.abandon(&name, request).await
+        })
+        .await
+    }
+
+    async fn acquire_many(
+        &self,
+        names: &[&str],
+        request: LockRequest,
+    ) -> Result<Attempt<Vec<Granted<TokenLease>>>, BackendError> {
+        let request = self.leases.asked(request);
+        self.call(
+            "acquire_many",
+            &names.join("\n"),
+            move |store, names| async move {
+                let names: Vec<&str> = names.split('\n').collect();
+                store.acquire_many(&names, request).await
+            },
+        )
+        .await
+    }
+
+    fn store_kind(&self) -> &'static str {
+        "simulated"
+    }
+
+    fn max_ttl(&self) -> Option<Duration> {
+        match self.leases {
+            Leases::Ttl => None,
+            Leases::Session { timeout } => Some(timeout),
+        }
+    }
+}
+
+impl SharedLocks for SimBackend {
+    async fn acquire_read(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        let request = self.leases.asked(request);
+        self.call("acquire_read", name, move |store, name| async move {
+            store.acquire_read(&name, request).await
+        })
+        .await
+    }
+
+    async fn acquire_write(
+        &self,
+        name: &str,
+        request: LockRequest,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        let request = self.leases.asked(request);
+        self.call("acquire_write", name, move |store, name| async move {
+            store.acquire_write(&name, request).await
+        })
+        .await
+    }
+}
+
+impl Semaphores for SimBackend {
+    async fn acquire_permit(
+        &self,
+        name: &str,
+        request: LockRequest,
+        permits: NonZeroU32,
+    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        let request = self.leases.asked(request);
+        self.call("acquire_permit", name, move |store, name| async move {
+            store.acquire_permit(&name, request, permits).await
+        })
+        .await
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,360 @@
+//! One simulated run: the processes a seed plans, their callers, the faults that strike them,
+//! and the checks of what happened.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fastrand::Rng;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep, sleep_until, timeout};
+use tower_lock::backend::Inspect;
+use tower_lock::testing::history::{History, Recording};
+use tower_lock::{Locker, MemoryBackend};
+
+use crate::check::{self, Outcome};
+use crate::link::Link;
+use crate::plan::{ACQUISITIONS, Event, Plan, Policy, ProcessPlan};
+use crate::register::Registers;
+use crate::store::{Leases, SimBackend};
+use crate::workload::{self, Call, Op};
+
+/// The most calls for locks one run makes, whatever else happens.
+const MAX_CALLS: usize = 20_000;
+
+/// How long after the last fault every caller must have been answered.
+const CALLERS_ANSWERED_WITHIN: Duration = Duration::from_secs(60);
+
+/// How long after its lease (or its session) runs out a lock nobody holds may stay taken.
+pub(crate) const LEAK_BOUND: Duration = Duration::from_secs(1);
+
+/// Runs seed `seed` on a current-thread runtime of its own, on Tokio's paused clock.
+pub fn simulate(seed: u64) -> Outcome {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    runtime.block_on(run(seed))
+}
+
+/// What every caller of every process shares.
+#[derive(Debug)]
+struct Shared {
+    registers: Registers,
+    keys: Vec<String>,
+    granted: AtomicU64,
+    faults_left: AtomicUsize,
+    calls: Mutex<Vec<Call>>,
+    epoch: Instant,
+}
+
+impl Shared {
+    /// Whether callers go on: the run has not granted its acquisitions, or faults are still
+    /// to strike; and the calls' cap is not reached.
+    fn more(&self) -> bool {
+        let wanted = self.granted.load(Ordering::Relaxed) < ACQUISITIONS
+            || self.faults_left.load(Ordering::Relaxed) > 0;
+        wanted && lock(&self.calls).len() < MAX_CALLS
+    }
+}
+
+/// One simulated process.
+struct Process {
+    pid: u64,
+    plan: ProcessPlan,
+    link: Arc<Link>,
+    backend: SimBackend,
+    recording: Recording,
+    workers: Vec<JoinHandle<()>>,
+    died: Option<Instant>,
+}
+
+/// Something that happens at a time: a planned fault, or what follows one.
+#[derive(Clone, Copy, Debug)]
+enum Action {
+    Fault(Event),
+    Restart { slot: usize },
+    SessionExpires { pid: u64 },
+}
+
+struct World {
+    plan: Plan,
+    rng: Rng,
+    store: MemoryBackend,
+    shared: Arc<Shared>,
+    /// Every process that ran, in pid order.
+    processes: Vec<Process>,
+    /// Each slot's process now: its index in `processes`.
+    slots: Vec<usize>,
+    pauses: u64,
+    kills: u64,
+}
+
+async fn run(seed: u64) -> Outcome {
+    tower_lock::testing::seed_this_thread(seed);
+    let mut rng = Rng::with_seed(seed);
+    let plan = Plan::draw(&mut rng);
+    let epoch = Instant::now();
+    let shared = Arc::new(Shared {
+        registers: Registers::default(),
+        keys: plan.keys.clone(),
+        granted: AtomicU64::new(0),
+        faults_left: AtomicUsize::new(plan.events.len()),
+        calls: Mutex::default(),
+        epoch,
+    });
+    let mut world = World {
+        rng,
+        store: MemoryBackend::new(),
+        shared,
+        processes: Vec::new(),
+        slots: Vec::new(),
+        plan,
+        pauses: 0,
+        kills: 0,
+    };
+    for _ in 0..world.plan.processes {
+        let index = world.start();
+        world.slots.push(index);
+    }
+    let mut actions: Vec<(Instant, u64, Action)> = (world.plan.events.iter())
+        .enumerate()
+        .map(|(order, (at, event))| (epoch + *at, order as u64, Action::Fault(*event)))
+        .collect();
+    let mut order = actions.len() as u64;
+    while let Some(next) = (0..actions.len()).min_by_key(|&i| (actions[i].0, actions[i].1)) {
+        let (at, _, action) = actions.remove(next);
+        sleep_until(at).await;
+        for (after, then) in world.act(action).await {
+            actions.push((Instant::now() + after, order, then));
+            order += 1;
+        }
+    }
+    let mut violations = Vec::new();
+    let workers: Vec<JoinHandle<()>> = (world.processes.iter_mut())
+        .filter(|process| process.died.is_none())
+        .flat_map(|process| std::mem::take(&mut process.workers))
+        .collect();
+    for worker in workers {
+        if timeout(CALLERS_ANSWERED_WITHIN, worker).await.is_err() {
+            violations.push(format!(
+                "a caller was still waiting for its answer {CALLERS_ANSWERED_WITHIN:?} after the last fault"
+            ));
+        }
+    }
+    let ended = Instant::now();
+    let longest_lease = (world.processes.iter())
+        .map(|process| process.plan.ttl)
+        .chain(match world.plan.leases {
+            Leases::Ttl => None,
+            Leases::Session { timeout } => Some(timeout),
+        })
+        .max()
+        .unwrap_or_default();
+    sleep(longest_lease + LEAK_BOUND).await;
+    for name in world.lock_names() {
+        match world.store.inspect(&name).await {
+            Ok(state) if state.is_held() => violations.push(format!(
+                "{name} was still held {:?} after the run ended, by {:?}",
+                longest_lease + LEAK_BOUND,
+                state.holders
+            )),
+            _ => {}
+        }
+    }
+    world.outcome(seed, ended, violations)
+}
+
+impl World {
+    /// Starts a process in a slot: its locker on its own link, its callers. Its index.
+    fn start(&mut self) -> usize {
+        let pid = self.processes.len() as u64 + 1;
+        let plan = ProcessPlan::draw(&mut self.rng, self.plan.leases);
+        let link = Arc::new(Link::new(
+            self.rng.u64(..),
+            self.plan.faults,
+            self.shared.epoch,
+        ));
+        let backend = SimBackend::new(self.store.clone(), link.clone(), self.plan.leases);
+        let recording = Recording::new(pid, self.shared.epoch);
+        let builder = Locker::builder(backend.clone())
+            .holder_label(&format!("p{pid}"))
+            .ttl(plan.ttl)
+            .store_timeout(plan.store_timeout)
+            .max_local_run(plan.max_local_run)
+            .recorded_in(&recording);
+        let builder = match plan.policy {
+            Policy::Reject => builder.reject(),
+            Policy::Wait(wait) => builder.wait(wait),
+            Policy::Polling(wait) => builder.wait_polling(wait),
+        };
+        let locker = Arc::new(builder.build().expect("the plan's settings are valid"));
+        let workers = (0..plan.workers)
+            .map(|_| {
+                let caller = Caller {
+                    shared: self.shared.clone(),
+                    locker: locker.clone(),
+                    link: link.clone(),
+                    pid,
+                    plan,
+                    rng: Rng::with_seed(self.rng.u64(..)),
+                };
+                tokio::spawn(caller.run())
+            })
+            .collect();
+        self.processes.push(Process {
+            pid,
+            plan,
+            link,
+            backend,
+            recording,
+            workers,
+            died: None,
+        });
+        self.processes.len() - 1
+    }
+
+    /// Does `action`: what follows it, and after how long.
+    async fn act(&mut self, action: Action) -> Vec<(Duration, Action)> {
+        let session = match self.plan.leases {
+            Leases::Session { timeout } => Some(timeout),
+            Leases::Ttl => None,
+        };
+        match action {
+            Action::Fault(event) => {
+                self.shared.faults_left.fetch_sub(1, Ordering::Relaxed);
+                match event {
+                    Event::Pause { process, pause } => {
+                        self.pauses += 1;
+                        let process = &self.processes[self.slots[process]];
+                        process.link.pause_until(Instant::now() + pause);
+                        match session {
+                            Some(timeout) if pause > timeout => {
+                                vec![(timeout, Action::SessionExpires { pid: process.pid })]
+                            }
+                            _ => Vec::new(),
+                        }
+                    }
+                    Event::Kill {
+                        process: slot,
+                        restart_after,
+                    } => {
+                        self.kills += 1;
+                        let process = &mut self.processes[self.slots[slot]];
+                        process.link.kill();
+                        for worker in &process.workers {
+                            worker.abort();
+                        }
+                        process.died = Some(Instant::now());
+                        let mut then = vec![(restart_after, Action::Restart { slot })];
+                        if let Some(timeout) = session {
+                            then.push((timeout, Action::SessionExpires { pid: process.pid }));
+                        }
+                        then
+                    }
+                }
+            }
+            Action::Restart { slot } => {
+                self.slots[slot] = self.start();
+                Vec::new()
+            }
+            Action::SessionExpires { pid } => {
+                let process = &self.processes[pid as usize - 1];
+                process.backend.session_expired().await;
+                Vec::new()
+            }
+        }
+    }
+
+    /// Every lock name the run may have taken.
+    fn lock_names(&self) -> Vec<String> {
+        (self.plan.keys.iter())
+            .flat_map(|key| [format!("lock:{key}"), format!("lock:{key}-pool")])
+            .collect()
+    }
+
+    fn outcome(self, seed: u64, ended: Instant, mut violations: Vec<String>) -> Outcome {
+        let epoch = self.shared.epoch;
+        let at = |instant: Instant| (instant - epoch).as_nanos();
+        let mut history = History::default();
+        let mut recorded = BTreeMap::new();
+        let mut store_calls = BTreeMap::new();
+        for process in &self.processes {
+            store_calls.insert(process.pid, process.link.calls());
+            let lines = process.recording.lines();
+            if let Err(error) = history.add(&lines) {
+                violations.push(format!("p{}'s history does not read: {error}", process.pid));
+            }
+            if let Some(died) = process.died {
+                history.died(process.pid, at(died));
+            }
+            recorded.insert(process.pid, lines);
+        }
+        history.ran_until(at(ended));
+        let calls = std::mem::take(&mut *lock(&self.shared.calls));
+        let faults = (self.processes.iter())
+            .map(|process| process.link.dealt().total())
+            .sum::<u64>()
+            + self.pauses
+            + self.kills;
+        check::judge(check::Run {
+            seed,
+            verdict: history.check(true),
+            recorded,
+            store_calls,
+            calls,
+            registers: self.shared.registers.all(),
+            granted: self.shared.granted.load(Ordering::Relaxed),
+            processes: self.processes.len(),
+            faults,
+            violations,
+        })
+    }
+}
+
+/// One caller of a process: takes locks one after another while the run goes on.
+struct Caller {
+    shared: Arc<Shared>,
+    locker: Arc<Locker<SimBackend>>,
+    link: Arc<Link>,
+    pid: u64,
+    plan: ProcessPlan,
+    rng: Rng,
+}
+
+impl Caller {
+    async fn run(mut self) {
+        while self.shared.more() {
+            self.link.reachable().await;
+            let op = Op::draw(&mut self.rng, &self.shared.keys);
+            let started = Instant::now();
+            let taken = op.take(&self.locker).await;
+            let bound = self.plan.policy.wait() + self.plan.store_timeout;
+            let call = Call::new(self.pid, &op, &taken, (self.shared.epoch, started), bound);
+            lock(&self.shared.calls).push(call);
+            let Ok(held) = taken else {
+                sleep(Duration::from_millis(self.rng.u64(0..=20))).await;
+                continue;
+            };
+            self.shared.granted.fetch_add(1, Ordering::Relaxed);
+            let fences = workload::fences(&op, &held);
+            let time = Duration::from_millis(self.rng.u64(0..=30));
+            let work = workload::work(&fences, &self.shared.registers, &self.link, time);
+            let release = self.rng.bool();
+            if let Ok(((), held)) = held.run(work).await {
+                match release {
+                    true => drop(held.release().await),
+                    false => drop(held),
+                }
+            }
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
