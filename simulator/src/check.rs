@@ -87,7 +87,10 @@ pub(crate) fn judge(run: Run) -> Outcome {
     }
     for (pid, calls) in &run.store_calls {
         for (sent, call) in calls {
-            let line = format!("p{pid} sends {call}");
+            let line = match pid {
+                0 => call.clone(),
+                pid => format!("p{pid} sends {call}"),
+            };
             digest.add(&line);
             events.push((sent.as_nanos(), line));
         }

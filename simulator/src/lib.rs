@@ -8,6 +8,7 @@
 //! [`Locker`]: tower_lock::Locker
 
 mod check;
+mod delivery;
 mod link;
 mod plan;
 mod register;

@@ -81,7 +81,7 @@ impl Link {
     /// Sends `apply` to the store: it is applied in a task of its own once it arrives, whatever
     /// the caller does meanwhile (a request sent stays sent), and its answer comes back as the
     /// call's fate says.
-    pub(crate) async fn call<T: Send + 'static>(
+    pub(crate) async fn call<T: std::fmt::Debug + Send + 'static>(
         &self,
         what: String,
         apply: impl Future<Output = Result<T, BackendError>> + Send + 'static,
@@ -108,6 +108,10 @@ impl Link {
         let answer = applied
             .await
             .unwrap_or_else(|error| Err(BackendError::new(format!("the store failed: {error}"))));
+        let at = Instant::now() - self.epoch;
+        self.lock_state()
+            .calls
+            .push((at, format!("{what} applied: {answer:?}")));
         match fate {
             Fate::Answered { back, .. } => {
                 sleep(back).await;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use fastrand::Rng;
 
+use crate::delivery::AnnouncementFaults;
 use crate::link::Faults;
 use crate::store::Leases;
 
@@ -18,6 +19,7 @@ pub(crate) struct Plan {
     pub(crate) processes: usize,
     pub(crate) keys: Vec<String>,
     pub(crate) faults: Faults,
+    pub(crate) announcements: AnnouncementFaults,
     /// When each process fault strikes, from the start.
     pub(crate) events: Vec<(Duration, Event)>,
 }
@@ -51,6 +53,8 @@ pub(crate) enum Policy {
     Reject,
     Wait(Duration),
     Polling(Duration),
+    /// Waits this long in the store's fair queue, its ticket kept for the second.
+    Fair(Duration, Duration),
 }
 
 impl Policy {
@@ -58,7 +62,7 @@ impl Policy {
     pub(crate) fn wait(self) -> Duration {
         match self {
             Self::Reject => Duration::ZERO,
-            Self::Wait(wait) | Self::Polling(wait) => wait,
+            Self::Wait(wait) | Self::Polling(wait) | Self::Fair(wait, _) => wait,
         }
     }
 }
@@ -85,6 +89,12 @@ impl Plan {
             slow_delay: millis(rng, 50..=400),
             max_delay: Duration::from_micros(rng.u64(100..=3000)),
         };
+        let announcements = AnnouncementFaults {
+            lost: 0.03,
+            late: 0.05,
+            late_delay: millis(rng, 20..=500),
+            max_delay: Duration::from_micros(rng.u64(100..=3000)),
+        };
         let mut events = Vec::new();
         for _ in 0..rng.usize(3..=5) {
             let at = millis(rng, 0..=1500);
@@ -107,6 +117,7 @@ impl Plan {
             processes,
             keys,
             faults,
+            announcements,
             events,
         }
     }
@@ -119,10 +130,11 @@ impl ProcessPlan {
             Leases::Session { timeout } => timeout.as_millis() as u64,
         };
         let ttl = millis(rng, 300.min(longest)..=longest);
-        let policy = match rng.u8(0..3) {
+        let policy = match rng.u8(0..4) {
             0 => Policy::Reject,
             1 => Policy::Wait(millis(rng, 100..=1500)),
-            _ => Policy::Polling(millis(rng, 100..=1500)),
+            2 => Policy::Polling(millis(rng, 100..=1500)),
+            _ => Policy::Fair(millis(rng, 100..=1500), millis(rng, 100..=3000)),
         };
         Self {
             ttl,

@@ -3,13 +3,17 @@
 //! the SQL lease rows), or a session's: held for as long as the holder's session lives, and
 //! freed when it expires (etcd, ZooKeeper).
 
+use std::future::Future;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use tower_lock::MemoryBackend;
+use tower_lock::backend::waiting::WaitingRoom;
 use tower_lock::backend::{
-    Attempt, BackendError, Granted, LockBackend, LockRequest, Semaphores, SharedLocks, TokenLease,
+    Attempt, BackendError, Granted, LockBackend, LockRequest, OwnerToken, QueuedAttempt,
+    Semaphores, SharedLocks, TokenLease, WaitQueue,
 };
 
 use crate::link::Link;
@@ -51,6 +55,9 @@ pub(crate) struct SimBackend {
     leases: Leases,
     /// What the store granted the process, for its session's expiry to free.
     granted: Arc<Mutex<Vec<(String, TokenLease)>>>,
+    /// Where the process's waiters wait: the store's announcements reach it through the
+    /// simulation's delivery, late or not at all.
+    room: Arc<WaitingRoom>,
 }
 
 impl SimBackend {
@@ -60,7 +67,13 @@ impl SimBackend {
             link,
             leases,
             granted: Arc::default(),
+            room: WaitingRoom::in_process(),
         }
+    }
+
+    /// Where the process's waiters wait.
+    pub(crate) fn room(&self) -> &Arc<WaitingRoom> {
+        &self.room
     }
 
     /// The store frees what the process's session held: its session expired.
@@ -80,7 +93,7 @@ impl SimBackend {
         apply: F,
     ) -> Result<T, BackendError>
     where
-        T: Granting + Send + 'static,
+        T: Granting + std::fmt::Debug + Send + 'static,
         F: FnOnce(MemoryBackend, String) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, BackendError>> + Send + 'static,
     {
@@ -111,7 +124,7 @@ impl SimBackend {
         apply: F,
     ) -> Result<T, BackendError>
     where
-        T: Granting + Send + 'static,
+        T: Granting + std::fmt::Debug + Send + 'static,
         F: Fn(MemoryBackend, String) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<T, BackendError>> + Send + 'static,
     {
@@ -127,7 +140,9 @@ impl SimBackend {
                 let outcome = tokio::time::timeout(timeout / 4, attempt).await;
                 let done = matches!(outcome, Ok(Ok(_)));
                 let outcome = outcome.unwrap_or_else(|_| {
-                    Err(BackendError::new("the simulated store did not answer in time"))
+                    Err(BackendError::new(
+                        "the simulated store did not answer in time",
+                    ))
                 });
                 if let Some(answer) = answer.take() {
                     let _ = answer.send(outcome);
@@ -157,6 +172,17 @@ impl Granting for Attempt<Granted<TokenLease>> {
         if let Attempt::Acquired(granted) = self {
             into.push((name.to_owned(), granted.lease));
         }
+    }
+}
+
+/// A ticket may be handed the lock later, under the caller's token: noted either way.
+impl Granting for QueuedAttempt<TokenLease> {
+    fn grants(&self, name: &str, into: &mut Vec<(String, TokenLease)>) {
+        let lease = match self {
+            QueuedAttempt::Acquired(granted) => granted.lease,
+            QueuedAttempt::Queued { handover, .. } => *handover,
+        };
+        into.push((name.to_owned(), lease));
     }
 }
 
@@ -235,11 +261,49 @@ impl LockBackend for SimBackend {
         "simulated"
     }
 
+    fn wait_queue(&self) -> Option<&dyn WaitQueue<TokenLease>> {
+        Some(self)
+    }
+
     fn max_ttl(&self) -> Option<Duration> {
         match self.leases {
             Leases::Ttl => None,
             Leases::Session { timeout } => Some(timeout),
         }
+    }
+}
+
+impl WaitQueue<TokenLease> for SimBackend {
+    fn room(&self) -> &Arc<WaitingRoom> {
+        &self.room
+    }
+
+    fn acquire_queued<'a>(
+        &'a self,
+        name: &'a str,
+        request: LockRequest,
+        ticket_ttl: Duration,
+    ) -> BoxFuture<'a, Result<QueuedAttempt<TokenLease>, BackendError>> {
+        let request = self.leases.asked(request);
+        Box::pin(
+            self.call("acquire_queued", name, move |store, name| async move {
+                let queue = store.wait_queue().expect("the memory store queues");
+                queue.acquire_queued(&name, request, ticket_ttl).await
+            }),
+        )
+    }
+
+    fn leave_queue<'a>(
+        &'a self,
+        name: &'a str,
+        token: OwnerToken,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(
+            self.until_answered("leave_queue", name, move |store, name| async move {
+                let queue = store.wait_queue().expect("the memory store queues");
+                queue.leave_queue(&name, token).await
+            }),
+        )
     }
 }
 

@@ -14,6 +14,7 @@ use tower_lock::testing::history::{History, Recording};
 use tower_lock::{Locker, MemoryBackend};
 
 use crate::check::{self, Outcome};
+use crate::delivery::Delivery;
 use crate::link::Link;
 use crate::plan::{ACQUISITIONS, Event, Plan, Policy, ProcessPlan};
 use crate::register::Registers;
@@ -83,6 +84,7 @@ struct World {
     plan: Plan,
     rng: Rng,
     store: MemoryBackend,
+    delivery: Delivery,
     shared: Arc<Shared>,
     /// Every process that ran, in pid order.
     processes: Vec<Process>,
@@ -105,9 +107,14 @@ async fn run(seed: u64) -> Outcome {
         calls: Mutex::default(),
         epoch,
     });
+    let store = MemoryBackend::new();
+    let delivery = Delivery::new(rng.u64(..), plan.announcements, epoch);
+    let announcing = delivery.clone();
+    store.on_announce(move |name, announcement| announcing.announce(name, announcement));
     let mut world = World {
         rng,
-        store: MemoryBackend::new(),
+        store,
+        delivery,
         shared,
         processes: Vec::new(),
         slots: Vec::new(),
@@ -189,7 +196,9 @@ impl World {
             Policy::Reject => builder.reject(),
             Policy::Wait(wait) => builder.wait(wait),
             Policy::Polling(wait) => builder.wait_polling(wait),
+            Policy::Fair(wait, ticket_ttl) => builder.wait(wait).fair(ticket_ttl),
         };
+        self.delivery.listen(backend.room(), link.clone(), pid);
         let locker = Arc::new(builder.build().expect("the plan's settings are valid"));
         let workers = (0..plan.workers)
             .map(|_| {
@@ -281,6 +290,7 @@ impl World {
         let mut history = History::default();
         let mut recorded = BTreeMap::new();
         let mut store_calls = BTreeMap::new();
+        store_calls.insert(0, self.delivery.log());
         for process in &self.processes {
             store_calls.insert(process.pid, process.link.calls());
             let lines = process.recording.lines();
@@ -297,11 +307,12 @@ impl World {
         let faults = (self.processes.iter())
             .map(|process| process.link.dealt().total())
             .sum::<u64>()
+            + self.delivery.faults_dealt()
             + self.pauses
             + self.kills;
         check::judge(check::Run {
             seed,
-            verdict: history.check(true),
+            verdict: history.check(false),
             recorded,
             store_calls,
             calls,

@@ -368,7 +368,8 @@ impl<B: LockBackend> LockerBuilder<B> {
     ///
     /// When `ticket_ttl` is a little over 1.5 × the lease TTL (the ticket is renewed every third
     /// of its TTL, so it always outlives a lease), a release hands the lock straight to the
-    /// next waiter, one round trip sooner than the waiter asking for it.
+    /// next waiter: nobody can take it in between, and the waiter, woken, asks for it and is
+    /// given it with a fresh lease.
     ///
     /// Fairness orders the waiters of one key held as a mutex. Waiters in notified mode queue
     /// in the same line (one ticket per process), but a first attempt and polling waiters do

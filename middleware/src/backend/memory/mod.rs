@@ -49,13 +49,21 @@ mod tests;
 pub struct MemoryBackend {
     state: Arc<Mutex<State>>,
     room: Arc<WaitingRoom>,
+    /// Told of every announcement, beside the room (`on_announce`).
+    #[cfg(feature = "test-util")]
+    listener: Arc<std::sync::OnceLock<Listener>>,
 }
+
+#[cfg(feature = "test-util")]
+type Listener = Box<dyn Fn(&str, Announcement) + Send + Sync>;
 
 impl Default for MemoryBackend {
     fn default() -> Self {
         Self {
             state: Arc::default(),
             room: WaitingRoom::in_process(),
+            #[cfg(feature = "test-util")]
+            listener: Arc::default(),
         }
     }
 }
@@ -143,6 +151,25 @@ impl MemoryBackend {
         keys.get_mut(name).map(|entry| change(entry, fences, now))
     }
 
+    /// Tells `listener` of every release this store announces, as well as its own room's
+    /// waiters (once per store: a second listener is refused, `false`). For a simulation whose
+    /// processes each have a room of their own, reached after a delay or not at all.
+    #[cfg(feature = "test-util")]
+    pub fn on_announce(
+        &self,
+        listener: impl Fn(&str, Announcement) + Send + Sync + 'static,
+    ) -> bool {
+        self.listener.set(Box::new(listener)).is_ok()
+    }
+
+    fn announce(&self, name: &str, announcement: Announcement) {
+        self.room.announce(name, announcement);
+        #[cfg(feature = "test-util")]
+        if let Some(listener) = self.listener.get() {
+            listener(name, announcement);
+        }
+    }
+
     /// Runs a change on `name` that may free it, and announces what it says.
     fn freeing(
         &self,
@@ -151,7 +178,7 @@ impl MemoryBackend {
     ) -> bool {
         let announcement = self.with_existing_key(name, change).flatten();
         if let Some(announcement) = announcement {
-            self.room.announce(name, announcement);
+            self.announce(name, announcement);
         }
         announcement.is_some()
     }
@@ -358,7 +385,7 @@ impl Inspect for MemoryBackend {
         }
         drop(state);
         if let Some(announcement) = freed.announcement {
-            self.room.announce(name, announcement);
+            self.announce(name, announcement);
         }
         Ok(freed.holders)
     }

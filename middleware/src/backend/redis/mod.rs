@@ -70,8 +70,8 @@ mod wait_queue;
 /// Releases are announced with `PUBLISH` on the channel `{<prefix><key>}:free`, only when
 /// somebody listens for them (listening waiters mark the lock). When the lock's queue
 /// (`{<prefix><key>}:line`) has a ticket that outlives the lease it asked for, the release
-/// hands the lock straight to it and the announcement names the ticket and its fence: the
-/// waiter holds the lock on hearing it, one round trip sooner than asking. Otherwise the
+/// hands the lock straight to it and the announcement names the ticket and its fence: nobody
+/// else can take it, and the waiter, woken, asks and is given it. Otherwise the
 /// announcement names the first ticket, the only waiter that may take the lock next, or
 /// nobody. A backend made by [`connect`](Self::connect) keeps one more connection (RESP3) that
 /// subscribes to the channels of the locks its waiters wait for, so waiters sleep until a

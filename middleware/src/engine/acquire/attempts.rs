@@ -30,11 +30,7 @@ pub(super) enum How {
 /// What one attempt answered.
 pub(super) enum Answer<L> {
     Acquired(Obtained<L>),
-    Busy {
-        holder_ttl: Option<Duration>,
-        /// The lease held if a release hands the lock to this attempt's ticket.
-        handover: Option<L>,
-    },
+    Busy { holder_ttl: Option<Duration> },
 }
 
 /// The attempts of one acquire on one name.
@@ -128,29 +124,20 @@ impl<B: LockBackend> Attempts<'_, B> {
         how: How,
     ) -> Result<Obtained<B::Lease>, NotObtained> {
         let mut attempt: u32 = 0;
-        let mut handover = None;
         loop {
             let mut announced = pin!(place.map(|place| place.released().notified()));
             if let Some(announced) = announced.as_mut().as_pin_mut() {
                 announced.enable();
             }
-            let asked = Instant::now();
             let holder_ttl = match self.once(how).await? {
                 Answer::Acquired(obtained) => return Ok(obtained),
-                Answer::Busy {
-                    holder_ttl,
-                    handover: lease,
-                } => {
-                    handover = lease.or(handover);
-                    holder_ttl
-                }
+                Answer::Busy { holder_ttl } => holder_ttl,
             };
             if let (How::Queued(_), Some(place)) = (how, place) {
                 place.enqueued();
                 // A handover heard by now may have been made before the store answered busy,
-                // and have lapsed in between: its announcement came late (this process stalled
-                // past the handed lease, or its subscription lagged). Asked again at once, the
-                // store says whether the lock is this ticket's — with a fresh lease if it is.
+                // and have lapsed in between. Asked again at once, the store says whether the
+                // lock is this ticket's — with a fresh lease if it is.
                 if place.handed().is_some() {
                     continue;
                 }
@@ -170,17 +157,12 @@ impl<B: LockBackend> Attempts<'_, B> {
                 Some(announced) => drop(timeout(delay, announced).await),
                 None => sleep(delay).await,
             }
-            // A release handed the lock over to our ticket, after the busy answer to the
-            // attempt made at `asked` (one heard before that answer was asked about again, just
-            // above): the lease started later than that.
-            if let Some(fence) = place.and_then(Place::handed)
-                && let Some(lease) = handover.take()
-            {
-                let grants = vec![Granted { lease, fence }];
-                return Ok(Obtained {
-                    grants,
-                    sent: asked,
-                });
+            // A release that handed the lock to this ticket is taken by asking again at once:
+            // the store says whether the lock is still the ticket's, with a fresh lease if it
+            // is. Taken on the announcement alone, a handover heard late — made before the last
+            // busy answer, lapsed since, the lock another's — would be held by two.
+            if let Some(place) = place {
+                place.handed();
             }
             attempt = attempt.saturating_add(1);
         }
@@ -238,10 +220,7 @@ impl<L> Answer<L> {
                 grants: vec![grant],
                 sent,
             }),
-            Attempt::Busy { holder_ttl } => Self::Busy {
-                holder_ttl,
-                handover: None,
-            },
+            Attempt::Busy { holder_ttl } => Self::Busy { holder_ttl },
         }
     }
 
@@ -251,13 +230,8 @@ impl<L> Answer<L> {
                 grants: vec![grant],
                 sent,
             }),
-            QueuedAttempt::Queued {
-                holder_ttl,
-                handover,
-            } => Self::Busy {
-                holder_ttl,
-                handover: Some(handover),
-            },
+            // A release may hand the lock to the ticket: the waiter hears it, and asks again.
+            QueuedAttempt::Queued { holder_ttl, .. } => Self::Busy { holder_ttl },
         }
     }
 }

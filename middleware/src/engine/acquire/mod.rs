@@ -179,6 +179,10 @@ async fn wait_queued_ahead<B: LockBackend>(
     if !called {
         match attempts.once(How::Plain).await? {
             Answer::Acquired(obtained) => return Ok(obtained),
+            // A slow store answered after the wait ended: no more attempts.
+            Answer::Busy { holder_ttl } if Instant::now() >= deadline => {
+                return Err(NotObtained::Busy { holder_ttl });
+            }
             Answer::Busy { .. } => {}
         }
     }
@@ -229,11 +233,19 @@ async fn wait_shared<B: LockBackend>(
         } else {
             attempts.once(How::Plain).await?
         };
-        if let Answer::Acquired(obtained) = first_look {
-            if let Some(marks) = marks {
-                marks.disarm();
+        match first_look {
+            Answer::Acquired(obtained) => {
+                if let Some(marks) = marks {
+                    marks.disarm();
+                }
+                return Ok(obtained);
             }
-            return Ok(obtained);
+            // A slow store answered after the wait ended: no more attempts.
+            Answer::Busy { holder_ttl } if Instant::now() >= deadline => {
+                let busy = Err(NotObtained::Busy { holder_ttl });
+                return withdraw(marks, busy, deadline, attempts.settings.store_timeout).await;
+            }
+            Answer::Busy { .. } => {}
         }
     }
     attempts.tally.waiting();
@@ -253,15 +265,25 @@ async fn wait_shared<B: LockBackend>(
     let waited = attempts
         .wait(place.as_ref(), deadline, Some(SHARED_REFRESH), How::Plain)
         .await;
-    match (marks, &waited) {
+    withdraw(marks, waited, deadline, attempts.settings.store_timeout).await
+}
+
+/// A shared wait's end: a writer's intent or a reader's claim (`marks`) withdrawn when the wait
+/// `ended` busy — by the latest the caller is answered (its deadline and one store timeout),
+/// in the background from then on —, kept with the lock, abandoned in the background after a
+/// store failure.
+async fn withdraw<L>(
+    marks: Option<Abandon<'_, impl LockBackend<Lease = L>>>,
+    ended: Result<Obtained<L>, NotObtained>,
+    deadline: Instant,
+    store_timeout: Duration,
+) -> Result<Obtained<L>, NotObtained> {
+    match (marks, &ended) {
         (Some(marks), Err(NotObtained::Busy { .. })) => {
-            marks
-                .before(deadline + attempts.settings.store_timeout)
-                .await;
+            marks.before(deadline + store_timeout).await
         }
         (Some(marks), Ok(_)) => marks.disarm(),
-        // A store failure: the guard abandons in the background.
         (Some(_), Err(NotObtained::Store(_))) | (None, _) => {}
     }
-    waited
+    ended
 }

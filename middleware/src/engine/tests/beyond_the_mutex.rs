@@ -232,3 +232,43 @@ async fn a_writer_that_gives_up_is_answered_by_its_deadline_and_one_store_timeou
         }
     }
 }
+
+/// A reader whose first look is answered after its wait ended asks no more: answered by its
+/// deadline and one store timeout (found by the simulator, seed 124: a permit waiter asked
+/// once more past its deadline, and was answered a slow store call later). Its twin: answered
+/// within its wait, the reader waits on and asks again.
+#[tokio::test(start_paused = true)]
+async fn a_reader_answered_after_its_wait_ended_asks_no_more() {
+    let (wait, store_timeout) = (Duration::from_millis(100), Duration::from_millis(200));
+    let memory = MemoryBackend::new();
+    let _writer = Locker::new(memory.clone()).write("k").await.unwrap();
+    for (answer_after, answered_within) in [
+        (Duration::from_millis(190), wait + store_timeout),
+        (Duration::from_millis(40), wait + Duration::from_millis(80)),
+    ] {
+        let slow = SlowStore {
+            memory: memory.clone(),
+            answer_after,
+        };
+        let reader = locker(slow, |locker| {
+            locker.wait_polling(wait).store_timeout(store_timeout)
+        });
+        let asked = Instant::now();
+
+        let refused = reader.read("k").await;
+
+        assert!(
+            matches!(refused, Err(LockError::Busy { .. })),
+            "{refused:?}"
+        );
+        assert!(
+            asked.elapsed() <= answered_within,
+            "answered {:?} after it asked, past {answered_within:?}",
+            asked.elapsed()
+        );
+        assert!(
+            asked.elapsed() > wait.min(answer_after * 2),
+            "it asked again within its wait"
+        );
+    }
+}

@@ -449,17 +449,19 @@ async fn waiter_hearing_a_handover(during_the_attempt: bool) -> (Result<(), Lock
     (answer, backend.queued.load(Ordering::Relaxed))
 }
 
+/// A handover announced to the ticket is taken only once the store confirms it: heard during
+/// the attempt or while the waiter sleeps after the busy answer, it may be late — made before
+/// that answer, lapsed since, the lock another's (the simulator's seed 971: a handover heard
+/// 495 ms late was held beside the next holder). Here the store never handed it: the waiter
+/// asks again, and waits on.
 #[tokio::test(start_paused = true)]
-async fn a_handover_heard_before_the_busy_answer_is_asked_about_again() {
-    let (answer, queued) = waiter_hearing_a_handover(true).await;
-    assert!(
-        matches!(answer, Err(LockError::Busy { .. })),
-        "the store, asked again, said it is not ours: {answer:?}"
-    );
-    assert!(queued >= 2, "asked again: {queued} queued attempts");
-    // The twin: the same handover heard while the waiter sleeps after the busy answer was
-    // made after it, and is taken without asking the store.
-    let (answer, queued) = waiter_hearing_a_handover(false).await;
-    assert!(answer.is_ok(), "{answer:?}");
-    assert_eq!(queued, 1);
+async fn a_handover_heard_is_taken_only_once_the_store_confirms_it() {
+    for during_the_attempt in [true, false] {
+        let (answer, queued) = waiter_hearing_a_handover(during_the_attempt).await;
+        assert!(
+            matches!(answer, Err(LockError::Busy { .. })),
+            "the store, asked again, said it is not ours: {answer:?}"
+        );
+        assert!(queued >= 2, "asked again: {queued} queued attempts");
+    }
 }
