@@ -148,6 +148,22 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+/// Whether the re-introduced bug `name` is switched on: only in a build with the `mutants`
+/// feature (the simulator's), where `testing::mutants` switches one on by name; `false` in
+/// every other build, which carries none of them.
+#[cfg(feature = "mutants")]
+macro_rules! mutant {
+    ($name:literal) => {
+        $crate::testing::mutants::active($name)
+    };
+}
+#[cfg(not(feature = "mutants"))]
+macro_rules! mutant {
+    ($name:literal) => {
+        false
+    };
+}
+
 pub mod backend;
 mod background;
 #[cfg(any(test, feature = "conformance"))]

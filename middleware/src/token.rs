@@ -20,7 +20,7 @@ use uuid::Uuid;
 /// assert_eq!(a.to_string().len(), 32);
 /// assert_eq!(OwnerToken::parse(&a.to_string()), Some(a));
 /// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct OwnerToken(Uuid);
 
 impl OwnerToken {

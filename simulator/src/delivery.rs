@@ -34,14 +34,21 @@ struct Listeners {
 pub(crate) struct Delivery {
     faults: AnnouncementFaults,
     epoch: Instant,
+    logs: bool,
     listeners: Arc<Mutex<Listeners>>,
 }
 
 impl Delivery {
-    pub(crate) fn new(seed: u64, faults: AnnouncementFaults, epoch: Instant) -> Self {
+    /// A delivery whose fates follow `seed`, keeping a log (timed from `epoch`) if it `logs`.
+    pub(crate) fn new(
+        seed: u64,
+        faults: AnnouncementFaults,
+        (epoch, logs): (Instant, bool),
+    ) -> Self {
         Self {
             faults,
             epoch,
+            logs,
             listeners: Arc::new(Mutex::new(Listeners {
                 rng: fastrand::Rng::with_seed(seed),
                 rooms: Vec::new(),
@@ -76,14 +83,18 @@ impl Delivery {
             let mut delay = Duration::from_micros(rng.u64(0..=faults.max_delay.as_micros() as u64));
             if roll < faults.lost {
                 *lost += 1;
-                fates.push(format!("p{pid} lost"));
+                if self.logs {
+                    fates.push(format!("p{pid} lost"));
+                }
                 continue;
             }
             if roll < faults.lost + faults.late {
                 *late += 1;
                 delay += faults.late_delay;
             }
-            fates.push(format!("p{pid} in {delay:?}"));
+            if self.logs {
+                fates.push(format!("p{pid} in {delay:?}"));
+            }
             let (room, link, name) = (room.clone(), link.clone(), name.to_owned());
             tokio::spawn(async move {
                 sleep(delay).await;
@@ -93,14 +104,16 @@ impl Delivery {
                 }
             });
         }
-        let at = Instant::now() - self.epoch;
-        log.push((
-            at,
-            format!(
-                "store announces {name} {announcement:?}: {}",
-                fates.join(", ")
-            ),
-        ));
+        if self.logs {
+            let at = Instant::now() - self.epoch;
+            log.push((
+                at,
+                format!(
+                    "store announces {name} {announcement:?}: {}",
+                    fates.join(", ")
+                ),
+            ));
+        }
     }
 
     /// Every announcement so far: when, what, and how it went to each process.

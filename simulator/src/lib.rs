@@ -17,4 +17,4 @@ mod workload;
 mod world;
 
 pub use check::Outcome;
-pub use world::simulate;
+pub use world::{check, simulate};

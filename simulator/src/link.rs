@@ -66,15 +66,19 @@ pub(crate) struct Link {
     faults: Faults,
     state: Mutex<State>,
     epoch: Instant,
+    logs: bool,
 }
 
 impl Link {
-    pub(crate) fn new(seed: u64, faults: Faults, epoch: Instant) -> Self {
+    /// A link whose fates follow `seed`, keeping a log of its calls (timed from `epoch`) if
+    /// it `logs`.
+    pub(crate) fn new(seed: u64, faults: Faults, (epoch, logs): (Instant, bool)) -> Self {
         Self {
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             faults,
             state: Mutex::default(),
             epoch,
+            logs,
         }
     }
 
@@ -83,15 +87,12 @@ impl Link {
     /// call's fate says.
     pub(crate) async fn call<T: std::fmt::Debug + Send + 'static>(
         &self,
-        what: String,
+        (what, name): (&'static str, &str),
         apply: impl Future<Output = Result<T, BackendError>> + Send + 'static,
     ) -> Result<T, BackendError> {
         self.reachable().await;
         let fate = self.draw();
-        let sent = Instant::now() - self.epoch;
-        self.lock_state()
-            .calls
-            .push((sent, format!("{what}: {fate:?}")));
+        self.note(|| format!("{what} {}: {fate:?}", name.replace('\n', "+")));
         let there = match fate {
             Fate::Refused => {
                 sleep(self.faults.max_delay).await;
@@ -108,10 +109,7 @@ impl Link {
         let answer = applied
             .await
             .unwrap_or_else(|error| Err(BackendError::new(format!("the store failed: {error}"))));
-        let at = Instant::now() - self.epoch;
-        self.lock_state()
-            .calls
-            .push((at, format!("{what} applied: {answer:?}")));
+        self.note(|| format!("{what} {} applied: {answer:?}", name.replace('\n', "+")));
         match fate {
             Fate::Answered { back, .. } => {
                 sleep(back).await;
@@ -120,6 +118,14 @@ impl Link {
             }
             Fate::AnswerLost { .. } => Err(BackendError::new("the simulated answer was lost")),
             Fate::Hung { .. } | Fate::Refused => std::future::pending().await,
+        }
+    }
+
+    /// Notes what happened now, if the link keeps a log.
+    fn note(&self, what: impl FnOnce() -> String) {
+        if self.logs {
+            let at = Instant::now() - self.epoch;
+            self.lock_state().calls.push((at, what()));
         }
     }
 
@@ -141,9 +147,11 @@ impl Link {
         }
     }
 
-    /// Freezes the process until `until`: its calls and its work wait.
+    /// Freezes the process until `until` (or the end of a pause it is in, if later): its calls
+    /// and its work wait.
     pub(crate) fn pause_until(&self, until: Instant) {
-        self.lock_state().paused_until = Some(until);
+        let mut state = self.lock_state();
+        state.paused_until = state.paused_until.max(Some(until));
     }
 
     /// Ends the process: nothing it sends from now on arrives, nothing it was sent returns.

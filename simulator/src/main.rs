@@ -1,12 +1,16 @@
 //! `simulate`: runs seeds of the deterministic simulation (see `docs/TESTING.md`).
 //!
-//!     simulate --seeds 10000      # from a random start; last line: simulated N seeds: V violations
-//!     simulate --seed 42          # one seed; last line: seed 42: digest <hex>
+//!     simulate --seeds 10000                     # last line: simulated N seeds: V violations
+//!     simulate --seed 42                         # last line: seed 42: digest <hex>
+//!     simulate --mutant lease-from-answer --seeds 10000   # the seed that finds it
+//!     simulate --list-mutants
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use clap::Parser;
+use tower_lock::testing::mutants::MUTANTS;
 
 /// Runs seeds of tower-lock's deterministic simulation.
 #[derive(Debug, Parser)]
@@ -25,22 +29,49 @@ struct Options {
     /// With `--seed`: prints the whole history even without a violation.
     #[arg(long, requires = "seed")]
     history: bool,
+    /// Runs with one re-introduced bug (see `--list-mutants`); with `--seeds`, stops at the
+    /// first seed that finds it (exit status 1) and prints it.
+    #[arg(long)]
+    mutant: Option<String>,
+    /// Lists the mutants and the bug each brings back.
+    #[arg(long, exclusive = true)]
+    list_mutants: bool,
 }
 
 fn main() -> ExitCode {
     let options = Options::parse();
+    if options.list_mutants {
+        for (name, bug) in MUTANTS {
+            println!("{name}: {bug}");
+        }
+        return ExitCode::SUCCESS;
+    }
+    let mutant = options.mutant.as_deref();
+    if let Some(name) = mutant
+        && !MUTANTS.iter().any(|(known, _)| *known == name)
+    {
+        let names: Vec<&str> = MUTANTS.iter().map(|(name, _)| *name).collect();
+        eprintln!(
+            "simulate: no mutant is called {name:?}; there are: {}",
+            names.join(", ")
+        );
+        return ExitCode::from(2);
+    }
     match (options.seed, options.seeds) {
-        (Some(seed), _) => one(seed, options.history),
-        (None, Some(seeds)) => many(options.from.unwrap_or_else(|| fastrand::u64(..)), seeds),
+        (Some(seed), _) => one(seed, mutant, options.history),
+        (None, Some(seeds)) => {
+            let from = options.from.unwrap_or_else(|| fastrand::u64(..));
+            many(from, seeds, mutant)
+        }
         (None, None) => {
-            eprintln!("simulate: give --seeds N or --seed S (see --help)");
+            eprintln!("simulate: give --seeds N, --seed S or --list-mutants (see --help)");
             ExitCode::from(2)
         }
     }
 }
 
-fn one(seed: u64, show_history: bool) -> ExitCode {
-    let outcome = simulator::simulate(seed);
+fn one(seed: u64, mutant: Option<&str>, show_history: bool) -> ExitCode {
+    let outcome = simulator::simulate(seed, mutant);
     println!("{}", outcome.summary);
     if show_history || !outcome.violations.is_empty() {
         print!("{}", outcome.history);
@@ -55,39 +86,59 @@ fn one(seed: u64, show_history: bool) -> ExitCode {
     }
 }
 
-fn many(from: u64, seeds: u64) -> ExitCode {
+fn many(from: u64, seeds: u64, mutant: Option<&str>) -> ExitCode {
     let started = Instant::now();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    let found: Vec<simulator::Outcome> = std::thread::scope(|scope| {
+    // With a mutant, every thread stops once one has found it.
+    let found_it = AtomicBool::new(false);
+    let found: Vec<(u64, simulator::Outcome)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|thread| {
+                let found_it = &found_it;
                 scope.spawn(move || {
-                    (0..seeds)
-                        .filter(|index| index % threads == thread)
-                        .map(|index| simulator::simulate(from.wrapping_add(index)))
-                        .filter(|outcome| !outcome.violations.is_empty())
-                        .collect::<Vec<_>>()
+                    let mut found = Vec::new();
+                    for index in (0..seeds).filter(|index| index % threads == thread) {
+                        if mutant.is_some() && found_it.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let outcome = simulator::check(from.wrapping_add(index), mutant);
+                        if !outcome.violations.is_empty() {
+                            found_it.store(true, Ordering::Relaxed);
+                            found.push((index + 1, outcome));
+                        }
+                    }
+                    found
                 })
             })
             .collect();
-        handles
-            .into_iter()
+        let mut found: Vec<_> = (handles.into_iter())
             .flat_map(|handle| handle.join().expect("a simulating thread"))
-            .collect()
+            .collect();
+        found.sort_by_key(|(index, _)| *index);
+        found
     });
-    for outcome in &found {
+    for (_, outcome) in &found {
         println!(
-            "seed {}: {} (replay: scripts/simulate --seed {})",
-            outcome.seed, outcome.violations[0], outcome.seed
+            "seed {}: {} (replay: scripts/simulate --seed {}{})",
+            outcome.seed,
+            outcome.violations[0],
+            outcome.seed,
+            mutant.map_or(String::new(), |name| format!(" --mutant {name}"))
         );
     }
     let elapsed = started.elapsed();
     eprintln!(
-        "seeds {from}..{} in {:.1} s ({:.0} a minute)",
-        from.wrapping_add(seeds),
+        "seeds from {from} in {:.1} s ({:.0} a minute)",
         elapsed.as_secs_f64(),
         seeds as f64 / elapsed.as_secs_f64() * 60.0
     );
+    if let (Some(name), Some((index, outcome))) = (mutant, found.first()) {
+        println!(
+            "mutant {name} found by seed {} (the {index}th seed run)",
+            outcome.seed
+        );
+        return ExitCode::FAILURE;
+    }
     println!("simulated {seeds} seeds: {} violations", found.len());
     match found.is_empty() {
         true => ExitCode::SUCCESS,

@@ -97,14 +97,14 @@ impl SimBackend {
         F: FnOnce(MemoryBackend, String) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, BackendError>> + Send + 'static,
     {
-        let (store, name, granted) = (self.store.clone(), name.to_owned(), self.granted.clone());
+        let (store, names, granted) = (self.store.clone(), name.to_owned(), self.granted.clone());
         let session = matches!(self.leases, Leases::Session { .. });
         self.link
-            .call(format!("{what} {}", name.replace('\n', "+")), async move {
-                let answer = apply(store, name.clone()).await;
+            .call((what, name), async move {
+                let answer = apply(store, names.clone()).await;
                 if let (true, Ok(answer)) = (session, &answer) {
                     let mut granted = lock(&granted);
-                    answer.grants(&name, &mut granted);
+                    answer.grants(&names, &mut granted);
                 }
                 answer
             })

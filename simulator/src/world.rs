@@ -30,14 +30,37 @@ const CALLERS_ANSWERED_WITHIN: Duration = Duration::from_secs(60);
 /// How long after its lease (or its session) runs out a lock nobody holds may stay taken.
 pub(crate) const LEAK_BOUND: Duration = Duration::from_secs(1);
 
-/// Runs seed `seed` on a current-thread runtime of its own, on Tokio's paused clock.
-pub fn simulate(seed: u64) -> Outcome {
+/// Runs seed `seed` on a current-thread runtime of its own, on Tokio's paused clock, with
+/// mutant `mutant` switched on, if any (see `tower_lock::testing::mutants`).
+///
+/// # Panics
+///
+/// On a mutant that does not exist.
+pub fn simulate(seed: u64, mutant: Option<&str>) -> Outcome {
+    run_seed(seed, mutant, true)
+}
+
+/// [`simulate`], keeping no log of the store's calls and announcements: faster, for runs of
+/// many seeds; its digest covers the holds, calls and registers only.
+///
+/// # Panics
+///
+/// On a mutant that does not exist.
+pub fn check(seed: u64, mutant: Option<&str>) -> Outcome {
+    run_seed(seed, mutant, false)
+}
+
+fn run_seed(seed: u64, mutant: Option<&str>, logs: bool) -> Outcome {
+    assert!(
+        tower_lock::testing::mutants::switch_on(mutant),
+        "no mutant is called {mutant:?}"
+    );
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    runtime.block_on(run(seed))
+    runtime.block_on(run(seed, logs))
 }
 
 /// What every caller of every process shares.
@@ -92,9 +115,13 @@ struct World {
     slots: Vec<usize>,
     pauses: u64,
     kills: u64,
+    /// When each process started, and how it was set up.
+    started: Vec<(Duration, String)>,
+    /// Whether links and the delivery keep logs.
+    logs: bool,
 }
 
-async fn run(seed: u64) -> Outcome {
+async fn run(seed: u64, logs: bool) -> Outcome {
     tower_lock::testing::seed_this_thread(seed);
     let mut rng = Rng::with_seed(seed);
     let plan = Plan::draw(&mut rng);
@@ -108,7 +135,7 @@ async fn run(seed: u64) -> Outcome {
         epoch,
     });
     let store = MemoryBackend::new();
-    let delivery = Delivery::new(rng.u64(..), plan.announcements, epoch);
+    let delivery = Delivery::new(rng.u64(..), plan.announcements, (epoch, logs));
     let announcing = delivery.clone();
     store.on_announce(move |name, announcement| announcing.announce(name, announcement));
     let mut world = World {
@@ -121,6 +148,8 @@ async fn run(seed: u64) -> Outcome {
         plan,
         pauses: 0,
         kills: 0,
+        started: Vec::new(),
+        logs,
     };
     for _ in 0..world.plan.processes {
         let index = world.start();
@@ -182,10 +211,13 @@ impl World {
         let link = Arc::new(Link::new(
             self.rng.u64(..),
             self.plan.faults,
-            self.shared.epoch,
+            (self.shared.epoch, self.logs),
         ));
         let backend = SimBackend::new(self.store.clone(), link.clone(), self.plan.leases);
         let recording = Recording::new(pid, self.shared.epoch);
+        let started = Instant::now() - self.shared.epoch;
+        let starts = format!("p{pid} starts: {plan:?}");
+        self.started.push((started, starts));
         let builder = Locker::builder(backend.clone())
             .holder_label(&format!("p{pid}"))
             .ttl(plan.ttl)
@@ -290,7 +322,10 @@ impl World {
         let mut history = History::default();
         let mut recorded = BTreeMap::new();
         let mut store_calls = BTreeMap::new();
-        store_calls.insert(0, self.delivery.log());
+        let mut store_events = self.delivery.log();
+        store_events.extend(self.started.iter().cloned());
+        store_events.push((Duration::ZERO, format!("the run: {:?}", self.plan)));
+        store_calls.insert(0, store_events);
         for process in &self.processes {
             store_calls.insert(process.pid, process.link.calls());
             let lines = process.recording.lines();
@@ -303,6 +338,8 @@ impl World {
             recorded.insert(process.pid, lines);
         }
         history.ran_until(at(ended));
+        // The simulated store never loses a lease on its own: a holder knows by its end.
+        history.told_by_end();
         let calls = std::mem::take(&mut *lock(&self.shared.calls));
         let faults = (self.processes.iter())
             .map(|process| process.link.dealt().total())
@@ -321,6 +358,7 @@ impl World {
             processes: self.processes.len(),
             faults,
             violations,
+            history: self.logs,
         })
     }
 }

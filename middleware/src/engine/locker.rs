@@ -354,7 +354,13 @@ impl<B: LockBackend> Locker<B> {
         let meters = tally.meters().clone();
         let taken_at = tally.answer(Outcome::Acquired, taken.fences.first().copied().flatten());
         let lease = match taken.lease {
+            LeaseStart::Sent(_) if mutant!("lease-from-answer") => {
+                LocalLease::new(tokio::time::Instant::now(), settings.ttl, meters)
+            }
             LeaseStart::Sent(sent) => LocalLease::new(sent, settings.ttl, meters),
+            LeaseStart::Continued { .. } if mutant!("handed-lease-restarts") => {
+                LocalLease::new(tokio::time::Instant::now(), settings.ttl, meters)
+            }
             LeaseStart::Continued {
                 renewed_at,
                 deadline,

@@ -2,6 +2,8 @@
 
 mod counting;
 pub mod history;
+#[cfg(feature = "mutants")]
+pub mod mutants;
 mod seeded;
 
 pub use counting::{Availability, CallCounts, CountingBackend};

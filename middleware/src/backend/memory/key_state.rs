@@ -117,6 +117,9 @@ fn extend_shared(holds: &mut Shared, token: OwnerToken, expires_at: Instant) -> 
 }
 
 fn remove_shared(holds: &mut Shared, token: OwnerToken) -> bool {
+    if mutant!("shared-release-ignores-owner") && !holds.iter().any(|hold| hold.token == token) {
+        return holds.pop().is_some();
+    }
     let before = holds.len();
     holds.retain(|entry| entry.token != token);
     holds.len() < before

@@ -23,7 +23,7 @@
 //!   it asks again after its backoff, or when the engine tells the room that this process
 //!   released the lock.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -105,7 +105,8 @@ enum Subscription {
 #[derive(Debug)]
 struct Waiters {
     /// The waiters, by ticket.
-    tickets: HashMap<OwnerToken, Waiter>,
+    /// In token order: a release wakes them in an order a seed decides (a simulation replays).
+    tickets: BTreeMap<OwnerToken, Waiter>,
     subscription: Subscription,
     /// Bumped whenever the last waiter leaves, so a lingering cleanup knows it is stale.
     generation: u64,
@@ -137,7 +138,7 @@ pub(crate) enum Wakes {
 impl Waiters {
     fn new(subscription: Subscription) -> Self {
         Self {
-            tickets: HashMap::new(),
+            tickets: BTreeMap::new(),
             subscription,
             generation: 0,
             handed: None,

@@ -137,8 +137,10 @@ impl<B: LockBackend> Attempts<'_, B> {
                 place.enqueued();
                 // A handover heard by now may have been made before the store answered busy,
                 // and have lapsed in between. Asked again at once, the store says whether the
-                // lock is this ticket's — with a fresh lease if it is.
-                if place.handed().is_some() {
+                // lock is this ticket's — with a fresh lease if it is. Not past the deadline,
+                // though: the caller is answered within one store call of it (its ticket,
+                // withdrawn, passes a lock handed to it on).
+                if place.handed().is_some() && Instant::now() < deadline {
                     continue;
                 }
             }

@@ -91,6 +91,12 @@ async fn abandon_each<B: LockBackend>(
     names: &LockNames,
     request: LockRequest,
 ) -> Result<(), BackendError> {
+    if mutant!("abandon-one-by-one") {
+        for name in names.iter() {
+            backend.abandon(name, request).await?;
+        }
+        return Ok(());
+    }
     let abandoned = names.iter().map(|name| backend.abandon(name, request));
     join_all(abandoned).await.into_iter().collect()
 }

@@ -346,6 +346,8 @@ struct HandoverHeard {
     memory: MemoryBackend,
     during_the_attempt: bool,
     queued: Arc<AtomicU32>,
+    /// How late each queued attempt is answered.
+    answer_after: Duration,
 }
 
 impl LockBackend for HandoverHeard {
@@ -401,6 +403,7 @@ impl WaitQueue<TokenLease> for HandoverHeard {
         ticket_ttl: Duration,
     ) -> BoxFuture<'a, Result<QueuedAttempt<TokenLease>, BackendError>> {
         Box::pin(async move {
+            tokio::time::sleep(self.answer_after).await;
             let queue = self.memory.wait_queue().expect("the memory store queues");
             let answer = queue.acquire_queued(name, request, ticket_ttl).await?;
             if self.queued.fetch_add(1, Ordering::Relaxed) == 0 {
@@ -432,18 +435,22 @@ impl WaitQueue<TokenLease> for HandoverHeard {
 }
 
 /// What a waiter for lock `k`, held by another process all along, makes of a handover heard
-/// `during_the_attempt` or after it (see [`HandoverHeard`]): its answer, and how many queued
-/// attempts it made.
-async fn waiter_hearing_a_handover(during_the_attempt: bool) -> (Result<(), LockError>, u32) {
+/// `during_the_attempt` or after it (see [`HandoverHeard`]), waiting `wait` with its queued
+/// attempts answered `answer_after` late: its answer, and how many queued attempts it made.
+async fn waiter_hearing_a_handover(
+    during_the_attempt: bool,
+    (wait, answer_after): (Duration, Duration),
+) -> (Result<(), LockError>, u32) {
     let memory = MemoryBackend::new();
     let _holder = hold(&memory, "lock:k", TTL).await;
     let backend = HandoverHeard {
         memory,
         during_the_attempt,
         queued: Arc::default(),
+        answer_after,
     };
     let locker = locker(backend.clone(), |builder| {
-        builder.wait(Duration::from_secs(5))
+        builder.wait(wait).store_timeout(Duration::from_millis(200))
     });
     let answer = locker.lock("k").await.map(drop);
     (answer, backend.queued.load(Ordering::Relaxed))
@@ -456,12 +463,39 @@ async fn waiter_hearing_a_handover(during_the_attempt: bool) -> (Result<(), Lock
 /// asks again, and waits on.
 #[tokio::test(start_paused = true)]
 async fn a_handover_heard_is_taken_only_once_the_store_confirms_it() {
+    let (wait, prompt) = (Duration::from_secs(5), Duration::ZERO);
     for during_the_attempt in [true, false] {
-        let (answer, queued) = waiter_hearing_a_handover(during_the_attempt).await;
+        let (answer, queued) = waiter_hearing_a_handover(during_the_attempt, (wait, prompt)).await;
         assert!(
             matches!(answer, Err(LockError::Busy { .. })),
             "the store, asked again, said it is not ours: {answer:?}"
         );
         assert!(queued >= 2, "asked again: {queued} queued attempts");
     }
+}
+
+/// A handover heard with a busy answer that came after the wait ended is not asked about
+/// again: the caller is answered within its wait and one store call (found by the simulator,
+/// seed 3514: asked again past the deadline, the store hung, and the caller was answered a
+/// store timeout late). Its twin: heard within the wait, it is asked about.
+#[tokio::test(start_paused = true)]
+async fn a_handover_heard_after_the_wait_ended_is_not_asked_about() {
+    let (wait, late) = (Duration::from_millis(100), Duration::from_millis(190));
+    let asked = Instant::now();
+    let (answer, queued) = waiter_hearing_a_handover(true, (wait, late)).await;
+    assert!(matches!(answer, Err(LockError::Busy { .. })), "{answer:?}");
+    assert_eq!(queued, 1, "not asked again past the deadline");
+    let bound = wait + Duration::from_millis(200);
+    assert!(
+        asked.elapsed() <= bound,
+        "answered after {:?}",
+        asked.elapsed()
+    );
+
+    let in_time = Duration::from_millis(20);
+    let (_, queued) = waiter_hearing_a_handover(true, (wait, in_time)).await;
+    assert!(
+        queued >= 2,
+        "asked again within the wait: {queued} queued attempts"
+    );
 }

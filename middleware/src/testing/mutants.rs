@@ -1,0 +1,56 @@
+//! Bugs that were found and fixed, compiled back in (feature `mutants`, the simulator's) and
+//! switched on one at a time, by name, on the thread that runs a simulation: the simulator
+//! shows that it finds each of them (`scripts/simulate --mutant NAME`).
+
+use std::cell::Cell;
+
+/// Every mutant: its name, and the bug it brings back.
+pub const MUTANTS: &[(&str, &str)] = &[
+    (
+        "abandon-one-by-one",
+        "an attempt on several keys abandons them one after another, so one store call that \
+         hangs keeps the next key taken — for as long as a session lives (etcd: 34–41 s)",
+    ),
+    (
+        "checker-blames-the-told",
+        "the history checker blames the first of two overlapping holders, though only the \
+         other was told it had lost the lock (it blamed an innocent reader)",
+    ),
+    (
+        "lease-from-answer",
+        "a lease is counted from the store's answer rather than from its request, so a slow \
+         answer leaves the holder believing in a lease the store has let go",
+    ),
+    (
+        "handed-lease-restarts",
+        "a lock handed on within a process gets a lease of its own from the hand-on, past \
+         the run's lease in the store",
+    ),
+    (
+        "shared-release-ignores-owner",
+        "the memory store's release of a shared hold that is gone drops another holder's",
+    ),
+];
+
+thread_local! {
+    static ACTIVE: Cell<Option<&'static str>> = const { Cell::new(None) };
+}
+
+/// Switches mutant `name` on for this thread (none: `None`); `false` when no mutant has that
+/// name.
+pub fn switch_on(name: Option<&str>) -> bool {
+    let Some(name) = name else {
+        ACTIVE.with(|active| active.set(None));
+        return true;
+    };
+    let Some(&(known, _)) = MUTANTS.iter().find(|(known, _)| *known == name) else {
+        return false;
+    };
+    ACTIVE.with(|active| active.set(Some(known)));
+    true
+}
+
+/// Whether mutant `name` is switched on for this thread.
+pub(crate) fn active(name: &str) -> bool {
+    ACTIVE.with(|active| active.get() == Some(name))
+}
