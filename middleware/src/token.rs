@@ -27,7 +27,7 @@ impl OwnerToken {
     /// Draws a new random token (from the thread's seed, where a simulation
     /// [seeded](crate::testing::seed_this_thread) it).
     pub fn new() -> Self {
-        #[cfg(feature = "test-util")]
+        #[cfg(any(test, feature = "test-util"))]
         if let Some(bytes) = crate::testing::seeded_bytes() {
             return Self(uuid::Builder::from_random_bytes(bytes).into_uuid());
         }

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use super::Store;
 use super::support::{LONG, SHORT, SLACK, locker, two_processes, until};
-use crate::backend::{Hold, Inspect, Semaphores, SharedLocks};
+use crate::backend::{
+    Attempt, Hold, Inspect, LockBackend, LockRequest, OwnerToken, Semaphores, SharedLocks,
+};
 use crate::{FencingToken, LeaseLost, LockError};
 
 /// The operator's view of a lock held in its own process counts that process's tasks waiting
@@ -126,12 +128,11 @@ where
         );
     }
     let lost = tokio::time::timeout(SHORT + SLACK, held.lost()).await;
-    let lost = lost.expect("the freed holder learns at its next renewal");
-    let told = match store.records_releases() {
-        true => LeaseLost::Released,
-        false => LeaseLost::Taken,
-    };
-    assert_eq!(lost, told, "the freed holder is told what the store knows");
+    assert_eq!(
+        lost,
+        Ok(LeaseLost::Taken),
+        "the freed holder learns at its next renewal"
+    );
     assert!(!held.is_held());
     assert!(
         next.force_release("coupon:9")
@@ -139,6 +140,37 @@ where
             .expect("asked")
             .is_empty()
     );
+}
+
+/// An operator's release is kept, where the store records it ([`Store::records_releases`]),
+/// for the freed holder to be told who freed it; elsewhere the store says nothing (`None`).
+/// Its twin: before the release, nobody freed it.
+pub async fn a_freed_holder_is_told_who_released_it<S: Store>(store: &S)
+where
+    S::Backend: Inspect,
+{
+    let backend = store.backend().await;
+    let name = "lock:coupon:7";
+    let request = LockRequest::new(OwnerToken::new(), LONG).holder("worker");
+    let Attempt::Acquired(granted) = backend.acquire(name, request).await.expect("asked") else {
+        panic!("a free lock is granted");
+    };
+    let before = backend.released_by(name, &granted.lease).await;
+    assert_eq!(before.expect("asked"), None, "nobody freed it yet");
+
+    let freed = backend
+        .force_release(name, "ops-7")
+        .await
+        .expect("released");
+    // A holder that records itself at its first renewal is not seen, nor freed, before it.
+    let seen = usize::from(store.holders_seen_from_grant());
+    assert_eq!(freed.len(), seen, "{freed:?}");
+    let told = backend
+        .released_by(name, &granted.lease)
+        .await
+        .expect("asked");
+    let recorded = store.records_releases().then(|| "ops-7".to_owned());
+    assert_eq!(told, recorded);
 }
 
 /// Readers and permit holders are each listed with their label, unfenced; a writer waiting for

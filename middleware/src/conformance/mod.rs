@@ -88,8 +88,8 @@ pub trait Store: Send + Sync + Sized + 'static {
     }
 
     /// Whether the store records who freed a lease in an operator's release, so that its
-    /// holder is told ([`LeaseLost::Released`](crate::LeaseLost::Released)) rather than only
-    /// that the lease is gone (default `false`; memory and Redis record it).
+    /// holder can log who did ([`LockBackend::released_by`]) rather than only that the lease
+    /// is gone (default `false`; memory and Redis record it).
     fn records_releases(&self) -> bool {
         false
     }
@@ -234,6 +234,7 @@ macro_rules! __conformance_cases {
             an_operator_sees_the_holder_from_another_process,
             an_operator_counts_the_waiters_in_its_own_processs_line,
             an_operators_release_fences_out_the_holder_it_frees,
+            a_freed_holder_is_told_who_released_it,
         );
     };
     (listing, $store:ty) => {

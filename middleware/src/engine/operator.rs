@@ -73,11 +73,11 @@ impl<B: Inspect> Locker<B> {
     /// and wakes its waiters. Safe where the store fences: the next holder's fence is above
     /// every freed holder's, so a data store that checks fences refuses their late writes; each
     /// freed holder finds its lease lost at its next renewal ([`LockError::LeaseLost`], its
-    /// work stopped under [`OnLost::Abort`](crate::OnLost::Abort)) and, where the store
-    /// records who freed it (memory, Redis), logs that this locker's
-    /// [label](crate::LockerBuilder::holder_label) released it ([`LeaseLost::Released`](crate::LeaseLost::Released)).
-    /// Logged at WARN here too, naming the key, the freed holders and this locker's label.
-    /// Returns the holders it freed (none: the lock was free).
+    /// work stopped under [`OnLost::Abort`](crate::OnLost::Abort)); where the store records
+    /// who freed it (memory, Redis), each freed holder's process logs this locker's
+    /// [label](crate::LockerBuilder::holder_label) as `released_by`. Logged at WARN here too,
+    /// naming the key, the freed holders and this locker's label. Returns the holders it
+    /// freed (none: the lock was free).
     ///
     /// # Errors
     ///

@@ -412,7 +412,7 @@ impl<B: LockBackend> LockerBuilder<B> {
     /// Records this locker's holds in `recording` rather than in the process's history: one
     /// simulated process among several in one OS process
     /// ([`testing::history`](crate::testing::history)).
-    #[cfg(feature = "test-util")]
+    #[cfg(any(test, feature = "test-util"))]
     pub fn recorded_in(mut self, recording: &crate::testing::history::Recording) -> Self {
         self.settings.observer = recording.observer();
         self

@@ -209,8 +209,10 @@ impl<C: RedisConnection> Inspect for RedisBackend<C> {
                 self.run_shared(name, "release", holder.handle, &[]).await?
             };
             if released == 1 {
-                self.record_release(name, holder.handle, by, holder.holding.lease_left)
-                    .await?;
+                let left = holder.holding.lease_left;
+                if let Err(error) = self.record_release(name, holder.handle, by, left).await {
+                    tracing::warn!(lock = name, %error, "who released the lock was not recorded");
+                }
                 freed.push(holder.holding);
             }
         }
@@ -220,7 +222,7 @@ impl<C: RedisConnection> Inspect for RedisBackend<C> {
 
 impl<C: RedisConnection> RedisBackend<C> {
     /// Records that the operator labelled `by` freed `token`'s lease on `name`, for as long as
-    /// the lease had `left` (at least a second): the hash's expiry only ever grows.
+    /// the lease had `left` (at least a second): `{name}:released:<token>`, in the lock's slot.
     async fn record_release(
         &self,
         name: &str,
@@ -228,26 +230,14 @@ impl<C: RedisConnection> RedisBackend<C> {
         by: &str,
         left: Option<Duration>,
     ) -> Result<(), BackendError> {
-        let keep_ms = left.map_or(1000, |left| left.as_millis().max(1000));
-        let key = LockKey::released(name);
-        let mut pipeline = redis::Pipeline::with_capacity(3);
-        pipeline
-            .cmd("HSET")
-            .arg(key)
-            .arg(token.to_string())
+        let keep_ms = left.map_or(1000, |left| left.as_millis().max(1000)) as u64;
+        let mut command = redis::cmd("SET");
+        command
+            .arg(released_key(name, token))
             .arg(by)
-            .ignore()
-            .cmd("PEXPIRE")
-            .arg(key)
-            .arg(keep_ms as u64)
-            .arg("NX")
-            .ignore()
-            .cmd("PEXPIRE")
-            .arg(key)
-            .arg(keep_ms as u64)
-            .arg("GT")
-            .ignore();
-        (pipeline
+            .arg("PX")
+            .arg(keep_ms);
+        (command
             .query_async::<()>(&mut self.connection.clone())
             .await)
             .map_err(BackendError::new)
@@ -259,10 +249,15 @@ impl<C: RedisConnection> RedisBackend<C> {
         name: &str,
         token: OwnerToken,
     ) -> Result<Option<String>, BackendError> {
-        let mut command = redis::cmd("HGET");
-        command.arg(LockKey::released(name)).arg(token.to_string());
+        let mut command = redis::cmd("GET");
+        command.arg(released_key(name, token));
         (command.query_async(&mut self.connection.clone()).await).map_err(BackendError::new)
     }
+}
+
+/// The key recording who freed `token`'s lease on `name`.
+fn released_key(name: &str, token: OwnerToken) -> String {
+    format!("{{{name}}}:released:{token}")
 }
 
 /// Where a listing's page starts: a node (its address; empty on one node), its `SCAN` cursor,

@@ -58,15 +58,6 @@ impl<'a> LockKey<'a> {
         }
     }
 
-    /// Leases an operator freed: a hash of owner token → the operator's label, kept while the
-    /// longest of them would have lived, for their holders to be told who freed them.
-    pub(super) fn released(name: &'a str) -> Self {
-        Self {
-            name,
-            suffix: ":released",
-        }
-    }
-
     /// The line of tickets in arrival order: fair mode's waiters, and each process's head of
     /// line in notified mode.
     pub(super) fn line(name: &'a str) -> Self {

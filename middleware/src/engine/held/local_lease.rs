@@ -15,16 +15,12 @@ use crate::engine::telemetry::{Meters, Outcome, Renewal, StoreOp};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LeaseLost {
-    /// A renewal found the lease gone from the store, and the store cannot tell why: an
-    /// operator freed the lock on a store that keeps no record of it, or the store lost it (a
-    /// restart, a failover) and it may be somebody else's now.
+    /// A renewal found the lease gone from the store: an operator freed the lock (where the
+    /// store records who did — memory, Redis — the holder then logs "an operator released the
+    /// lock" with the operator's label), or the store lost it (a restart, a failover) and it
+    /// may be somebody else's now.
     #[error("a renewal found the lease gone from the store")]
     Taken,
-    /// An operator freed the lock ([`Locker::force_release`](crate::Locker::force_release)):
-    /// the store recorded it, and the holder's log names the operator's label. The memory
-    /// store and Redis (every mode) record it; the others answer [`Taken`](Self::Taken).
-    #[error("an operator released the lock")]
-    Released,
     /// The local deadline passed without a confirmed renewal: the store did not answer, the
     /// process was paused, or renewal is off.
     #[error("the lease ran out without a confirmed renewal")]
@@ -172,8 +168,8 @@ impl LocalLease {
 
 /// Keeps the lease of `leases`' lock while it is held: renews it every TTL/3 after its last
 /// confirmed renewal (every name of the lock at once) when the locker renews, and returns as
-/// soon as it is lost — asking the store, when a renewal finds the lease gone, whether an
-/// operator freed it. Dropping this future stops renewal at once; it owns no task and at most
+/// soon as it is lost — and, when a renewal finds the lease gone, asks the store in the
+/// background whether an operator freed it, to log who did. Dropping this future stops renewal at once; it owns no task and at most
 /// one timer at a time. Started again later (the work ended, its output is still being
 /// delivered), it goes on from the last renewal.
 pub(crate) async fn keep<B: LockBackend>(leases: &ReleaseDuty<B>) -> LeaseLost {
@@ -208,16 +204,8 @@ pub(crate) async fn keep<B: LockBackend>(leases: &ReleaseDuty<B>) -> LeaseLost {
                 }
                 Ok(Ok(false)) => {
                     meters.renewal(Renewal::Refused);
-                    let released_by = tokio::select! {
-                        biased;
-                        by = leases.released_by() => by,
-                        () = sleep_until(deadline) => None,
-                    };
-                    let Some(operator) = released_by else {
-                        return lease.lose(LeaseLost::Taken);
-                    };
-                    tracing::warn!(lock = name, released_by = operator, "an operator released the lock");
-                    return lease.lose(LeaseLost::Released);
+                    leases.tell_who_released();
+                    return lease.lose(LeaseLost::Taken);
                 }
                 Ok(Err(error)) => {
                     meters.renewal(Renewal::Failed);

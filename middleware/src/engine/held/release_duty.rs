@@ -96,16 +96,21 @@ impl<B: LockBackend> ReleaseDuty<B> {
         }
     }
 
-    /// The label of the operator who freed this lock, where the store recorded one: asked,
-    /// within one store timeout, once a renewal or release found the lease gone. `None` when
-    /// the store cannot tell, fails or is too slow.
-    pub(crate) async fn released_by(&self) -> Option<String> {
-        let backend = &*self.locker.backend;
-        let asks = (self.guard.names().zip(self.leases.iter()))
-            .map(|(name, lease)| backend.released_by(name, lease));
-        let store_timeout = self.locker.settings.store_timeout;
-        let answers = tokio::time::timeout(store_timeout, join_all(asks)).await;
-        (answers.ok()?.into_iter()).find_map(|answer| answer.ok().flatten())
+    /// Logs who freed this lock, where the store recorded an operator's release: asked in the
+    /// background once a renewal found the lease gone (the holder is told at once; the label
+    /// follows).
+    pub(crate) fn tell_who_released(&self) {
+        let (locker, leases) = (Arc::clone(&self.locker), Arc::clone(&self.leases));
+        let names: Vec<String> = self.guard.names().map(str::to_owned).collect();
+        background::spawn("ask who released a lock", async move {
+            if let Some(operator) = released_by(&locker, &names, &leases).await {
+                tracing::warn!(
+                    lock = names[0],
+                    released_by = operator,
+                    "an operator released the lock"
+                );
+            }
+        });
     }
 
     /// Gives every lease back at once, within one store timeout: `Ok(())`, or why the lock
@@ -184,12 +189,18 @@ impl<B: LockBackend> ReleaseDuty<B> {
         self.guard.lease().meters().released(held);
     }
 
+    /// Who freed this lock, asked after a release found it gone (see [`released_by`]).
+    async fn released_here(&self) -> Option<String> {
+        let names: Vec<String> = self.guard.names().map(str::to_owned).collect();
+        released_by(&self.locker, &names, &self.leases).await
+    }
+
     /// [`release`](Self::release), logging instead of returning what went wrong: the work's
     /// answer must not turn into an error because of it, and the lease expires anyway.
     pub(crate) async fn release_quietly(&self) {
         match self.release().await {
             Ok(()) => tracing::trace!(lock = self.guard.name(), "released"),
-            Err(LockError::LeaseLost { .. }) => match self.released_by().await {
+            Err(LockError::LeaseLost { .. }) => match self.released_here().await {
                 Some(operator) => tracing::warn!(
                     lock = self.guard.name(),
                     released_by = operator,
@@ -207,6 +218,21 @@ impl<B: LockBackend> ReleaseDuty<B> {
             ),
         }
     }
+}
+
+/// The label of the operator who freed `leases` (one per name of `names`), where the store
+/// recorded one: asked within one store timeout. `None` when the store cannot tell, fails or
+/// is too slow.
+async fn released_by<B: LockBackend>(
+    locker: &LockerInner<B>,
+    names: &[String],
+    leases: &[B::Lease],
+) -> Option<String> {
+    let backend = &*locker.backend;
+    let asks = (names.iter().zip(leases)).map(|(name, lease)| backend.released_by(name, lease));
+    let store_timeout = locker.settings.store_timeout;
+    let answers = tokio::time::timeout(store_timeout, join_all(asks)).await;
+    (answers.ok()?.into_iter()).find_map(|answer| answer.ok().flatten())
 }
 
 /// Releases every name of `guard`'s lock: whether all were still ours.
