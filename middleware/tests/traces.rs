@@ -63,6 +63,20 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Closed {
     }
 }
 
+/// Runs `work` on a current-thread runtime on Tokio's paused clock, `layer` watching.
+fn watched_on_the_paused_clock(
+    layer: impl Layer<tracing_subscriber::Registry> + Send + Sync,
+    work: impl std::future::Future<Output = ()>,
+) {
+    let subscriber = tracing_subscriber::registry().with(layer);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    subscriber::with_default(subscriber, || runtime.block_on(work));
+}
+
 /// Keeps every event's fields, its message among them.
 #[derive(Clone, Default)]
 struct Events(Arc<Mutex<Vec<Fields>>>);
@@ -80,14 +94,8 @@ impl<S: Subscriber> Layer<S> for Events {
 #[test]
 fn a_holder_freed_by_an_operator_logs_the_operators_label() {
     let events = Events::default();
-    let subscriber = tracing_subscriber::registry().with(events.clone());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    subscriber::with_default(subscriber, || {
-        runtime.block_on(async {
+    watched_on_the_paused_clock(events.clone(), async {
+        {
             let store = MemoryBackend::new();
             let worker = Locker::builder(store.clone())
                 .ttl(Duration::from_millis(300))
@@ -108,7 +116,7 @@ fn a_holder_freed_by_an_operator_logs_the_operators_label() {
             );
             // Who freed it is asked in the background, once the holder was told.
             tokio::time::sleep(Duration::from_millis(1)).await;
-        });
+        }
     });
     let events = events.0.lock().unwrap().clone();
     let said = |message: &str| {
@@ -129,14 +137,8 @@ fn a_holder_freed_by_an_operator_logs_the_operators_label() {
 #[test]
 fn each_acquisition_runs_in_a_span_naming_its_key_shape_wait_attempts_outcome_and_fence() {
     let closed = Closed::default();
-    let subscriber = tracing_subscriber::registry().with(closed.clone());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    subscriber::with_default(subscriber, || {
-        runtime.block_on(async {
+    watched_on_the_paused_clock(closed.clone(), async {
+        {
             // Without handing on, the refused acquisition asks the store itself.
             let locker = Locker::builder(MemoryBackend::new())
                 .wait(Duration::from_millis(300))
@@ -147,7 +149,7 @@ fn each_acquisition_runs_in_a_span_naming_its_key_shape_wait_attempts_outcome_an
             let waited = locker.lock("invoice:1").await;
             assert!(matches!(waited, Err(LockError::Busy { .. })), "{waited:?}");
             drop(held);
-        });
+        }
     });
     let spans = closed.0.lock().unwrap().clone();
     let locks: Vec<&Fields> = (spans.iter())
