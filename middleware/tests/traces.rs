@@ -95,28 +95,26 @@ impl<S: Subscriber> Layer<S> for Events {
 fn a_holder_freed_by_an_operator_logs_the_operators_label() {
     let events = Events::default();
     watched_on_the_paused_clock(events.clone(), async {
-        {
-            let store = MemoryBackend::new();
-            let worker = Locker::builder(store.clone())
-                .ttl(Duration::from_millis(300))
-                .build()
-                .unwrap();
-            let operator = Locker::builder(store)
-                .holder_label("ops-7")
-                .build()
-                .unwrap();
-            let work = worker.with_lock("invoice:1", |_| async {
-                operator.force_release("invoice:1").await.unwrap();
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            });
-            let stopped = work.await;
-            assert!(
-                matches!(stopped, Err(LockError::LeaseLost { .. })),
-                "{stopped:?}"
-            );
-            // Who freed it is asked in the background, once the holder was told.
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        let store = MemoryBackend::new();
+        let worker = Locker::builder(store.clone())
+            .ttl(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let operator = Locker::builder(store)
+            .holder_label("ops-7")
+            .build()
+            .unwrap();
+        let work = worker.with_lock("invoice:1", |_| async {
+            operator.force_release("invoice:1").await.unwrap();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        });
+        let stopped = work.await;
+        assert!(
+            matches!(stopped, Err(LockError::LeaseLost { .. })),
+            "{stopped:?}"
+        );
+        // Who freed it is asked in the background, once the holder was told.
+        tokio::time::sleep(Duration::from_millis(1)).await;
     });
     let events = events.0.lock().unwrap().clone();
     let said = |message: &str| {
@@ -138,18 +136,16 @@ fn a_holder_freed_by_an_operator_logs_the_operators_label() {
 fn each_acquisition_runs_in_a_span_naming_its_key_shape_wait_attempts_outcome_and_fence() {
     let closed = Closed::default();
     watched_on_the_paused_clock(closed.clone(), async {
-        {
-            // Without handing on, the refused acquisition asks the store itself.
-            let locker = Locker::builder(MemoryBackend::new())
-                .wait(Duration::from_millis(300))
-                .max_local_run(1)
-                .build()
-                .unwrap();
-            let held = locker.lock("invoice:1").await.unwrap();
-            let waited = locker.lock("invoice:1").await;
-            assert!(matches!(waited, Err(LockError::Busy { .. })), "{waited:?}");
-            drop(held);
-        }
+        // Without handing on, the refused acquisition asks the store itself.
+        let locker = Locker::builder(MemoryBackend::new())
+            .wait(Duration::from_millis(300))
+            .max_local_run(1)
+            .build()
+            .unwrap();
+        let held = locker.lock("invoice:1").await.unwrap();
+        let waited = locker.lock("invoice:1").await;
+        assert!(matches!(waited, Err(LockError::Busy { .. })), "{waited:?}");
+        drop(held);
     });
     let spans = closed.0.lock().unwrap().clone();
     let locks: Vec<&Fields> = (spans.iter())
