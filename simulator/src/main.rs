@@ -6,7 +6,7 @@
 //!     simulate --list-mutants
 
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use clap::Parser;
@@ -89,21 +89,22 @@ fn one(seed: u64, mutant: Option<&str>, show_history: bool) -> ExitCode {
 fn many(from: u64, seeds: u64, mutant: Option<&str>) -> ExitCode {
     let started = Instant::now();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    // With a mutant, every thread stops once one has found it.
-    let found_it = AtomicBool::new(false);
+    // With a mutant, a thread stops once it is past the first seed found (by any thread): the
+    // first is the same however many threads run.
+    let first_found = AtomicU64::new(u64::MAX);
     let found: Vec<(u64, simulator::Outcome)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|thread| {
-                let found_it = &found_it;
+                let first_found = &first_found;
                 scope.spawn(move || {
                     let mut found = Vec::new();
                     for index in (0..seeds).filter(|index| index % threads == thread) {
-                        if mutant.is_some() && found_it.load(Ordering::Relaxed) {
+                        if mutant.is_some() && index > first_found.load(Ordering::Relaxed) {
                             break;
                         }
-                        let outcome = simulator::check(from.wrapping_add(index), mutant);
+                        let outcome = simulator::simulate_quietly(from.wrapping_add(index), mutant);
                         if !outcome.violations.is_empty() {
-                            found_it.store(true, Ordering::Relaxed);
+                            first_found.fetch_min(index, Ordering::Relaxed);
                             found.push((index + 1, outcome));
                         }
                     }
@@ -134,7 +135,7 @@ fn many(from: u64, seeds: u64, mutant: Option<&str>) -> ExitCode {
     );
     if let (Some(name), Some((index, outcome))) = (mutant, found.first()) {
         println!(
-            "mutant {name} found by seed {} (the {index}th seed run)",
+            "mutant {name} found by seed {} (after {index} seeds)",
             outcome.seed
         );
         return ExitCode::FAILURE;

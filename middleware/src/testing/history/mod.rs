@@ -3,8 +3,10 @@
 //! process killed with `SIGKILL` leaves every line it wrote — or, for processes simulated in
 //! one OS process, kept in memory per process ([`Recording`]).
 //!
-//! Nothing is recorded until [`record_to`] names a file; from then on every hold of every
-//! locker in the process writes a line when it begins and one when it ends, and one more if
+//! Nothing is recorded until [`record_to`] names a file (from then on every hold of every
+//! locker in the process is recorded), or a locker is built
+//! [`recorded_in`](crate::LockerBuilder::recorded_in) a [`Recording`] (its holds are recorded
+//! there instead). Each hold writes a line when it begins and one when it ends, and one more if
 //! the store says it was lost:
 //!
 //! * `{"grant":7,"pid":4711,"task":12,"at":1764197412000123456,"hold":"mutex","names":["lock:k"],"fences":[3584]}`
@@ -20,8 +22,9 @@
 //!
 //! `grant` numbers the holds of the process; `task` is the Tokio task that took the lock (0
 //! outside a task); `at` is nanoseconds since the Unix epoch by the system clock, which every
-//! process on the machine shares. `fences` has one entry per name (`null` where the hold has
-//! no fencing token).
+//! process on the machine shares (in a [`Recording`]: since its epoch on Tokio's clock, and
+//! `pid` is the simulated process's). `fences` has one entry per name (`null` where the hold
+//! has no fencing token).
 //!
 //! # Example
 //!
