@@ -148,20 +148,33 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-/// Whether the re-introduced bug `name` is switched on: only in a build with the `mutants`
+/// Whether the re-introduced bug `name` is switched on: only in a build with the `simulation`
 /// feature (the simulator's), where `testing::mutants` switches one on by name; `false` in
 /// every other build, which carries none of them.
-#[cfg(feature = "mutants")]
+#[cfg(feature = "simulation")]
 macro_rules! mutant {
     ($name:literal) => {
         $crate::testing::mutants::active($name)
     };
 }
-#[cfg(not(feature = "mutants"))]
+#[cfg(not(feature = "simulation"))]
 macro_rules! mutant {
     ($name:literal) => {
         false
     };
+}
+
+/// A point where a simulation may stall the task that reaches it (`testing::stalls`), as a GC
+/// pause or a descheduled thread would; nothing in a build without the `simulation` feature.
+#[cfg(feature = "simulation")]
+macro_rules! stall_point {
+    ($name:literal) => {
+        $crate::testing::stalls::at($name).await
+    };
+}
+#[cfg(not(feature = "simulation"))]
+macro_rules! stall_point {
+    ($name:literal) => {};
 }
 
 pub mod backend;

@@ -15,6 +15,8 @@ pub(crate) struct Run {
     pub(crate) seed: u64,
     /// The history checker's verdict on every process's holds.
     pub(crate) verdict: Verdict,
+    /// Every time a holder believed it held a lock the store's record says it did not.
+    pub(crate) uncovered: Vec<String>,
     /// Every process's recorded holds, by pid.
     pub(crate) recorded: BTreeMap<u64, String>,
     /// Every process's calls to the store: when each was sent, what it asked, its fate.
@@ -49,13 +51,21 @@ pub struct Outcome {
 pub(crate) fn judge(run: Run) -> Outcome {
     let mut violations = run.violations;
     let verdict = &run.verdict;
-    if !verdict.holds_up() {
-        violations.push(format!(
+    match (verdict.holds_up(), run.uncovered.is_empty()) {
+        (false, false) => violations.push(format!(
             "{} overlapping holds none of whose holders was told it had lost the lock: {}",
             verdict.unfenced_unreported,
             verdict.examples.join("; ")
-        ));
+        )),
+        (false, true) => violations.push(format!(
+            "the history checker blames holders the store's record clears (a checker bug): {}",
+            verdict.examples.join("; ")
+        )),
+        (true, _) => {}
     }
+    violations.extend(run.uncovered.iter().map(|uncovered| {
+        format!("a holder believed it held a lock the store did not hold for it: {uncovered}")
+    }));
     for (key, register) in &run.registers {
         if register.value != register.acknowledged {
             violations.push(format!(

@@ -10,6 +10,7 @@
 mod check;
 mod delivery;
 mod link;
+mod oracle;
 mod plan;
 mod register;
 mod store;

@@ -22,6 +22,15 @@ pub(crate) struct Plan {
     pub(crate) announcements: AnnouncementFaults,
     /// When each process fault strikes, from the start.
     pub(crate) events: Vec<(Duration, Event)>,
+    pub(crate) stalls: Stalls,
+}
+
+/// How often a caller's task stalls at one of the engine's stall points (a GC pause that
+/// strikes just after the store granted it a lock), and for how long at most.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stalls {
+    pub(crate) chance: f64,
+    pub(crate) longest: Duration,
 }
 
 /// A fault that strikes a whole process.
@@ -112,7 +121,12 @@ impl Plan {
             events.push((at, event));
         }
         events.sort_by_key(|(at, _)| *at);
+        let stalls = Stalls {
+            chance: 0.01,
+            longest: millis(rng, 100..=2500),
+        };
         Self {
+            stalls,
             leases,
             processes,
             keys,

@@ -1,7 +1,9 @@
 //! One simulated run: the processes a seed plans, their callers, the faults that strike them,
 //! and the checks of what happened.
 
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,7 +18,8 @@ use tower_lock::{Locker, MemoryBackend};
 use crate::check::{self, Outcome};
 use crate::delivery::Delivery;
 use crate::link::Link;
-use crate::plan::{ACQUISITIONS, Event, Plan, Policy, ProcessPlan};
+use crate::oracle::Oracle;
+use crate::plan::{ACQUISITIONS, Event, Plan, Policy, ProcessPlan, Stalls};
 use crate::register::Registers;
 use crate::store::{Leases, SimBackend};
 use crate::workload::{self, Call, Op};
@@ -108,6 +111,9 @@ struct World {
     plan: Plan,
     rng: Rng,
     store: MemoryBackend,
+    oracle: Oracle,
+    /// How many tasks stalled at a stall point.
+    stalls: Rc<Cell<u64>>,
     delivery: Delivery,
     shared: Arc<Shared>,
     /// Every process that ran, in pid order.
@@ -136,12 +142,16 @@ async fn run(seed: u64, logs: bool) -> Outcome {
         epoch,
     });
     let store = MemoryBackend::new();
+    let oracle = Oracle::watch(&store, epoch);
+    let stalls = stall_callers(plan.stalls, rng.u64(..));
     let delivery = Delivery::new(rng.u64(..), plan.announcements, (epoch, logs));
     let announcing = delivery.clone();
     store.on_announce(move |name, announcement| announcing.announce(name, announcement));
     let mut world = World {
         rng,
         store,
+        oracle,
+        stalls,
         delivery,
         shared,
         processes: Vec::new(),
@@ -201,7 +211,43 @@ async fn run(seed: u64, logs: bool) -> Outcome {
             _ => {}
         }
     }
+    tower_lock::testing::stalls::on_stall(None::<fn(&'static str) -> Option<Duration>>);
     world.outcome(seed, ended, violations)
+}
+
+tokio::task_local! {
+    /// The caller a task runs, while it asks for a lock: what a stall strikes.
+    static CALLER: Stalled;
+}
+
+/// What stalls did to a caller's request.
+struct Stalled {
+    link: Arc<Link>,
+    /// How long it stalled, in all.
+    total: Cell<Duration>,
+}
+
+/// Stalls callers at the engine's stall points as `stalls` says, drawn from `seed`: a stalled
+/// process (a GC pause) also holds back its link. How many stalled.
+fn stall_callers(stalls: Stalls, seed: u64) -> Rc<Cell<u64>> {
+    let rng = RefCell::new(Rng::with_seed(seed));
+    let count = Rc::new(Cell::new(0));
+    let counted = count.clone();
+    tower_lock::testing::stalls::on_stall(Some(move |_point| {
+        let mut rng = rng.borrow_mut();
+        if rng.f64() >= stalls.chance {
+            return None;
+        }
+        let stall = Duration::from_millis(rng.u64(0..=stalls.longest.as_millis() as u64));
+        let stalled = CALLER.try_with(|caller| {
+            caller.link.pause_until(Instant::now() + stall);
+            caller.total.set(caller.total.get() + stall);
+        });
+        stalled.ok()?;
+        counted.set(counted.get() + 1);
+        Some(stall)
+    }));
+    count
 }
 
 impl World {
@@ -346,17 +392,20 @@ impl World {
         history.ran_until(at(ended));
         // The simulated store never loses a lease on its own: a holder knows by its end.
         history.told_by_end();
+        let uncovered = self.oracle.uncovered(history.beliefs(), at(ended));
         let calls = std::mem::take(&mut *lock(&self.shared.calls));
         let faults = (self.processes.iter())
             .map(|process| process.link.dealt().total())
             .sum::<u64>()
             + self.delivery.faults_dealt()
             + self.pauses
-            + self.kills;
+            + self.kills
+            + self.stalls.get();
         check::judge(check::Run {
             seed,
             // Not as a fenced store: an overlap passes only when its stale holder was told.
             verdict: history.check(false),
+            uncovered,
             recorded,
             store_calls,
             calls,
@@ -386,8 +435,17 @@ impl Caller {
             self.link.reachable().await;
             let op = Op::draw(&mut self.rng, &self.shared.keys);
             let started = Instant::now();
-            let taken = op.take(&self.locker).await;
-            let bound = self.plan.policy.wait() + self.plan.store_timeout;
+            let stalled = Stalled {
+                link: self.link.clone(),
+                total: Cell::default(),
+            };
+            let (taken, stalled) = CALLER
+                .scope(stalled, async {
+                    let taken = op.take(&self.locker).await;
+                    (taken, CALLER.with(|caller| caller.total.get()))
+                })
+                .await;
+            let bound = self.plan.policy.wait() + self.plan.store_timeout + stalled;
             let call = Call::new(self.pid, &op, &taken, (self.shared.epoch, started), bound);
             lock(&self.shared.calls).push(call);
             let Ok(held) = taken else {

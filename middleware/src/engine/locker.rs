@@ -351,6 +351,7 @@ impl<B: LockBackend> Locker<B> {
                 return Err(LockError::StoreUnavailable(error));
             }
         };
+        stall_point!("granted");
         let meters = tally.meters().clone();
         let taken_at = tally.answer(Outcome::Acquired, taken.fences.first().copied().flatten());
         let lease = match taken.lease {

@@ -2,9 +2,11 @@
 
 mod counting;
 pub mod history;
-#[cfg(feature = "mutants")]
+#[cfg(feature = "simulation")]
 pub mod mutants;
 mod seeded;
+#[cfg(feature = "simulation")]
+pub mod stalls;
 
 pub use counting::{Availability, CallCounts, CountingBackend};
 pub use seeded::seed_this_thread;

@@ -132,6 +132,16 @@ impl KeyState {
             .filter(|holder| holder.expires_at > now)
     }
 
+    /// Every live lease: its holder's label, and when it expires.
+    #[cfg(feature = "test-util")]
+    pub(super) fn live_leases(&self, now: Instant) -> Vec<(&'static str, Instant)> {
+        let exclusive = (self.live_holder(now)).map(|holder| (holder.label, holder.expires_at));
+        let shared = (self.readers.iter().chain(&self.permits))
+            .filter(|entry| entry.expires_at > now)
+            .map(|entry| (entry.label, entry.expires_at));
+        exclusive.into_iter().chain(shared).collect()
+    }
+
     /// How long the exclusive holder has left, if there is one.
     fn holder_ttl(&self, now: Instant) -> Option<Duration> {
         self.live_holder(now).map(|holder| holder.expires_at - now)

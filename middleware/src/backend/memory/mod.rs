@@ -49,13 +49,18 @@ mod tests;
 pub struct MemoryBackend {
     state: Arc<Mutex<State>>,
     room: Arc<WaitingRoom>,
-    /// Told of every announcement, beside the room (`on_announce`).
+    /// Who is told of every announcement and every change of the holders (`on_announce`,
+    /// `on_change`).
     #[cfg(feature = "test-util")]
-    listener: Arc<std::sync::OnceLock<Listener>>,
+    watchers: Arc<Watchers>,
 }
 
 #[cfg(feature = "test-util")]
-type Listener = Box<dyn Fn(&str, Announcement) + Send + Sync>;
+#[derive(Default)]
+struct Watchers {
+    announced: std::sync::OnceLock<Box<dyn Fn(&str, Announcement) + Send + Sync>>,
+    changed: std::sync::OnceLock<Box<dyn Fn(&str, &[(&'static str, Instant)]) + Send + Sync>>,
+}
 
 impl Default for MemoryBackend {
     fn default() -> Self {
@@ -63,7 +68,7 @@ impl Default for MemoryBackend {
             state: Arc::default(),
             room: WaitingRoom::in_process(),
             #[cfg(feature = "test-util")]
-            listener: Arc::default(),
+            watchers: Arc::default(),
         }
     }
 }
@@ -136,7 +141,9 @@ impl MemoryBackend {
         state.sweep_if_grown(now);
         let State { keys, fences, .. } = &mut *state;
         let entry = keys.entry(name.to_owned()).or_default();
-        change(entry, fences, now)
+        let changed = change(entry, fences, now);
+        self.changed(name, entry, now);
+        changed
     }
 
     /// Runs `change` on `name`'s state, if the store has any.
@@ -148,7 +155,10 @@ impl MemoryBackend {
         let now = Instant::now();
         let mut state = self.lock_state();
         let State { keys, fences, .. } = &mut *state;
-        keys.get_mut(name).map(|entry| change(entry, fences, now))
+        let entry = keys.get_mut(name)?;
+        let changed = change(entry, fences, now);
+        self.changed(name, entry, now);
+        Some(changed)
     }
 
     /// Tells `listener` of every release this store announces, as well as its own room's
@@ -159,15 +169,38 @@ impl MemoryBackend {
         &self,
         listener: impl Fn(&str, Announcement) + Send + Sync + 'static,
     ) -> bool {
-        self.listener.set(Box::new(listener)).is_ok()
+        self.watchers.announced.set(Box::new(listener)).is_ok()
+    }
+
+    /// Tells `listener`, after every change of a lock name (once per store: a second listener
+    /// is refused, `false`), who holds it now: each live lease's holder label and when it
+    /// expires. The store's own record of who held what, and when: a simulation checks what
+    /// its processes believed against it.
+    #[cfg(feature = "test-util")]
+    pub fn on_change(
+        &self,
+        listener: impl Fn(&str, &[(&'static str, Instant)]) + Send + Sync + 'static,
+    ) -> bool {
+        self.watchers.changed.set(Box::new(listener)).is_ok()
     }
 
     fn announce(&self, name: &str, announcement: Announcement) {
         self.room.announce(name, announcement);
         #[cfg(feature = "test-util")]
-        if let Some(listener) = self.listener.get() {
+        if let Some(listener) = self.watchers.announced.get() {
             listener(name, announcement);
         }
+    }
+
+    /// Tells the `on_change` listener, if any, who holds `name` (in `entry`) now.
+    #[cfg_attr(not(feature = "test-util"), allow(clippy::unused_self))]
+    fn changed(&self, name: &str, entry: &KeyState, now: Instant) {
+        #[cfg(feature = "test-util")]
+        if let Some(listener) = self.watchers.changed.get() {
+            listener(name, &entry.live_leases(now));
+        }
+        #[cfg(not(feature = "test-util"))]
+        let _ = (name, entry, now);
     }
 
     /// Runs a change on `name` that may free it, and announces what it says.
@@ -283,9 +316,11 @@ impl LockBackend for MemoryBackend {
             .iter()
             .map(|name| {
                 let entry = keys.entry((*name).to_owned()).or_default();
+                let fence = Some(entry.take(&request, Hold::Mutex, fences, now));
+                self.changed(name, entry, now);
                 Granted {
                     lease: TokenLease::new(request.token, Hold::Mutex),
-                    fence: Some(entry.take(&request, Hold::Mutex, fences, now)),
+                    fence,
                 }
             })
             .collect();
@@ -373,12 +408,11 @@ impl Inspect for MemoryBackend {
             released,
             ..
         } = &mut *state;
-        let Some(freed) = keys
-            .get_mut(name)
-            .map(|entry| entry.force_free(fences, now))
-        else {
+        let Some(entry) = keys.get_mut(name) else {
             return Ok(Vec::new());
         };
+        let freed = entry.force_free(fences, now);
+        self.changed(name, entry, now);
         released.retain(|_, (_, until)| *until > now);
         for (token, until) in freed.leases {
             released.insert(token, (by.to_owned(), until));

@@ -28,6 +28,24 @@ struct Hold {
     /// Whether it was told so by its end: its end said the lease was gone, or a loss was
     /// reported before it.
     reported_by_end: bool,
+    /// When it was first told so, if it was.
+    told_at: Option<u128>,
+}
+
+/// How long one holder believed it held one lock name: from its grant until it ended or was
+/// told that its lease was lost, whichever came first (see [`History::beliefs`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Belief {
+    /// The holder's process.
+    pub pid: u64,
+    /// The hold's number in its process.
+    pub hold: u64,
+    /// The lock name.
+    pub name: String,
+    /// Nanoseconds, on the recording's clock.
+    pub from: u128,
+    /// `None`: the holder never ended the hold nor was told (held at the run's end).
+    pub until: Option<u128>,
 }
 
 /// The recorded holds of every process of a run.
@@ -127,6 +145,7 @@ impl History {
                         ended: None,
                         reported_lost: false,
                         reported_by_end: false,
+                        told_at: None,
                     }));
                 recorded.insert(hold, (first..self.holds.len()).collect());
             } else if let Some(hold) = number("end").or(number("lost")) {
@@ -135,6 +154,9 @@ impl History {
                 for &index in recorded.get(&hold).into_iter().flatten() {
                     let hold = &mut self.holds[index];
                     hold.reported_by_end |= lost && hold.ended.is_none();
+                    if lost && hold.told_at.is_none() {
+                        hold.told_at = Some(at);
+                    }
                     if ends {
                         hold.ended = Some(at);
                     }
@@ -162,6 +184,21 @@ impl History {
     /// only at its release.)
     pub fn told_by_end(&mut self) {
         self.told_by_end = true;
+    }
+
+    /// For every hold of every name, how long its holder believed it held the lock: what a
+    /// store's own record of its leases must cover, where the store never loses one on its own.
+    pub fn beliefs(&self) -> impl Iterator<Item = Belief> + '_ {
+        self.holds.iter().map(|hold| Belief {
+            pid: hold.pid,
+            hold: hold.number,
+            name: hold.name.clone(),
+            from: hold.granted,
+            until: match (hold.told_at, hold.ended) {
+                (Some(told), Some(ended)) => Some(told.min(ended)),
+                (told, ended) => told.or(ended),
+            },
+        })
     }
 
     /// Notes that the run ended `at` (nanoseconds since the Unix epoch).

@@ -58,7 +58,7 @@ use crate::engine::LockGuard;
 use crate::engine::observer::{self, HoldObserver, Observer};
 
 mod check;
-pub use check::{History, Verdict};
+pub use check::{Belief, History, Verdict};
 
 /// Where a process's holds are recorded, under which process id, by which clock; and how
 /// many holds it has numbered.

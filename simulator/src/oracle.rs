@@ -1,0 +1,214 @@
+//! The oracle: the simulated store's own record of who held what, and when, built from every
+//! change of its holders (`MemoryBackend::on_change`). What each holder believed (its recorded
+//! holds, `History::beliefs`) is checked against it: a holder may believe it holds a lock only
+//! while the store holds it for the holder's process, for the store never loses a lease on its
+//! own. The history checker's verdict, reached from the holders' records alone, is checked
+//! against it too.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::time::Instant;
+use tower_lock::MemoryBackend;
+use tower_lock::testing::history::Belief;
+
+/// The store's record: for each lock name and holder label, the spans it held the name.
+#[derive(Clone, Debug)]
+pub(crate) struct Oracle(Arc<Mutex<Record>>);
+
+#[derive(Debug)]
+struct Record {
+    epoch: Instant,
+    /// Spans still open: since when, and until when its lease runs now.
+    open: BTreeMap<(String, String), (Instant, Instant)>,
+    /// Spans ended, in nanoseconds since the epoch.
+    held: BTreeMap<(String, String), Vec<(u128, u128)>>,
+}
+
+impl Oracle {
+    /// Keeps the record of `store`'s holders, on the clock that starts at `epoch`.
+    pub(crate) fn watch(store: &MemoryBackend, epoch: Instant) -> Self {
+        let oracle = Self(Arc::new(Mutex::new(Record {
+            epoch,
+            open: BTreeMap::new(),
+            held: BTreeMap::new(),
+        })));
+        let record = oracle.0.clone();
+        store.on_change(move |name, leases| lock(&record).changed(name, leases));
+        oracle
+    }
+
+    /// Every belief the record does not cover, described; `ended`: when the run ended, for a
+    /// belief held to the end.
+    pub(crate) fn uncovered(
+        &self,
+        beliefs: impl Iterator<Item = Belief>,
+        ended: u128,
+    ) -> Vec<String> {
+        let mut record = lock(&self.0);
+        record.close_all();
+        let mut found = Vec::new();
+        for belief in beliefs {
+            let label = format!("p{}", belief.pid);
+            let spans =
+                (record.held.get(&(belief.name.clone(), label))).map_or(&[][..], Vec::as_slice);
+            let until = belief.until.unwrap_or(ended);
+            if !covers(spans, belief.from, until) {
+                found.push(format!(
+                    "p{}'s hold {} believed it held {} from {:.3} ms to {:.3} ms, but the store \
+                     held it for p{} {}",
+                    belief.pid,
+                    belief.hold,
+                    belief.name,
+                    ms(belief.from),
+                    ms(until),
+                    belief.pid,
+                    describe(spans, (belief.from, until))
+                ));
+            }
+        }
+        found
+    }
+}
+
+impl Record {
+    /// `name` is held by `leases` now (holder labels, and when each lease expires).
+    fn changed(&mut self, name: &str, leases: &[(&'static str, Instant)]) {
+        let now = Instant::now();
+        let mut now_held: BTreeMap<&'static str, Instant> = BTreeMap::new();
+        for &(label, expires) in leases {
+            let until = now_held.entry(label).or_insert(expires);
+            *until = (*until).max(expires);
+        }
+        let was_held: Vec<(String, String)> = (self.open.keys())
+            .filter(|(held, _)| held == name)
+            .cloned()
+            .collect();
+        for key in was_held {
+            let (since, until) = self.open[&key];
+            match now_held.get(key.1.as_str()) {
+                // Held on without a gap: its lease runs to a new end.
+                Some(&expires) if until >= now => {
+                    self.open.insert(key, (since, expires));
+                }
+                _ => {
+                    self.open.remove(&key);
+                    self.close(key, since, until.min(now));
+                }
+            }
+        }
+        for (label, expires) in now_held {
+            (self.open)
+                .entry((name.to_owned(), label.to_owned()))
+                .or_insert((now, expires));
+        }
+    }
+
+    fn close(&mut self, key: (String, String), since: Instant, until: Instant) {
+        let span = (self.at(since), self.at(until));
+        self.held.entry(key).or_default().push(span);
+    }
+
+    /// Ends every open span where its lease runs out.
+    fn close_all(&mut self) {
+        for (key, (since, until)) in std::mem::take(&mut self.open) {
+            self.close(key, since, until);
+        }
+    }
+
+    fn at(&self, instant: Instant) -> u128 {
+        (instant - self.epoch).as_nanos()
+    }
+}
+
+/// Whether `spans` cover `from` to `until` without a gap (nothing to cover: they do).
+fn covers(spans: &[(u128, u128)], from: u128, until: u128) -> bool {
+    if from >= until {
+        return true;
+    }
+    let mut spans = spans.to_vec();
+    spans.sort_unstable();
+    let mut merged: Option<(u128, u128)> = None;
+    for (start, end) in spans {
+        merged = match merged {
+            Some((since, covered)) if start <= covered => Some((since, covered.max(end))),
+            _ => Some((start, end)),
+        };
+        if merged.is_some_and(|(since, covered)| since <= from && covered >= until) {
+            return true;
+        }
+    }
+    false
+}
+
+/// The spans of `spans` within a second of `belief`.
+fn describe(spans: &[(u128, u128)], (from, until): (u128, u128)) -> String {
+    const NEAR: u128 = 1_000_000_000;
+    let near: Vec<String> = (spans.iter())
+        .filter(|(start, end)| *end + NEAR >= from && *start <= until + NEAR)
+        .map(|(start, end)| format!("{:.3}–{:.3} ms", ms(*start), ms(*end)))
+        .collect();
+    match near.is_empty() {
+        true => "at no time within a second of it".to_owned(),
+        false => format!("only in {} (within a second of it)", near.join(", ")),
+    }
+}
+
+fn ms(nanos: u128) -> f64 {
+    nanos as f64 / 1e6
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::{Instant, advance};
+
+    use super::*;
+
+    #[test]
+    fn spans_that_meet_cover_what_lies_across_them() {
+        assert!(covers(&[(0, 5), (5, 20)], 2, 18));
+        assert!(covers(&[(7, 20), (0, 5)], 10, 20), "the later span alone");
+        assert!(!covers(&[(0, 5), (7, 20)], 2, 18), "a gap from 5 to 7");
+        assert!(!covers(&[], 2, 3));
+        assert!(covers(&[], 3, 3), "nothing believed, nothing to cover");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_that_lapsed_before_it_was_taken_again_leaves_a_gap() {
+        let epoch = Instant::now();
+        let mut record = Record {
+            epoch,
+            open: BTreeMap::new(),
+            held: BTreeMap::new(),
+        };
+        let second = Duration::from_secs(1);
+        record.changed("k", &[("p1", epoch + second)]);
+        advance(second / 2).await;
+        record.changed("k", &[("p1", epoch + 2 * second)]);
+        advance(2 * second).await;
+        record.changed("k", &[("p1", epoch + 4 * second)]);
+        advance(second / 2).await;
+        record.changed("k", &[]);
+        record.close_all();
+        let spans = &record.held[&("k".to_owned(), "p1".to_owned())];
+        let nanos = |secs: f64| (secs * 1e9) as u128;
+        assert!(covers(spans, 0, nanos(2.0)), "renewed in time: {spans:?}");
+        assert!(
+            !covers(spans, nanos(1.5), nanos(2.8)),
+            "lapsed at 2 s: {spans:?}"
+        );
+        assert!(
+            covers(spans, nanos(2.5), nanos(3.0)),
+            "taken again at 2.5 s"
+        );
+        assert!(!covers(spans, nanos(2.5), nanos(3.1)), "released at 3 s");
+    }
+}
