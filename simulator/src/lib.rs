@@ -7,8 +7,10 @@
 //!
 //! [`Locker`]: tower_lock::Locker
 
+mod caller;
 mod check;
 mod delivery;
+mod fairness;
 mod link;
 mod oracle;
 mod plan;

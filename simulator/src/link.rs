@@ -53,11 +53,20 @@ impl Dealt {
 #[derive(Debug, Default)]
 struct State {
     paused_until: Option<Instant>,
+    /// When the pause it is in, if any, began.
+    paused_since: Option<Instant>,
     killed: bool,
     dealt: Dealt,
     /// Every call: when it was sent (since the link was made), what it asked, its fate.
     calls: Vec<(Duration, String)>,
+    /// When faults struck the process, from when until when they could tell, and on which
+    /// lock names (`None`: all).
+    struck: Vec<(Option<String>, Instant, Instant)>,
 }
+
+/// How long after a fault on a call it may still tell: past every store timeout and slow
+/// answer a plan draws.
+const FAULT_REACH: Duration = Duration::from_millis(500);
 
 /// A process's link; see the module's docs.
 #[derive(Debug)]
@@ -91,7 +100,7 @@ impl Link {
         apply: impl Future<Output = Result<T, BackendError>> + Send + 'static,
     ) -> Result<T, BackendError> {
         self.reachable().await;
-        let fate = self.draw();
+        let fate = self.draw(name);
         self.note(|| format!("{what} {}: {fate:?}", name.replace('\n', "+")));
         let there = match fate {
             Fate::Refused => {
@@ -148,15 +157,54 @@ impl Link {
     }
 
     /// Freezes the process until `until` (or the end of a pause it is in, if later): its calls
-    /// and its work wait.
-    pub(crate) fn pause_until(&self, until: Instant) {
+    /// and its work wait. When the pause it is in began.
+    pub(crate) fn pause_until(&self, until: Instant) -> Instant {
+        let now = Instant::now();
         let mut state = self.lock_state();
+        let since = match state.paused_until {
+            Some(paused) if paused > now => state.paused_since.unwrap_or(now),
+            _ => now,
+        };
+        state.paused_since = Some(since);
         state.paused_until = state.paused_until.max(Some(until));
+        state.struck.push((None, now, until));
+        since
     }
 
     /// Ends the process: nothing it sends from now on arrives, nothing it was sent returns.
-    pub(crate) fn kill(&self) {
-        self.lock_state().killed = true;
+    /// When it fell silent: now, or when the pause it was in began.
+    pub(crate) fn kill(&self) -> Instant {
+        let now = Instant::now();
+        let mut state = self.lock_state();
+        state.killed = true;
+        state
+            .struck
+            .push((None, now, now + Duration::from_secs(24 * 60 * 60)));
+        match state.paused_until {
+            Some(paused) if paused > now => state.paused_since.unwrap_or(now),
+            _ => now,
+        }
+    }
+
+    /// Whether the process has been silent (paused, or killed) since `since` without a break.
+    pub(crate) fn silent_since(&self, since: Instant) -> bool {
+        let now = Instant::now();
+        let state = self.lock_state();
+        let paused = (state.paused_until)
+            .is_some_and(|until| until >= now && state.paused_since.is_some_and(|at| at <= since));
+        state.killed || paused
+    }
+
+    /// Whether any fault struck the process, or its calls about lock `name`, between `from`
+    /// and `until`.
+    pub(crate) fn struck_between(&self, name: &str, from: Instant, until: Instant) -> bool {
+        let state = self.lock_state();
+        (state.struck.iter()).any(|(on, start, end)| {
+            on.as_deref()
+                .is_none_or(|on| on.split('\n').any(|one| one == name))
+                && *start <= until
+                && *end >= from
+        })
     }
 
     pub(crate) fn dealt(&self) -> Dealt {
@@ -168,7 +216,7 @@ impl Link {
         self.lock_state().calls.clone()
     }
 
-    fn draw(&self) -> Fate {
+    fn draw(&self, name: &str) -> Fate {
         let faults = self.faults;
         let mut rng = self
             .rng
@@ -178,7 +226,23 @@ impl Link {
         let (there, back) = (delay(), delay());
         let roll = rng.f64();
         let mut state = self.lock_state();
-        let dealt = &mut state.dealt;
+        let (before, now) = (state.dealt.total(), Instant::now());
+        let fate = Self::fate(&mut state.dealt, faults, roll, (there, back));
+        if state.dealt.total() > before {
+            state
+                .struck
+                .push((Some(name.to_owned()), now, now + FAULT_REACH));
+        }
+        fate
+    }
+
+    /// The fate `roll` draws, counted in `dealt`.
+    fn fate(
+        dealt: &mut Dealt,
+        faults: Faults,
+        roll: f64,
+        (there, back): (Duration, Duration),
+    ) -> Fate {
         let mut threshold = faults.refused;
         if roll < threshold {
             dealt.refused += 1;

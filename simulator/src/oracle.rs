@@ -10,15 +10,25 @@ use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
 use tower_lock::MemoryBackend;
+use tower_lock::backend::OwnerToken;
 use tower_lock::testing::history::Belief;
 
-/// The store's record: for each lock name and holder label, the spans it held the name.
+/// The store's record of who held each lock name, and when.
 #[derive(Clone, Debug)]
 pub(crate) struct Oracle(Arc<Mutex<Record>>);
 
 #[derive(Debug)]
 struct Record {
     epoch: Instant,
+    /// By process (its holder label): when the store held the name for it, by any lease.
+    by_process: Spans,
+    /// By lease (its holder's label, a space, its owner token).
+    by_lease: Spans,
+}
+
+/// For each lock name and holder, the spans the store held the name for it.
+#[derive(Debug, Default)]
+struct Spans {
     /// Spans still open: since when, and until when its lease runs now.
     open: BTreeMap<(String, String), (Instant, Instant)>,
     /// Spans ended, in nanoseconds since the epoch.
@@ -30,8 +40,8 @@ impl Oracle {
     pub(crate) fn watch(store: &MemoryBackend, epoch: Instant) -> Self {
         let oracle = Self(Arc::new(Mutex::new(Record {
             epoch,
-            open: BTreeMap::new(),
-            held: BTreeMap::new(),
+            by_process: Spans::default(),
+            by_lease: Spans::default(),
         })));
         let record = oracle.0.clone();
         store.on_change(move |name, leases| lock(&record).changed(name, leases));
@@ -40,18 +50,14 @@ impl Oracle {
 
     /// Every belief the record does not cover, described; `ended`: when the run ended, for a
     /// belief held to the end.
-    pub(crate) fn uncovered(
-        &self,
-        beliefs: impl Iterator<Item = Belief>,
-        ended: u128,
-    ) -> Vec<String> {
+    pub(crate) fn uncovered(&self, beliefs: &[Belief], ended: u128) -> Vec<String> {
         let mut record = lock(&self.0);
         record.close_all();
         let mut found = Vec::new();
         for belief in beliefs {
             let label = format!("p{}", belief.pid);
-            let spans =
-                (record.held.get(&(belief.name.clone(), label))).map_or(&[][..], Vec::as_slice);
+            let held = record.by_process.held.get(&(belief.name.clone(), label));
+            let spans = held.map_or(&[][..], Vec::as_slice);
             let until = belief.until.unwrap_or(ended);
             if !covers(spans, belief.from, until) {
                 found.push(format!(
@@ -69,55 +75,139 @@ impl Oracle {
         }
         found
     }
+
+    /// Every lease the store held for a process that believed it held nothing of its lock
+    /// (held by nobody) for longer than `longest(pid)`, described; `ended`: as for
+    /// [`uncovered`](Self::uncovered).
+    pub(crate) fn held_by_nobody(
+        &self,
+        beliefs: &[Belief],
+        ended: u128,
+        longest: impl Fn(u64) -> std::time::Duration,
+    ) -> Vec<String> {
+        let mut record = lock(&self.0);
+        record.close_all();
+        let mut believed: BTreeMap<(&str, u64), Vec<(u128, u128)>> = BTreeMap::new();
+        for belief in beliefs {
+            let span = (belief.from, belief.until.unwrap_or(ended));
+            believed
+                .entry((&belief.name, belief.pid))
+                .or_default()
+                .push(span);
+        }
+        let mut found = Vec::new();
+        for ((name, lease), spans) in &record.by_lease.held {
+            let pid = lease
+                .strip_prefix('p')
+                .and_then(|lease| lease.split(' ').next());
+            let Some(pid) = pid.and_then(|pid| pid.parse().ok()) else {
+                continue;
+            };
+            let longest = longest(pid).as_nanos();
+            let beliefs = believed
+                .get(&(name.as_str(), pid))
+                .map_or(&[][..], Vec::as_slice);
+            for &(start, end) in spans {
+                if let Some((from, until)) = longest_gap(beliefs, (start, end))
+                    .filter(|(from, until)| until - from > longest)
+                {
+                    found.push(format!(
+                        "the store held {name} for p{pid} from {:.3} ms to {:.3} ms, while p{pid} \
+                         believed it held nothing of it: {:.3} ms, longer than its lease and \
+                         the bound ({:.3} ms)",
+                        ms(from),
+                        ms(until),
+                        ms(until - from),
+                        ms(longest)
+                    ));
+                }
+            }
+        }
+        found
+    }
+}
+
+/// The longest stretch of `span` that none of `beliefs` covers, if any.
+fn longest_gap(beliefs: &[(u128, u128)], (start, end): (u128, u128)) -> Option<(u128, u128)> {
+    let mut beliefs = beliefs.to_vec();
+    beliefs.sort_unstable();
+    let (mut reached, mut longest) = (start, None::<(u128, u128)>);
+    for (from, until) in beliefs.into_iter().chain([(end, end)]) {
+        let from = from.min(end);
+        if from > reached && longest.is_none_or(|(a, b)| from - reached > b - a) {
+            longest = Some((reached, from));
+        }
+        reached = reached.max(until);
+    }
+    longest
 }
 
 impl Record {
-    /// `name` is held by `leases` now (holder labels, and when each lease expires).
-    fn changed(&mut self, name: &str, leases: &[(&'static str, Instant)]) {
+    /// `name` is held by `leases` now: each lease's holder label, owner token, and when it
+    /// expires.
+    fn changed(&mut self, name: &str, leases: &[(&'static str, OwnerToken, Instant)]) {
         let now = Instant::now();
-        let mut now_held: BTreeMap<&'static str, Instant> = BTreeMap::new();
-        for &(label, expires) in leases {
-            let until = now_held.entry(label).or_insert(expires);
+        let mut by_process: BTreeMap<String, Instant> = BTreeMap::new();
+        let mut by_lease: BTreeMap<String, Instant> = BTreeMap::new();
+        for &(label, token, expires) in leases {
+            let until = by_process.entry(label.to_owned()).or_insert(expires);
             *until = (*until).max(expires);
+            by_lease.insert(format!("{label} {token:?}"), expires);
         }
+        self.by_process.changed(name, now, by_process, self.epoch);
+        self.by_lease.changed(name, now, by_lease, self.epoch);
+    }
+
+    /// Ends every open span where its lease runs out.
+    fn close_all(&mut self) {
+        self.by_process.close_all(self.epoch);
+        self.by_lease.close_all(self.epoch);
+    }
+}
+
+impl Spans {
+    /// `name` is held `now` for each of `holders`, until when its lease runs.
+    fn changed(
+        &mut self,
+        name: &str,
+        now: Instant,
+        holders: BTreeMap<String, Instant>,
+        epoch: Instant,
+    ) {
         let was_held: Vec<(String, String)> = (self.open.keys())
             .filter(|(held, _)| held == name)
             .cloned()
             .collect();
         for key in was_held {
             let (since, until) = self.open[&key];
-            match now_held.get(key.1.as_str()) {
+            match holders.get(&key.1) {
                 // Held on without a gap: its lease runs to a new end.
                 Some(&expires) if until >= now => {
                     self.open.insert(key, (since, expires));
                 }
                 _ => {
                     self.open.remove(&key);
-                    self.close(key, since, until.min(now));
+                    self.close(key, (since, until.min(now)), epoch);
                 }
             }
         }
-        for (label, expires) in now_held {
+        for (holder, expires) in holders {
             (self.open)
-                .entry((name.to_owned(), label.to_owned()))
+                .entry((name.to_owned(), holder))
                 .or_insert((now, expires));
         }
     }
 
-    fn close(&mut self, key: (String, String), since: Instant, until: Instant) {
-        let span = (self.at(since), self.at(until));
+    fn close(&mut self, key: (String, String), (since, until): (Instant, Instant), epoch: Instant) {
+        let span = ((since - epoch).as_nanos(), (until - epoch).as_nanos());
         self.held.entry(key).or_default().push(span);
     }
 
     /// Ends every open span where its lease runs out.
-    fn close_all(&mut self) {
-        for (key, (since, until)) in std::mem::take(&mut self.open) {
-            self.close(key, since, until);
+    fn close_all(&mut self, epoch: Instant) {
+        for (key, span) in std::mem::take(&mut self.open) {
+            self.close(key, span, epoch);
         }
-    }
-
-    fn at(&self, instant: Instant) -> u128 {
-        (instant - self.epoch).as_nanos()
     }
 }
 
@@ -173,6 +263,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_longest_gap_is_what_no_belief_covers() {
+        assert_eq!(longest_gap(&[], (10, 20)), Some((10, 20)));
+        assert_eq!(longest_gap(&[(5, 12), (14, 15)], (10, 20)), Some((15, 20)));
+        assert_eq!(longest_gap(&[(12, 19)], (10, 20)), Some((10, 12)));
+        assert_eq!(longest_gap(&[(5, 25)], (10, 20)), None);
+    }
+
+    #[test]
     fn spans_that_meet_cover_what_lies_across_them() {
         assert!(covers(&[(0, 5), (5, 20)], 2, 18));
         assert!(covers(&[(7, 20), (0, 5)], 10, 20), "the later span alone");
@@ -186,19 +284,20 @@ mod tests {
         let epoch = Instant::now();
         let mut record = Record {
             epoch,
-            open: BTreeMap::new(),
-            held: BTreeMap::new(),
+            by_process: Spans::default(),
+            by_lease: Spans::default(),
         };
-        let second = Duration::from_secs(1);
-        record.changed("k", &[("p1", epoch + second)]);
+        let (second, token) = (Duration::from_secs(1), OwnerToken::new());
+        record.changed("k", &[("p1", token, epoch + second)]);
         advance(second / 2).await;
-        record.changed("k", &[("p1", epoch + 2 * second)]);
+        record.changed("k", &[("p1", token, epoch + 2 * second)]);
         advance(2 * second).await;
-        record.changed("k", &[("p1", epoch + 4 * second)]);
+        record.changed("k", &[("p1", OwnerToken::new(), epoch + 4 * second)]);
         advance(second / 2).await;
         record.changed("k", &[]);
         record.close_all();
-        let spans = &record.held[&("k".to_owned(), "p1".to_owned())];
+        assert_eq!(record.by_lease.held.len(), 2, "two leases");
+        let spans = &record.by_process.held[&("k".to_owned(), "p1".to_owned())];
         let nanos = |secs: f64| (secs * 1e9) as u128;
         assert!(covers(spans, 0, nanos(2.0)), "renewed in time: {spans:?}");
         assert!(

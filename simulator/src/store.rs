@@ -16,6 +16,8 @@ use tower_lock::backend::{
     Semaphores, SharedLocks, TokenLease, WaitQueue,
 };
 
+use crate::caller::ASKING;
+use crate::fairness::Waiters;
 use crate::link::Link;
 
 /// How the store keeps a lease.
@@ -58,16 +60,26 @@ pub(crate) struct SimBackend {
     /// Where the process's waiters wait: the store's announcements reach it through the
     /// simulation's delivery, late or not at all.
     room: Arc<WaitingRoom>,
+    /// The process's id, and where the store notes its fair waiters' tickets.
+    pid: u64,
+    waiters: Waiters,
 }
 
 impl SimBackend {
-    pub(crate) fn new(store: MemoryBackend, link: Arc<Link>, leases: Leases) -> Self {
+    pub(crate) fn new(
+        store: MemoryBackend,
+        link: Arc<Link>,
+        leases: Leases,
+        (pid, waiters): (u64, Waiters),
+    ) -> Self {
         Self {
             store,
             link,
             leases,
             granted: Arc::default(),
             room: WaitingRoom::in_process(),
+            pid,
+            waiters,
         }
     }
 
@@ -76,8 +88,36 @@ impl SimBackend {
         &self.room
     }
 
+    /// The process freezes for `pause` (a GC pause): its link holds everything back, and its
+    /// session, if it is not kept alive for the session timeout, expires.
+    pub(crate) fn freeze(&self, pause: Duration) {
+        let since = self.link.pause_until(tokio::time::Instant::now() + pause);
+        self.expire_if_silent(since);
+    }
+
+    /// The process is killed: its link carries nothing from now on, and its session expires.
+    pub(crate) fn kill(&self) {
+        let since = self.link.kill();
+        self.expire_if_silent(since);
+    }
+
+    /// Expires the process's session one session timeout after `since`, if it has been
+    /// silent since then.
+    fn expire_if_silent(&self, since: tokio::time::Instant) {
+        let Leases::Session { timeout } = self.leases else {
+            return;
+        };
+        let backend = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(since + timeout).await;
+            if backend.link.silent_since(since) {
+                backend.session_expired().await;
+            }
+        });
+    }
+
     /// The store frees what the process's session held: its session expired.
-    pub(crate) async fn session_expired(&self) {
+    async fn session_expired(&self) {
         let granted = std::mem::take(&mut *lock(&self.granted));
         for (name, lease) in granted {
             let _ = self.store.release(&name, &lease).await;
@@ -285,10 +325,19 @@ impl WaitQueue<TokenLease> for SimBackend {
         ticket_ttl: Duration,
     ) -> BoxFuture<'a, Result<QueuedAttempt<TokenLease>, BackendError>> {
         let request = self.leases.asked(request);
+        // A caller's ask (not one the engine makes in a task of its own) counts as a fair
+        // waiter's, whose wait ends when the caller's does.
+        let waiter = ASKING.try_with(|asking| (self.pid, asking.deadline)).ok();
+        let waiters = self.waiters.clone();
         Box::pin(
             self.call("acquire_queued", name, move |store, name| async move {
                 let queue = store.wait_queue().expect("the memory store queues");
-                queue.acquire_queued(&name, request, ticket_ttl).await
+                let answer = queue.acquire_queued(&name, request, ticket_ttl).await;
+                if let (Some(waiter), Ok(answer)) = (waiter, &answer) {
+                    let served = matches!(answer, QueuedAttempt::Acquired(_));
+                    waiters.asked((&name, request.token), waiter, served);
+                }
+                answer
             }),
         )
     }
@@ -298,10 +347,16 @@ impl WaitQueue<TokenLease> for SimBackend {
         name: &'a str,
         token: OwnerToken,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
+        let waiters = self.waiters.clone();
         Box::pin(
-            self.until_answered("leave_queue", name, move |store, name| async move {
-                let queue = store.wait_queue().expect("the memory store queues");
-                queue.leave_queue(&name, token).await
+            self.until_answered("leave_queue", name, move |store, name| {
+                let waiters = waiters.clone();
+                async move {
+                    let queue = store.wait_queue().expect("the memory store queues");
+                    queue.leave_queue(&name, token).await?;
+                    waiters.left(&name, token);
+                    Ok(())
+                }
             }),
         )
     }

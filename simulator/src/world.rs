@@ -1,7 +1,7 @@
 //! One simulated run: the processes a seed plans, their callers, the faults that strike them,
 //! and the checks of what happened.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -15,14 +15,16 @@ use tower_lock::backend::Inspect;
 use tower_lock::testing::history::{History, Recording};
 use tower_lock::{Locker, MemoryBackend};
 
+use crate::caller::{Caller, stall_callers};
 use crate::check::{self, Outcome};
 use crate::delivery::Delivery;
+use crate::fairness::Waiters;
 use crate::link::Link;
 use crate::oracle::Oracle;
-use crate::plan::{ACQUISITIONS, Event, Plan, Policy, ProcessPlan, Stalls};
+use crate::plan::{ACQUISITIONS, Event, Plan, Policy, ProcessPlan};
 use crate::register::Registers;
 use crate::store::{Leases, SimBackend};
-use crate::workload::{self, Call, Op};
+use crate::workload::Call;
 
 /// The most calls for locks one run makes, whatever else happens.
 const MAX_CALLS: usize = 20_000;
@@ -69,19 +71,19 @@ fn run_seed(seed: u64, mutant: Option<&str>, logs: bool) -> Outcome {
 
 /// What every caller of every process shares.
 #[derive(Debug)]
-struct Shared {
-    registers: Registers,
-    keys: Vec<String>,
-    granted: AtomicU64,
+pub(crate) struct Shared {
+    pub(crate) registers: Registers,
+    pub(crate) keys: Vec<String>,
+    pub(crate) granted: AtomicU64,
     faults_left: AtomicUsize,
-    calls: Mutex<Vec<Call>>,
-    epoch: Instant,
+    pub(crate) calls: Mutex<Vec<Call>>,
+    pub(crate) epoch: Instant,
 }
 
 impl Shared {
     /// Whether callers go on: the run has not granted its acquisitions, or faults are still
     /// to strike; and the calls' cap is not reached.
-    fn more(&self) -> bool {
+    pub(crate) fn more(&self) -> bool {
         let wanted = self.granted.load(Ordering::Relaxed) < ACQUISITIONS
             || self.faults_left.load(Ordering::Relaxed) > 0;
         wanted && lock(&self.calls).len() < MAX_CALLS
@@ -104,7 +106,6 @@ struct Process {
 enum Action {
     Fault(Event),
     Restart { slot: usize },
-    SessionExpires { pid: u64 },
 }
 
 struct World {
@@ -112,6 +113,7 @@ struct World {
     rng: Rng,
     store: MemoryBackend,
     oracle: Oracle,
+    waiters: Waiters,
     /// How many tasks stalled at a stall point.
     stalls: Rc<Cell<u64>>,
     delivery: Delivery,
@@ -151,6 +153,7 @@ async fn run(seed: u64, logs: bool) -> Outcome {
         rng,
         store,
         oracle,
+        waiters: Waiters::default(),
         stalls,
         delivery,
         shared,
@@ -174,7 +177,7 @@ async fn run(seed: u64, logs: bool) -> Outcome {
     while let Some(next) = (0..actions.len()).min_by_key(|&i| (actions[i].0, actions[i].1)) {
         let (at, _, action) = actions.remove(next);
         sleep_until(at).await;
-        for (after, then) in world.act(action).await {
+        for (after, then) in world.act(action) {
             actions.push((Instant::now() + after, order, then));
             order += 1;
         }
@@ -215,41 +218,6 @@ async fn run(seed: u64, logs: bool) -> Outcome {
     world.outcome(seed, ended, violations)
 }
 
-tokio::task_local! {
-    /// The caller a task runs, while it asks for a lock: what a stall strikes.
-    static CALLER: Stalled;
-}
-
-/// What stalls did to a caller's request.
-struct Stalled {
-    link: Arc<Link>,
-    /// How long it stalled, in all.
-    total: Cell<Duration>,
-}
-
-/// Stalls callers at the engine's stall points as `stalls` says, drawn from `seed`: a stalled
-/// process (a GC pause) also holds back its link. How many stalled.
-fn stall_callers(stalls: Stalls, seed: u64) -> Rc<Cell<u64>> {
-    let rng = RefCell::new(Rng::with_seed(seed));
-    let count = Rc::new(Cell::new(0));
-    let counted = count.clone();
-    tower_lock::testing::stalls::on_stall(Some(move |_point| {
-        let mut rng = rng.borrow_mut();
-        if rng.f64() >= stalls.chance {
-            return None;
-        }
-        let stall = Duration::from_millis(rng.u64(0..=stalls.longest.as_millis() as u64));
-        let stalled = CALLER.try_with(|caller| {
-            caller.link.pause_until(Instant::now() + stall);
-            caller.total.set(caller.total.get() + stall);
-        });
-        stalled.ok()?;
-        counted.set(counted.get() + 1);
-        Some(stall)
-    }));
-    count
-}
-
 impl World {
     /// Starts a process in a slot: its locker on its own link, its callers. Its index.
     fn start(&mut self) -> usize {
@@ -260,7 +228,12 @@ impl World {
             self.plan.faults,
             (self.shared.epoch, self.logs),
         ));
-        let backend = SimBackend::new(self.store.clone(), link.clone(), self.plan.leases);
+        let backend = SimBackend::new(
+            self.store.clone(),
+            link.clone(),
+            self.plan.leases,
+            (pid, self.waiters.clone()),
+        );
         let recording = Recording::new(pid, self.shared.epoch);
         let started = Instant::now() - self.shared.epoch;
         let starts = format!("p{pid} starts: {plan:?}");
@@ -285,6 +258,7 @@ impl World {
                     shared: self.shared.clone(),
                     locker: locker.clone(),
                     link: link.clone(),
+                    backend: backend.clone(),
                     pid,
                     plan,
                     rng: Rng::with_seed(self.rng.u64(..)),
@@ -305,25 +279,15 @@ impl World {
     }
 
     /// Does `action`: what follows it, and after how long.
-    async fn act(&mut self, action: Action) -> Vec<(Duration, Action)> {
-        let session = match self.plan.leases {
-            Leases::Session { timeout } => Some(timeout),
-            Leases::Ttl => None,
-        };
+    fn act(&mut self, action: Action) -> Vec<(Duration, Action)> {
         match action {
             Action::Fault(event) => {
                 self.shared.faults_left.fetch_sub(1, Ordering::Relaxed);
                 match event {
                     Event::Pause { process, pause } => {
                         self.pauses += 1;
-                        let process = &self.processes[self.slots[process]];
-                        process.link.pause_until(Instant::now() + pause);
-                        match session {
-                            Some(timeout) if pause > timeout => {
-                                vec![(timeout, Action::SessionExpires { pid: process.pid })]
-                            }
-                            _ => Vec::new(),
-                        }
+                        self.processes[self.slots[process]].backend.freeze(pause);
+                        Vec::new()
                     }
                     Event::Kill {
                         process: slot,
@@ -331,26 +295,17 @@ impl World {
                     } => {
                         self.kills += 1;
                         let process = &mut self.processes[self.slots[slot]];
-                        process.link.kill();
+                        process.backend.kill();
                         for worker in &process.workers {
                             worker.abort();
                         }
                         process.died = Some(Instant::now());
-                        let mut then = vec![(restart_after, Action::Restart { slot })];
-                        if let Some(timeout) = session {
-                            then.push((timeout, Action::SessionExpires { pid: process.pid }));
-                        }
-                        then
+                        vec![(restart_after, Action::Restart { slot })]
                     }
                 }
             }
             Action::Restart { slot } => {
                 self.slots[slot] = self.start();
-                Vec::new()
-            }
-            Action::SessionExpires { pid } => {
-                let process = &self.processes[pid as usize - 1];
-                process.backend.session_expired().await;
                 Vec::new()
             }
         }
@@ -392,7 +347,22 @@ impl World {
         history.ran_until(at(ended));
         // The simulated store never loses a lease on its own: a holder knows by its end.
         history.told_by_end();
-        let uncovered = self.oracle.uncovered(history.beliefs(), at(ended));
+        let beliefs: Vec<_> = history.beliefs().collect();
+        let uncovered = self.oracle.uncovered(&beliefs, at(ended));
+        let session = match self.plan.leases {
+            Leases::Session { timeout } => Some(timeout),
+            Leases::Ttl => None,
+        };
+        let longest = |pid: u64| {
+            let ttl = self.processes[pid as usize - 1].plan.ttl;
+            session.map_or(ttl, |timeout| timeout.max(ttl)) + LEAK_BOUND
+        };
+        violations.extend(self.oracle.held_by_nobody(&beliefs, at(ended), longest));
+        let struck = |pid: u64, name: &str, (from, until)| {
+            let process = &self.processes[pid as usize - 1];
+            process.link.struck_between(name, from, until)
+        };
+        violations.extend(self.waiters.overtaken(struck, epoch));
         let calls = std::mem::take(&mut *lock(&self.shared.calls));
         let faults = (self.processes.iter())
             .map(|process| process.link.dealt().total())
@@ -419,54 +389,6 @@ impl World {
     }
 }
 
-/// One caller of a process: takes locks one after another while the run goes on.
-struct Caller {
-    shared: Arc<Shared>,
-    locker: Arc<Locker<SimBackend>>,
-    link: Arc<Link>,
-    pid: u64,
-    plan: ProcessPlan,
-    rng: Rng,
-}
-
-impl Caller {
-    async fn run(mut self) {
-        while self.shared.more() {
-            self.link.reachable().await;
-            let op = Op::draw(&mut self.rng, &self.shared.keys);
-            let started = Instant::now();
-            let stalled = Stalled {
-                link: self.link.clone(),
-                total: Cell::default(),
-            };
-            let (taken, stalled) = CALLER
-                .scope(stalled, async {
-                    let taken = op.take(&self.locker).await;
-                    (taken, CALLER.with(|caller| caller.total.get()))
-                })
-                .await;
-            let bound = self.plan.policy.wait() + self.plan.store_timeout + stalled;
-            let call = Call::new(self.pid, &op, &taken, (self.shared.epoch, started), bound);
-            lock(&self.shared.calls).push(call);
-            let Ok(held) = taken else {
-                sleep(Duration::from_millis(self.rng.u64(0..=20))).await;
-                continue;
-            };
-            self.shared.granted.fetch_add(1, Ordering::Relaxed);
-            let fences = workload::fences(&op, &held);
-            let time = Duration::from_millis(self.rng.u64(0..=30));
-            let work = workload::work(&fences, &self.shared.registers, &self.link, time);
-            let release = self.rng.bool();
-            if let Ok(((), held)) = held.run(work).await {
-                match release {
-                    true => drop(held.release().await),
-                    false => drop(held),
-                }
-            }
-        }
-    }
-}
-
 /// The recorded `lines` from before `died` (ns since the run's start).
 fn before(lines: &str, died: u128) -> String {
     let at = |line: &str| {
@@ -479,7 +401,7 @@ fn before(lines: &str, died: u128) -> String {
     kept.map(|line| format!("{line}\n")).collect()
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())

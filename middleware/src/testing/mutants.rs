@@ -17,6 +17,12 @@ pub const MUTANTS: &[(&str, &str)] = &[
          other was told it had lost the lock (it blamed an innocent reader)",
     ),
     (
+        "fair-refresh-by-ticket",
+        "a fair waiter asks again every third of its ticket's TTL only, so a lock the store \
+         handed it, whose announcement was lost, lapses first, and a waiter that came later \
+         is served before it",
+    ),
+    (
         "lease-from-answer",
         "a lease is counted from the store's answer rather than from its request, so a slow \
          answer leaves the holder believing in a lease the store has let go",

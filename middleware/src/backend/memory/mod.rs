@@ -55,11 +55,15 @@ pub struct MemoryBackend {
     watchers: Arc<Watchers>,
 }
 
+/// A live lease as `on_change` tells it: its holder's label, owner token, and expiry.
+#[cfg(feature = "test-util")]
+type LiveLease = (&'static str, OwnerToken, Instant);
+
 #[cfg(feature = "test-util")]
 #[derive(Default)]
 struct Watchers {
     announced: std::sync::OnceLock<Box<dyn Fn(&str, Announcement) + Send + Sync>>,
-    changed: std::sync::OnceLock<Box<dyn Fn(&str, &[(&'static str, Instant)]) + Send + Sync>>,
+    changed: std::sync::OnceLock<Box<dyn Fn(&str, &[LiveLease]) + Send + Sync>>,
 }
 
 impl Default for MemoryBackend {
@@ -173,13 +177,13 @@ impl MemoryBackend {
     }
 
     /// Tells `listener`, after every change of a lock name (once per store: a second listener
-    /// is refused, `false`), who holds it now: each live lease's holder label and when it
-    /// expires. The store's own record of who held what, and when: a simulation checks what
-    /// its processes believed against it.
+    /// is refused, `false`), who holds it now: each live lease's holder label, owner token, and
+    /// when it expires. The store's own record of who held what, and when: a simulation
+    /// checks what its processes believed against it.
     #[cfg(feature = "test-util")]
     pub fn on_change(
         &self,
-        listener: impl Fn(&str, &[(&'static str, Instant)]) + Send + Sync + 'static,
+        listener: impl Fn(&str, &[(&'static str, OwnerToken, Instant)]) + Send + Sync + 'static,
     ) -> bool {
         self.watchers.changed.set(Box::new(listener)).is_ok()
     }

@@ -191,7 +191,10 @@ impl<B: LockBackend> Attempts<'_, B> {
     }
 
     /// [`wait`](Self::wait) with queued attempts, renewing the ticket every third of
-    /// `ticket_ttl` and withdrawing it if the wait ends without the lock (or is dropped).
+    /// `ticket_ttl` or of the lock's TTL, whichever is shorter, and withdrawing it if the wait
+    /// ends without the lock (or is dropped). A lock the store hands the ticket is held for
+    /// the waiter for its TTL: asked within a third of it, the waiter takes it even when the
+    /// announcement never comes.
     pub(super) async fn wait_queued(
         &self,
         place: Option<&Place>,
@@ -204,7 +207,10 @@ impl<B: LockBackend> Attempts<'_, B> {
             self.request.token,
             self.settings.store_timeout,
         );
-        let refresh = Some(ticket_ttl / 3);
+        let refresh = match mutant!("fair-refresh-by-ticket") {
+            true => Some(ticket_ttl / 3),
+            false => Some(ticket_ttl.min(self.settings.ttl) / 3),
+        };
         let acquired = self
             .wait(place, deadline, refresh, How::Queued(ticket_ttl))
             .await;

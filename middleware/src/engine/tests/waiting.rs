@@ -273,6 +273,44 @@ async fn fair_waiters_are_served_in_arrival_order() {
     assert_eq!(served, (0..10).collect::<Vec<_>>());
 }
 
+/// A fair waiter that hears no announcement still takes the lock the store handed its ticket
+/// before the handed lease lapses: it asks again within a third of its TTL, not only within a
+/// third of its ticket's (found by the simulator, seed 287: told nothing, a waiter whose ticket
+/// lived 1 s let a 315 ms handover lapse, and one that came after it was served first). Its
+/// twin is the simulator's mutant `fair-refresh-by-ticket`.
+#[tokio::test(start_paused = true)]
+async fn a_fair_waiter_that_hears_nothing_takes_its_handover_before_it_lapses() {
+    let memory = MemoryBackend::new();
+    let holder = hold(&memory, "lock:k", TTL).await;
+    let ttl = Duration::from_millis(300);
+    let fair = |ticket_ttl| {
+        move |builder: LockerBuilder<Counted>| {
+            builder
+                .ttl(ttl)
+                .wait(Duration::from_secs(10))
+                .fair(ticket_ttl)
+        }
+    };
+    let deaf = CountingBackend::new(memory.clone()).deaf();
+    let deaf = locker(deaf, fair(Duration::from_secs(3)));
+    let later = locker(CountingBackend::new(memory.clone()), fair(ttl));
+    let (served, mut order) = mpsc::unbounded_channel();
+    let first = waiter(&deaf, 0, &served);
+    settle().await;
+
+    memory.release("lock:k", &holder).await.unwrap();
+    let second = waiter(&later, 1, &served);
+    first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+
+    let order = [order.try_recv().unwrap(), order.try_recv().unwrap()];
+    assert_eq!(
+        order,
+        [0, 1],
+        "the deaf waiter came first and is served first"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_crashed_fair_waiter_holds_up_the_line_only_until_its_ticket_expires() {
     let store = MemoryBackend::new();
