@@ -1,115 +1,93 @@
 //! Fair waiters and the order the store served them in: every ticket a fair waiter took (its
-//! first ask the store applied), whom the store granted the lock, when each gave up. The check:
+//! first ask the store applied), when each gave up, and (from the oracle) when the store
+//! first held the lock for each — granted at its ask, or handed over at a release. The check:
 //! a fair waiter is served before every waiter that came after it, unless a fault struck its
-//! process while it waited (a call that failed, a pause, a stall, an announcement lost or late
-//! on its way to it), or its wait ended first.
+//! process or its calls about the lock while it waited (a call that failed, a pause, a stall),
+//! or its wait ended first.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
 use tower_lock::backend::OwnerToken;
 
-/// Every fair waiter of a run.
+/// Every fair waiter of a run, by lock name and owner token.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Waiters(Arc<Mutex<Vec<Waiter>>>);
+pub(crate) struct Waiters(Arc<Mutex<BTreeMap<(String, OwnerToken), Waiter>>>);
 
 #[derive(Debug)]
 struct Waiter {
-    name: String,
-    token: OwnerToken,
     pid: u64,
     /// When the store first saw its ticket.
     arrived: Instant,
     /// When its wait ends.
     deadline: Instant,
-    served: Option<Instant>,
     /// When the store withdrew its ticket.
     left: Option<Instant>,
 }
 
-impl Waiter {
-    /// Until when it waited.
-    fn waited_until(&self) -> Instant {
-        (self.served.into_iter())
-            .chain(self.left)
-            .fold(self.deadline, Instant::min)
-    }
-}
-
 impl Waiters {
     /// The store applied an ask of `token`'s ticket for `name`, by process `pid` whose wait
-    /// ends at `deadline`: `served`, the lock is the ticket's now.
-    pub(crate) fn asked(
-        &self,
-        (name, token): (&str, OwnerToken),
-        (pid, deadline): (u64, Instant),
-        served: bool,
-    ) {
-        let now = Instant::now();
-        let mut waiters = lock(&self.0);
-        let waiter =
-            (waiters.iter_mut()).find(|waiter| waiter.token == token && waiter.name == name);
-        match waiter {
-            Some(waiter) => {
-                if served {
-                    waiter.served.get_or_insert(now);
-                }
-            }
-            None => waiters.push(Waiter {
-                name: name.to_owned(),
-                token,
-                pid,
-                arrived: now,
-                deadline,
-                served: served.then_some(now),
-                left: None,
-            }),
-        }
+    /// ends at `deadline`.
+    pub(crate) fn asked(&self, (name, token): (&str, OwnerToken), (pid, deadline): (u64, Instant)) {
+        let waiter = Waiter {
+            pid,
+            arrived: Instant::now(),
+            deadline,
+            left: None,
+        };
+        (lock(&self.0))
+            .entry((name.to_owned(), token))
+            .or_insert(waiter);
     }
 
     /// The store withdrew `token`'s ticket for `name`.
     pub(crate) fn left(&self, name: &str, token: OwnerToken) {
-        let now = Instant::now();
-        let mut waiters = lock(&self.0);
-        let waiter =
-            (waiters.iter_mut()).find(|waiter| waiter.token == token && waiter.name == name);
-        if let Some(waiter) = waiter {
-            waiter.left.get_or_insert(now);
+        if let Some(waiter) = lock(&self.0).get_mut(&(name.to_owned(), token)) {
+            waiter.left.get_or_insert(Instant::now());
         }
     }
 
     /// Every waiter served while one that came before it still waited, no fault having struck
     /// the earlier one's process or its calls about the lock meanwhile (`struck(pid, name,
-    /// (from, until))`), described with times
-    /// since `epoch`.
+    /// (from, until))`), described with times since `epoch`; `served(name, token)`: when the
+    /// store first held the lock for a ticket, if it did.
     pub(crate) fn overtaken(
         &self,
+        served: impl Fn(&str, OwnerToken) -> Option<Instant>,
         struck: impl Fn(u64, &str, (Instant, Instant)) -> bool,
         epoch: Instant,
     ) -> Vec<String> {
         let waiters = lock(&self.0);
         let ms = |at: Instant| (at - epoch).as_secs_f64() * 1e3;
+        // Each waiter: its name, pid, arrival, when the store served it and until when it waited.
+        let waiters: Vec<(&str, u64, Instant, Option<Instant>, Instant)> = (waiters.iter())
+            .map(|((name, token), waiter)| {
+                let served = served(name, *token);
+                let until = (served.into_iter())
+                    .chain(waiter.left)
+                    .fold(waiter.deadline, Instant::min);
+                (name.as_str(), waiter.pid, waiter.arrived, served, until)
+            })
+            .collect();
         let mut found = Vec::new();
-        for later in waiters.iter() {
-            let Some(served) = later.served else { continue };
-            let overtaken = (waiters.iter()).filter(|earlier| {
-                earlier.name == later.name
-                    && earlier.arrived < later.arrived
-                    && earlier.waited_until() > served
-                    && !struck(earlier.pid, &earlier.name, (earlier.arrived, served))
+        for &(name, pid, arrived, served, _) in &waiters {
+            let Some(served) = served else { continue };
+            let overtaken = (waiters.iter()).filter(|&&(earlier, earlier_pid, came, _, until)| {
+                earlier == name
+                    && came < arrived
+                    && until > served
+                    && !struck(earlier_pid, name, (came, served))
             });
-            found.extend(overtaken.map(|earlier| {
+            found.extend(overtaken.map(|&(_, earlier_pid, came, _, until)| {
                 format!(
-                    "{}: p{}'s fair waiter, come at {:.3} ms, was served at {:.3} ms while \
-                     p{}'s, come at {:.3} ms, still waited (until {:.3} ms), no fault having \
-                     struck it",
-                    later.name,
-                    later.pid,
-                    ms(later.arrived),
+                    "{name}: p{pid}'s fair waiter, come at {:.3} ms, was served at {:.3} ms while \
+                     p{earlier_pid}'s, come at {:.3} ms, still waited (until {:.3} ms), no fault \
+                     having struck it",
+                    ms(arrived),
                     ms(served),
-                    earlier.pid,
-                    ms(earlier.arrived),
-                    ms(earlier.waited_until()),
+                    ms(came),
+                    ms(until),
                 )
             }));
         }

@@ -5,7 +5,7 @@
 //! own. The history checker's verdict, reached from the holders' records alone, is checked
 //! against it too.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
@@ -20,19 +20,26 @@ pub(crate) struct Oracle(Arc<Mutex<Record>>);
 #[derive(Debug)]
 struct Record {
     epoch: Instant,
-    /// By process (its holder label): when the store held the name for it, by any lease.
-    by_process: Spans,
-    /// By lease (its holder's label, a space, its owner token).
-    by_lease: Spans,
+    /// By lease: its holder's label, and its owner token.
+    by_lease: Spans<(String, OwnerToken)>,
 }
 
-/// For each lock name and holder, the spans the store held the name for it.
-#[derive(Debug, Default)]
-struct Spans {
-    /// Spans still open: since when, and until when its lease runs now.
-    open: BTreeMap<(String, String), (Instant, Instant)>,
+/// For each lock name and holder `H`, the spans the store held the name for it.
+#[derive(Debug)]
+struct Spans<H> {
+    /// By lock name, the spans still open: since when, and until when its lease runs now.
+    open: HashMap<String, BTreeMap<H, (Instant, Instant)>>,
     /// Spans ended, in nanoseconds since the epoch.
-    held: BTreeMap<(String, String), Vec<(u128, u128)>>,
+    held: BTreeMap<(String, H), Vec<(u128, u128)>>,
+}
+
+impl<H> Default for Spans<H> {
+    fn default() -> Self {
+        Self {
+            open: HashMap::new(),
+            held: BTreeMap::new(),
+        }
+    }
 }
 
 impl Oracle {
@@ -40,7 +47,6 @@ impl Oracle {
     pub(crate) fn watch(store: &MemoryBackend, epoch: Instant) -> Self {
         let oracle = Self(Arc::new(Mutex::new(Record {
             epoch,
-            by_process: Spans::default(),
             by_lease: Spans::default(),
         })));
         let record = oracle.0.clone();
@@ -53,10 +59,11 @@ impl Oracle {
     pub(crate) fn uncovered(&self, beliefs: &[Belief], ended: u128) -> Vec<String> {
         let mut record = lock(&self.0);
         record.close_all();
+        let by_process = record.by_process();
         let mut found = Vec::new();
         for belief in beliefs {
             let label = format!("p{}", belief.pid);
-            let held = record.by_process.held.get(&(belief.name.clone(), label));
+            let held = by_process.get(&(belief.name.as_str(), label.as_str()));
             let spans = held.map_or(&[][..], Vec::as_slice);
             let until = belief.until.unwrap_or(ended);
             if !covers(spans, belief.from, until) {
@@ -74,6 +81,21 @@ impl Oracle {
             }
         }
         found
+    }
+
+    /// When the store first held each lock name for each lease, by lock name and owner
+    /// token, in nanoseconds since the epoch.
+    pub(crate) fn first_grants(&self) -> HashMap<(String, OwnerToken), u128> {
+        let mut record = lock(&self.0);
+        record.close_all();
+        let mut first = HashMap::new();
+        for ((name, (_, token)), spans) in &record.by_lease.held {
+            let start = spans.iter().map(|(start, _)| *start).min();
+            if let Some(start) = start {
+                first.insert((name.clone(), *token), start);
+            }
+        }
+        first
     }
 
     /// Every lease the store held for a process that believed it held nothing of its lock
@@ -96,11 +118,8 @@ impl Oracle {
                 .push(span);
         }
         let mut found = Vec::new();
-        for ((name, lease), spans) in &record.by_lease.held {
-            let pid = lease
-                .strip_prefix('p')
-                .and_then(|lease| lease.split(' ').next());
-            let Some(pid) = pid.and_then(|pid| pid.parse().ok()) else {
+        for ((name, (label, _)), spans) in &record.by_lease.held {
+            let Some(pid) = label.strip_prefix('p').and_then(|pid| pid.parse().ok()) else {
                 continue;
             };
             let longest = longest(pid).as_nanos();
@@ -146,67 +165,67 @@ impl Record {
     /// `name` is held by `leases` now: each lease's holder label, owner token, and when it
     /// expires.
     fn changed(&mut self, name: &str, leases: &[(&'static str, OwnerToken, Instant)]) {
-        let now = Instant::now();
-        let mut by_process: BTreeMap<String, Instant> = BTreeMap::new();
-        let mut by_lease: BTreeMap<String, Instant> = BTreeMap::new();
-        for &(label, token, expires) in leases {
-            let until = by_process.entry(label.to_owned()).or_insert(expires);
-            *until = (*until).max(expires);
-            by_lease.insert(format!("{label} {token:?}"), expires);
-        }
-        self.by_process.changed(name, now, by_process, self.epoch);
-        self.by_lease.changed(name, now, by_lease, self.epoch);
+        let by_lease = (leases.iter())
+            .map(|&(label, token, expires)| ((label.to_owned(), token), expires))
+            .collect();
+        self.by_lease
+            .changed(name, Instant::now(), by_lease, self.epoch);
     }
 
     /// Ends every open span where its lease runs out.
     fn close_all(&mut self) {
-        self.by_process.close_all(self.epoch);
         self.by_lease.close_all(self.epoch);
+    }
+
+    /// By lock name and holder label, the spans the store held the name for it, by any of
+    /// its leases (they may overlap).
+    fn by_process(&self) -> HashMap<(&str, &str), Vec<(u128, u128)>> {
+        let mut by_process: HashMap<(&str, &str), Vec<(u128, u128)>> = HashMap::new();
+        for ((name, (label, _)), spans) in &self.by_lease.held {
+            let held = by_process
+                .entry((name.as_str(), label.as_str()))
+                .or_default();
+            held.extend_from_slice(spans);
+        }
+        by_process
     }
 }
 
-impl Spans {
+impl<H: Ord + Clone> Spans<H> {
     /// `name` is held `now` for each of `holders`, until when its lease runs.
-    fn changed(
-        &mut self,
-        name: &str,
-        now: Instant,
-        holders: BTreeMap<String, Instant>,
-        epoch: Instant,
-    ) {
-        let was_held: Vec<(String, String)> = (self.open.keys())
-            .filter(|(held, _)| held == name)
-            .cloned()
-            .collect();
-        for key in was_held {
-            let (since, until) = self.open[&key];
-            match holders.get(&key.1) {
-                // Held on without a gap: its lease runs to a new end.
-                Some(&expires) if until >= now => {
-                    self.open.insert(key, (since, expires));
-                }
-                _ => {
-                    self.open.remove(&key);
-                    self.close(key, (since, until.min(now)), epoch);
-                }
+    fn changed(&mut self, name: &str, now: Instant, holders: BTreeMap<H, Instant>, epoch: Instant) {
+        let open = self.open.entry(name.to_owned()).or_default();
+        let mut closed = Vec::new();
+        open.retain(|holder, (since, until)| match holders.get(holder) {
+            // Held on without a gap: its lease runs to a new end.
+            Some(&expires) if *until >= now => {
+                *until = expires;
+                true
             }
-        }
+            _ => {
+                closed.push((holder.clone(), (*since, (*until).min(now))));
+                false
+            }
+        });
         for (holder, expires) in holders {
-            (self.open)
-                .entry((name.to_owned(), holder))
-                .or_insert((now, expires));
+            open.entry(holder).or_insert((now, expires));
+        }
+        for (holder, span) in closed {
+            self.close((name.to_owned(), holder), span, epoch);
         }
     }
 
-    fn close(&mut self, key: (String, String), (since, until): (Instant, Instant), epoch: Instant) {
+    fn close(&mut self, key: (String, H), (since, until): (Instant, Instant), epoch: Instant) {
         let span = ((since - epoch).as_nanos(), (until - epoch).as_nanos());
         self.held.entry(key).or_default().push(span);
     }
 
     /// Ends every open span where its lease runs out.
     fn close_all(&mut self, epoch: Instant) {
-        for (key, span) in std::mem::take(&mut self.open) {
-            self.close(key, span, epoch);
+        for (name, open) in std::mem::take(&mut self.open) {
+            for (holder, span) in open {
+                self.close((name.clone(), holder), span, epoch);
+            }
         }
     }
 }
@@ -284,7 +303,6 @@ mod tests {
         let epoch = Instant::now();
         let mut record = Record {
             epoch,
-            by_process: Spans::default(),
             by_lease: Spans::default(),
         };
         let (second, token) = (Duration::from_secs(1), OwnerToken::new());
@@ -297,7 +315,8 @@ mod tests {
         record.changed("k", &[]);
         record.close_all();
         assert_eq!(record.by_lease.held.len(), 2, "two leases");
-        let spans = &record.by_process.held[&("k".to_owned(), "p1".to_owned())];
+        let by_process = record.by_process();
+        let spans = &by_process[&("k", "p1")];
         let nanos = |secs: f64| (secs * 1e9) as u128;
         assert!(covers(spans, 0, nanos(2.0)), "renewed in time: {spans:?}");
         assert!(

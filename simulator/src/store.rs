@@ -333,9 +333,8 @@ impl WaitQueue<TokenLease> for SimBackend {
             self.call("acquire_queued", name, move |store, name| async move {
                 let queue = store.wait_queue().expect("the memory store queues");
                 let answer = queue.acquire_queued(&name, request, ticket_ttl).await;
-                if let (Some(waiter), Ok(answer)) = (waiter, &answer) {
-                    let served = matches!(answer, QueuedAttempt::Acquired(_));
-                    waiters.asked((&name, request.token), waiter, served);
+                if let (Some(waiter), Ok(_)) = (waiter, &answer) {
+                    waiters.asked((&name, request.token), waiter);
                 }
                 answer
             }),

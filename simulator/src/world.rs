@@ -362,7 +362,12 @@ impl World {
             let process = &self.processes[pid as usize - 1];
             process.link.struck_between(name, from, until)
         };
-        violations.extend(self.waiters.overtaken(struck, epoch));
+        let first_grants = self.oracle.first_grants();
+        let served = |name: &str, token| {
+            let granted = first_grants.get(&(name.to_owned(), token))?;
+            Some(epoch + Duration::from_nanos(*granted as u64))
+        };
+        violations.extend(self.waiters.overtaken(served, struck, epoch));
         let calls = std::mem::take(&mut *lock(&self.shared.calls));
         let faults = (self.processes.iter())
             .map(|process| process.link.dealt().total())
