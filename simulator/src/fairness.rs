@@ -1,9 +1,10 @@
-//! Fair waiters and the order the store served them in: every ticket a fair waiter took (its
-//! first ask the store applied), when each gave up, and (from the oracle) when the store
-//! first held the lock for each — granted at its ask, or handed over at a release. The check:
+//! Fair waiters and the order they were served in: every ticket a fair waiter took (its first
+//! ask the store applied), when each gave up, and when each first held the lock (its holder's
+//! grant, under a fence the store issued to the ticket). The check:
 //! a fair waiter is served before every waiter that came after it, unless a fault struck its
-//! process or its calls about the lock while it waited (a call that failed, a pause, a stall),
-//! or its wait ended first.
+//! process (a pause, a stall) or one of its calls about its ticket while it waited, or its wait
+//! ended first. A lost or late announcement is no excuse: a waiter asks again within a third of
+//! its lease, before a lock handed to its ticket lapses.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -49,50 +50,69 @@ impl Waiters {
     }
 
     /// Every waiter served while one that came before it still waited, no fault having struck
-    /// the earlier one's process or its calls about the lock meanwhile (`struck(pid, name,
-    /// (from, until))`), described with times since `epoch`; `served(name, token)`: when the
-    /// store first held the lock for a ticket, if it did.
+    /// the earlier one's process or its calls about its ticket meanwhile (`struck(pid, ticket,
+    /// (from, until))`), described with times since `epoch`; `served(name, token)`: when a
+    /// ticket's waiter first held the lock, if it did.
     pub(crate) fn overtaken(
         &self,
         served: impl Fn(&str, OwnerToken) -> Option<Instant>,
-        struck: impl Fn(u64, &str, (Instant, Instant)) -> bool,
+        struck: impl Fn(u64, OwnerToken, (Instant, Instant)) -> bool,
         epoch: Instant,
     ) -> Vec<String> {
         let waiters = lock(&self.0);
         let ms = |at: Instant| (at - epoch).as_secs_f64() * 1e3;
-        // Each waiter: its name, pid, arrival, when the store served it and until when it waited.
-        let waiters: Vec<(&str, u64, Instant, Option<Instant>, Instant)> = (waiters.iter())
+        let waiters: Vec<Judged<'_>> = (waiters.iter())
             .map(|((name, token), waiter)| {
                 let served = served(name, *token);
                 let until = (served.into_iter())
                     .chain(waiter.left)
                     .fold(waiter.deadline, Instant::min);
-                (name.as_str(), waiter.pid, waiter.arrived, served, until)
+                Judged {
+                    name,
+                    token: *token,
+                    pid: waiter.pid,
+                    arrived: waiter.arrived,
+                    served,
+                    until,
+                }
             })
             .collect();
         let mut found = Vec::new();
-        for &(name, pid, arrived, served, _) in &waiters {
-            let Some(served) = served else { continue };
-            let overtaken = (waiters.iter()).filter(|&&(earlier, earlier_pid, came, _, until)| {
-                earlier == name
-                    && came < arrived
-                    && until > served
-                    && !struck(earlier_pid, name, (came, served))
+        for later in &waiters {
+            let Some(served) = later.served else { continue };
+            let overtaken = (waiters.iter()).filter(|earlier| {
+                earlier.name == later.name
+                    && earlier.arrived < later.arrived
+                    && earlier.until > served
+                    && !struck(earlier.pid, earlier.token, (earlier.arrived, served))
             });
-            found.extend(overtaken.map(|&(_, earlier_pid, came, _, until)| {
+            found.extend(overtaken.map(|earlier| {
                 format!(
-                    "{name}: p{pid}'s fair waiter, come at {:.3} ms, was served at {:.3} ms while \
-                     p{earlier_pid}'s, come at {:.3} ms, still waited (until {:.3} ms), no fault \
-                     having struck it",
-                    ms(arrived),
+                    "{}: p{}'s fair waiter, come at {:.3} ms, was served at {:.3} ms while \
+                     p{}'s, come at {:.3} ms, still waited (until {:.3} ms), no fault having \
+                     struck it",
+                    later.name,
+                    later.pid,
+                    ms(later.arrived),
                     ms(served),
-                    ms(came),
-                    ms(until),
+                    earlier.pid,
+                    ms(earlier.arrived),
+                    ms(earlier.until),
                 )
             }));
         }
         found
     }
+}
+
+/// A waiter, as judged: when it came, when the store served it, until when it waited.
+struct Judged<'a> {
+    name: &'a str,
+    token: OwnerToken,
+    pid: u64,
+    arrived: Instant,
+    served: Option<Instant>,
+    until: Instant,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

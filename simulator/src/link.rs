@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep, sleep_until};
-use tower_lock::backend::BackendError;
+use tower_lock::backend::{BackendError, OwnerToken};
 
 /// How often each fault befalls a call, and how long calls take.
 #[derive(Clone, Copy, Debug)]
@@ -55,13 +55,15 @@ struct State {
     paused_until: Option<Instant>,
     /// When the pause it is in, if any, began.
     paused_since: Option<Instant>,
+    /// Every pause: from when until when.
+    pauses: Vec<(Instant, Instant)>,
     killed: bool,
     dealt: Dealt,
     /// Every call: when it was sent (since the link was made), what it asked, its fate.
     calls: Vec<(Duration, String)>,
-    /// When faults struck the process, from when until when they could tell, and on which
-    /// lock names (`None`: all).
-    struck: Vec<(Option<String>, Instant, Instant)>,
+    /// When faults struck the process, from when until when they could tell: the whole
+    /// process (`None`: a pause, its death), or a call about a fair waiter's ticket.
+    struck: Vec<(Option<OwnerToken>, Instant, Instant)>,
 }
 
 /// How long after a fault on a call it may still tell: past every store timeout and slow
@@ -93,14 +95,14 @@ impl Link {
 
     /// Sends `apply` to the store: it is applied in a task of its own once it arrives, whatever
     /// the caller does meanwhile (a request sent stays sent), and its answer comes back as the
-    /// call's fate says.
+    /// call's fate says. `ticket`: the fair waiter's ticket the call is about, if any.
     pub(crate) async fn call<T: std::fmt::Debug + Send + 'static>(
         &self,
-        (what, name): (&'static str, &str),
+        (what, name, ticket): (&'static str, &str, Option<OwnerToken>),
         apply: impl Future<Output = Result<T, BackendError>> + Send + 'static,
     ) -> Result<T, BackendError> {
         self.reachable().await;
-        let fate = self.draw(name);
+        let fate = self.draw(ticket);
         self.note(|| format!("{what} {}: {fate:?}", name.replace('\n', "+")));
         let there = match fate {
             Fate::Refused => {
@@ -168,7 +170,23 @@ impl Link {
         state.paused_since = Some(since);
         state.paused_until = state.paused_until.max(Some(until));
         state.struck.push((None, now, until));
+        state.pauses.push((now, until));
         since
+    }
+
+    /// How long the process was paused between `from` and `until`, in all.
+    pub(crate) fn paused_within(&self, from: Instant, until: Instant) -> Duration {
+        let mut pauses = self.lock_state().pauses.clone();
+        pauses.sort_unstable();
+        let (mut paused, mut reached) = (Duration::ZERO, from);
+        for (start, end) in pauses {
+            let (start, end) = (start.max(reached), end.min(until));
+            if end > start {
+                paused += end - start;
+                reached = end;
+            }
+        }
+        paused
     }
 
     /// Ends the process: nothing it sends from now on arrives, nothing it was sent returns.
@@ -195,15 +213,12 @@ impl Link {
         state.killed || paused
     }
 
-    /// Whether any fault struck the process, or its calls about lock `name`, between `from`
-    /// and `until`.
-    pub(crate) fn struck_between(&self, name: &str, from: Instant, until: Instant) -> bool {
+    /// Whether a fault struck the process, or a call about fair waiter `ticket`, between
+    /// `from` and `until`.
+    pub(crate) fn struck_between(&self, ticket: OwnerToken, from: Instant, until: Instant) -> bool {
         let state = self.lock_state();
         (state.struck.iter()).any(|(on, start, end)| {
-            on.as_deref()
-                .is_none_or(|on| on.split('\n').any(|one| one == name))
-                && *start <= until
-                && *end >= from
+            on.is_none_or(|on| on == ticket) && *start <= until && *end >= from
         })
     }
 
@@ -216,7 +231,7 @@ impl Link {
         self.lock_state().calls.clone()
     }
 
-    fn draw(&self, name: &str) -> Fate {
+    fn draw(&self, ticket: Option<OwnerToken>) -> Fate {
         let faults = self.faults;
         let mut rng = self
             .rng
@@ -228,10 +243,10 @@ impl Link {
         let mut state = self.lock_state();
         let (before, now) = (state.dealt.total(), Instant::now());
         let fate = Self::fate(&mut state.dealt, faults, roll, (there, back));
-        if state.dealt.total() > before {
-            state
-                .struck
-                .push((Some(name.to_owned()), now, now + FAULT_REACH));
+        if let Some(ticket) = ticket
+            && state.dealt.total() > before
+        {
+            state.struck.push((Some(ticket), now, now + FAULT_REACH));
         }
         fate
     }

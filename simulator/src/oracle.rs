@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
 use tower_lock::MemoryBackend;
-use tower_lock::backend::OwnerToken;
+use tower_lock::backend::{FencingToken, OwnerToken};
 use tower_lock::testing::history::Belief;
 
 /// The store's record of who held each lock name, and when.
@@ -22,6 +22,8 @@ struct Record {
     epoch: Instant,
     /// By lease: its holder's label, and its owner token.
     by_lease: Spans<(String, OwnerToken)>,
+    /// The fences the store issued, by lock name and owner token.
+    fences: HashMap<(String, OwnerToken), Vec<u64>>,
 }
 
 /// For each lock name and holder `H`, the spans the store held the name for it.
@@ -48,6 +50,7 @@ impl Oracle {
         let oracle = Self(Arc::new(Mutex::new(Record {
             epoch,
             by_lease: Spans::default(),
+            fences: HashMap::new(),
         })));
         let record = oracle.0.clone();
         store.on_change(move |name, leases| lock(&record).changed(name, leases));
@@ -83,29 +86,38 @@ impl Oracle {
         found
     }
 
-    /// When the store first held each lock name for each lease, by lock name and owner
-    /// token, in nanoseconds since the epoch.
-    pub(crate) fn first_grants(&self) -> HashMap<(String, OwnerToken), u128> {
-        let mut record = lock(&self.0);
-        record.close_all();
+    /// When each lease's holder first held its lock (a belief under a fence the store issued
+    /// to the lease), by lock name and owner token, in nanoseconds since the epoch.
+    pub(crate) fn first_held(&self, beliefs: &[Belief]) -> HashMap<(String, OwnerToken), u128> {
+        let record = lock(&self.0);
+        let mut believed: HashMap<(&str, u64), u128> = HashMap::new();
+        for belief in beliefs {
+            // A hold's fence is the store's token × 256 plus its number in its run (fencing.md).
+            if let Some(fence) = belief.fence.map(|fence| fence / 256) {
+                let from = believed.entry((&belief.name, fence)).or_insert(belief.from);
+                *from = (*from).min(belief.from);
+            }
+        }
         let mut first = HashMap::new();
-        for ((name, (_, token)), spans) in &record.by_lease.held {
-            let start = spans.iter().map(|(start, _)| *start).min();
-            if let Some(start) = start {
-                first.insert((name.clone(), *token), start);
+        for ((name, token), fences) in &record.fences {
+            let held = (fences.iter())
+                .filter_map(|fence| believed.get(&(name.as_str(), *fence)))
+                .min();
+            if let Some(&held) = held {
+                first.insert((name.clone(), *token), held);
             }
         }
         first
     }
 
     /// Every lease the store held for a process that believed it held nothing of its lock
-    /// (held by nobody) for longer than `longest(pid)`, described; `ended`: as for
-    /// [`uncovered`](Self::uncovered).
+    /// (held by nobody) for longer than `longest(pid, (from, until))` (nanoseconds since the
+    /// epoch), described; `ended`: as for [`uncovered`](Self::uncovered).
     pub(crate) fn held_by_nobody(
         &self,
         beliefs: &[Belief],
         ended: u128,
-        longest: impl Fn(u64) -> std::time::Duration,
+        longest: impl Fn(u64, (u128, u128)) -> std::time::Duration,
     ) -> Vec<String> {
         let mut record = lock(&self.0);
         record.close_all();
@@ -122,18 +134,19 @@ impl Oracle {
             let Some(pid) = label.strip_prefix('p').and_then(|pid| pid.parse().ok()) else {
                 continue;
             };
-            let longest = longest(pid).as_nanos();
             let beliefs = believed
                 .get(&(name.as_str(), pid))
                 .map_or(&[][..], Vec::as_slice);
             for &(start, end) in spans {
-                if let Some((from, until)) = longest_gap(beliefs, (start, end))
-                    .filter(|(from, until)| until - from > longest)
-                {
+                let Some((from, until)) = longest_gap(beliefs, (start, end)) else {
+                    continue;
+                };
+                let longest = longest(pid, (from, until)).as_nanos();
+                if until - from > longest {
                     found.push(format!(
                         "the store held {name} for p{pid} from {:.3} ms to {:.3} ms, while p{pid} \
-                         believed it held nothing of it: {:.3} ms, longer than its lease and \
-                         the bound ({:.3} ms)",
+                         believed it held nothing of it: {:.3} ms, longer than its lease, the \
+                         time it was paused meanwhile and the bound ({:.3} ms)",
                         ms(from),
                         ms(until),
                         ms(until - from),
@@ -164,9 +177,22 @@ fn longest_gap(beliefs: &[(u128, u128)], (start, end): (u128, u128)) -> Option<(
 impl Record {
     /// `name` is held by `leases` now: each lease's holder label, owner token, and when it
     /// expires.
-    fn changed(&mut self, name: &str, leases: &[(&'static str, OwnerToken, Instant)]) {
+    fn changed(
+        &mut self,
+        name: &str,
+        leases: &[(&'static str, OwnerToken, Option<FencingToken>, Instant)],
+    ) {
+        for &(_, token, fence, _) in leases {
+            let Some(fence) = fence.map(FencingToken::get) else {
+                continue;
+            };
+            let fences = self.fences.entry((name.to_owned(), token)).or_default();
+            if !fences.contains(&fence) {
+                fences.push(fence);
+            }
+        }
         let by_lease = (leases.iter())
-            .map(|&(label, token, expires)| ((label.to_owned(), token), expires))
+            .map(|&(label, token, _, expires)| ((label.to_owned(), token), expires))
             .collect();
         self.by_lease
             .changed(name, Instant::now(), by_lease, self.epoch);
@@ -304,13 +330,14 @@ mod tests {
         let mut record = Record {
             epoch,
             by_lease: Spans::default(),
+            fences: HashMap::new(),
         };
         let (second, token) = (Duration::from_secs(1), OwnerToken::new());
-        record.changed("k", &[("p1", token, epoch + second)]);
+        record.changed("k", &[("p1", token, None, epoch + second)]);
         advance(second / 2).await;
-        record.changed("k", &[("p1", token, epoch + 2 * second)]);
+        record.changed("k", &[("p1", token, None, epoch + 2 * second)]);
         advance(2 * second).await;
-        record.changed("k", &[("p1", OwnerToken::new(), epoch + 4 * second)]);
+        record.changed("k", &[("p1", OwnerToken::new(), None, epoch + 4 * second)]);
         advance(second / 2).await;
         record.changed("k", &[]);
         record.close_all();

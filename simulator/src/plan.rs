@@ -99,7 +99,7 @@ impl Plan {
             max_delay: Duration::from_micros(rng.u64(100..=3000)),
         };
         let announcements = AnnouncementFaults {
-            lost: 0.03,
+            lost: 0.05,
             late: 0.05,
             late_delay: millis(rng, 20..=500),
             max_delay: Duration::from_micros(rng.u64(100..=3000)),

@@ -125,11 +125,10 @@ impl SimBackend {
     }
 
     /// Sends `apply` (on the store, with the name it is given) through the link, noting what it
-    /// granted.
+    /// granted; `ticket`: the fair waiter's ticket it is about, if any.
     async fn call<T, F, Fut>(
         &self,
-        what: &'static str,
-        name: &str,
+        (what, name, ticket): (&'static str, &str, Option<OwnerToken>),
         apply: F,
     ) -> Result<T, BackendError>
     where
@@ -140,7 +139,7 @@ impl SimBackend {
         let (store, names, granted) = (self.store.clone(), name.to_owned(), self.granted.clone());
         let session = matches!(self.leases, Leases::Session { .. });
         self.link
-            .call((what, name), async move {
+            .call((what, name, ticket), async move {
                 let answer = apply(store, names.clone()).await;
                 if let (true, Ok(answer)) = (session, &answer) {
                     let mut granted = lock(&granted);
@@ -159,8 +158,7 @@ impl SimBackend {
     /// otherwise hold the lock for as long as the session lives.
     async fn until_answered<T, F, Fut>(
         &self,
-        what: &'static str,
-        name: &str,
+        (what, name, ticket): (&'static str, &str, Option<OwnerToken>),
         apply: F,
     ) -> Result<T, BackendError>
     where
@@ -169,14 +167,14 @@ impl SimBackend {
         Fut: Future<Output = Result<T, BackendError>> + Send + 'static,
     {
         let Leases::Session { timeout } = self.leases else {
-            return self.call(what, name, apply).await;
+            return self.call((what, name, ticket), apply).await;
         };
         let (answer, answered) = tokio::sync::oneshot::channel();
         let (backend, name) = (self.clone(), name.to_owned());
         tokio::spawn(async move {
             let mut answer = Some(answer);
             loop {
-                let attempt = backend.call(what, &name, apply.clone());
+                let attempt = backend.call((what, &name, ticket), apply.clone());
                 let outcome = tokio::time::timeout(timeout / 4, attempt).await;
                 let done = matches!(outcome, Ok(Ok(_)));
                 let outcome = outcome.unwrap_or_else(|_| {
@@ -246,7 +244,7 @@ impl LockBackend for SimBackend {
         request: LockRequest,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
         let request = self.leases.asked(request);
-        self.call("acquire", name, move |store, name| async move {
+        self.call(("acquire", name, None), move |store, name| async move {
             store.acquire(&name, request).await
         })
         .await
@@ -259,7 +257,7 @@ impl LockBackend for SimBackend {
         ttl: Duration,
     ) -> Result<bool, BackendError> {
         let (lease, ttl) = (*lease, self.leases.ttl(ttl));
-        self.call("extend", name, move |store, name| async move {
+        self.call(("extend", name, None), move |store, name| async move {
             store.extend(&name, &lease, ttl).await
         })
         .await
@@ -267,14 +265,14 @@ impl LockBackend for SimBackend {
 
     async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
         let lease = *lease;
-        self.until_answered("release", name, move |store, name| async move {
+        self.until_answered(("release", name, None), move |store, name| async move {
             store.release(&name, &lease).await
         })
         .await
     }
 
     async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
-        self.until_answered("abandon", name, move |store, name| async move {
+        self.until_answered(("abandon", name, None), move |store, name| async move {
             store.abandon(&name, request).await
         })
         .await
@@ -287,8 +285,7 @@ impl LockBackend for SimBackend {
     ) -> Result<Attempt<Vec<Granted<TokenLease>>>, BackendError> {
         let request = self.leases.asked(request);
         self.call(
-            "acquire_many",
-            &names.join("\n"),
+            ("acquire_many", &names.join("\n"), None),
             move |store, names| async move {
                 let names: Vec<&str> = names.split('\n').collect();
                 store.acquire_many(&names, request).await
@@ -329,16 +326,17 @@ impl WaitQueue<TokenLease> for SimBackend {
         // waiter's, whose wait ends when the caller's does.
         let waiter = ASKING.try_with(|asking| (self.pid, asking.deadline)).ok();
         let waiters = self.waiters.clone();
-        Box::pin(
-            self.call("acquire_queued", name, move |store, name| async move {
+        Box::pin(self.call(
+            ("acquire_queued", name, Some(request.token)),
+            move |store, name| async move {
                 let queue = store.wait_queue().expect("the memory store queues");
                 let answer = queue.acquire_queued(&name, request, ticket_ttl).await;
                 if let (Some(waiter), Ok(_)) = (waiter, &answer) {
                     waiters.asked((&name, request.token), waiter);
                 }
                 answer
-            }),
-        )
+            },
+        ))
     }
 
     fn leave_queue<'a>(
@@ -348,7 +346,7 @@ impl WaitQueue<TokenLease> for SimBackend {
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         let waiters = self.waiters.clone();
         Box::pin(
-            self.until_answered("leave_queue", name, move |store, name| {
+            self.until_answered(("leave_queue", name, Some(token)), move |store, name| {
                 let waiters = waiters.clone();
                 async move {
                     let queue = store.wait_queue().expect("the memory store queues");
@@ -368,9 +366,10 @@ impl SharedLocks for SimBackend {
         request: LockRequest,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
         let request = self.leases.asked(request);
-        self.call("acquire_read", name, move |store, name| async move {
-            store.acquire_read(&name, request).await
-        })
+        self.call(
+            ("acquire_read", name, None),
+            move |store, name| async move { store.acquire_read(&name, request).await },
+        )
         .await
     }
 
@@ -380,9 +379,10 @@ impl SharedLocks for SimBackend {
         request: LockRequest,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
         let request = self.leases.asked(request);
-        self.call("acquire_write", name, move |store, name| async move {
-            store.acquire_write(&name, request).await
-        })
+        self.call(
+            ("acquire_write", name, None),
+            move |store, name| async move { store.acquire_write(&name, request).await },
+        )
         .await
     }
 }
@@ -395,9 +395,10 @@ impl Semaphores for SimBackend {
         permits: NonZeroU32,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
         let request = self.leases.asked(request);
-        self.call("acquire_permit", name, move |store, name| async move {
-            store.acquire_permit(&name, request, permits).await
-        })
+        self.call(
+            ("acquire_permit", name, None),
+            move |store, name| async move { store.acquire_permit(&name, request, permits).await },
+        )
         .await
     }
 }

@@ -353,19 +353,24 @@ impl World {
             Leases::Session { timeout } => Some(timeout),
             Leases::Ttl => None,
         };
-        let longest = |pid: u64| {
-            let ttl = self.processes[pid as usize - 1].plan.ttl;
-            session.map_or(ttl, |timeout| timeout.max(ttl)) + LEAK_BOUND
+        // A lease held by nobody lasts its TTL (or its session's timeout) from when its holder
+        // last could tell the store, and a paused holder cannot.
+        let longest = |pid: u64, (from, until): (u128, u128)| {
+            let process = &self.processes[pid as usize - 1];
+            let instant = |nanos: u128| epoch + Duration::from_nanos(nanos as u64);
+            let paused = process.link.paused_within(instant(from), instant(until));
+            let ttl = process.plan.ttl;
+            session.map_or(ttl, |timeout| timeout.max(ttl)) + paused + LEAK_BOUND
         };
         violations.extend(self.oracle.held_by_nobody(&beliefs, at(ended), longest));
-        let struck = |pid: u64, name: &str, (from, until)| {
+        let struck = |pid: u64, ticket, (from, until)| {
             let process = &self.processes[pid as usize - 1];
-            process.link.struck_between(name, from, until)
+            process.link.struck_between(ticket, from, until)
         };
-        let first_grants = self.oracle.first_grants();
+        let first_held = self.oracle.first_held(&beliefs);
         let served = |name: &str, token| {
-            let granted = first_grants.get(&(name.to_owned(), token))?;
-            Some(epoch + Duration::from_nanos(*granted as u64))
+            let held = first_held.get(&(name.to_owned(), token))?;
+            Some(epoch + Duration::from_nanos(*held as u64))
         };
         violations.extend(self.waiters.overtaken(served, struck, epoch));
         let calls = std::mem::take(&mut *lock(&self.shared.calls));

@@ -132,14 +132,24 @@ impl KeyState {
             .filter(|holder| holder.expires_at > now)
     }
 
-    /// Every live lease: its holder's label, owner token, and when it expires.
+    /// Every live lease: its holder's label, owner token, fence (an exclusive hold's), and when
+    /// it expires.
     #[cfg(feature = "test-util")]
-    pub(super) fn live_leases(&self, now: Instant) -> Vec<(&'static str, OwnerToken, Instant)> {
-        let exclusive =
-            (self.live_holder(now)).map(|holder| (holder.label, holder.token, holder.expires_at));
+    pub(super) fn live_leases(
+        &self,
+        now: Instant,
+    ) -> Vec<(&'static str, OwnerToken, Option<FencingToken>, Instant)> {
+        let exclusive = (self.live_holder(now)).map(|holder| {
+            (
+                holder.label,
+                holder.token,
+                Some(holder.fence),
+                holder.expires_at,
+            )
+        });
         let shared = (self.readers.iter().chain(&self.permits))
             .filter(|entry| entry.expires_at > now)
-            .map(|entry| (entry.label, entry.token, entry.expires_at));
+            .map(|entry| (entry.label, entry.token, None, entry.expires_at));
         exclusive.into_iter().chain(shared).collect()
     }
 

@@ -55,9 +55,15 @@ pub struct MemoryBackend {
     watchers: Arc<Watchers>,
 }
 
-/// A live lease as `on_change` tells it: its holder's label, owner token, and expiry.
+/// A live lease as `on_change` tells it: its holder's label, owner token, fence (an exclusive
+/// hold's), and expiry.
 #[cfg(feature = "test-util")]
-type LiveLease = (&'static str, OwnerToken, Instant);
+type LiveLease = (
+    &'static str,
+    OwnerToken,
+    Option<super::FencingToken>,
+    Instant,
+);
 
 #[cfg(feature = "test-util")]
 #[derive(Default)]
@@ -177,14 +183,11 @@ impl MemoryBackend {
     }
 
     /// Tells `listener`, after every change of a lock name (once per store: a second listener
-    /// is refused, `false`), who holds it now: each live lease's holder label, owner token, and
-    /// when it expires. The store's own record of who held what, and when: a simulation
-    /// checks what its processes believed against it.
+    /// is refused, `false`), who holds it now: each live lease's holder label, owner token,
+    /// fence (an exclusive hold's) and expiry. The store's own record of who held what, and
+    /// when: a simulation checks what its processes believed against it.
     #[cfg(feature = "test-util")]
-    pub fn on_change(
-        &self,
-        listener: impl Fn(&str, &[(&'static str, OwnerToken, Instant)]) + Send + Sync + 'static,
-    ) -> bool {
+    pub fn on_change(&self, listener: impl Fn(&str, &[LiveLease]) + Send + Sync + 'static) -> bool {
         self.watchers.changed.set(Box::new(listener)).is_ok()
     }
 

@@ -133,6 +133,7 @@ impl<B: LockBackend> Attempts<'_, B> {
                 Answer::Acquired(obtained) => return Ok(obtained),
                 Answer::Busy { holder_ttl } => holder_ttl,
             };
+            stall_point!("busy");
             if let (How::Queued(_), Some(place)) = (how, place) {
                 place.enqueued();
                 // A handover heard by now may have been made before the store answered busy,

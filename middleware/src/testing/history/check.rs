@@ -42,6 +42,8 @@ pub struct Belief {
     pub hold: u64,
     /// The lock name.
     pub name: String,
+    /// Its fencing token, if it had one.
+    pub fence: Option<u64>,
     /// Nanoseconds, on the recording's clock.
     pub from: u128,
     /// `None`: the holder never ended the hold nor was told (held at the run's end).
@@ -193,6 +195,7 @@ impl History {
             pid: hold.pid,
             hold: hold.number,
             name: hold.name.clone(),
+            fence: hold.fence,
             from: hold.granted,
             until: match (hold.told_at, hold.ended) {
                 (Some(told), Some(ended)) => Some(told.min(ended)),
