@@ -4,6 +4,9 @@
 //!     simulate --seed 42                         # last line: seed 42: digest <hex>
 //!     simulate --mutant lease-from-answer --seeds 10000   # the seed that finds it
 //!     simulate --list-mutants
+//!
+//! A mutant kept as a patch (`simulator/tests/mutants/`) is built by `scripts/simulate` in a
+//! scratch copy of the tree, and run with `--patched NAME`.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,9 +36,29 @@ struct Options {
     /// first seed that finds it (exit status 1) and prints it.
     #[arg(long)]
     mutant: Option<String>,
-    /// Lists the mutants and the bug each brings back.
+    /// This build carries bug NAME as a patch (`scripts/simulate` applies it to a scratch
+    /// copy): runs as `--mutant NAME` would.
+    #[arg(long, conflicts_with = "mutant", hide = true)]
+    patched: Option<String>,
+    /// Lists the mutants compiled in and the bug each brings back (`scripts/simulate` adds
+    /// those kept as patches).
     #[arg(long, exclusive = true)]
     list_mutants: bool,
+}
+
+/// The bug a run brings back: its name, and whether it is compiled in (switched on by name) or
+/// patched into this build.
+#[derive(Clone, Copy, Debug)]
+struct Bug<'a> {
+    name: &'a str,
+    compiled: bool,
+}
+
+impl<'a> Bug<'a> {
+    /// The compiled mutant to switch on, if any.
+    fn switch(bug: Option<Self>) -> Option<&'a str> {
+        bug.filter(|bug| bug.compiled).map(|bug| bug.name)
+    }
 }
 
 fn main() -> ExitCode {
@@ -46,8 +69,16 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    let mutant = options.mutant.as_deref();
-    if let Some(name) = mutant
+    let compiled = (options.mutant.as_deref()).map(|name| Bug {
+        name,
+        compiled: true,
+    });
+    let patched = (options.patched.as_deref()).map(|name| Bug {
+        name,
+        compiled: false,
+    });
+    let mutant = compiled.or(patched);
+    if let Some(name) = options.mutant.as_deref()
         && !MUTANTS.iter().any(|(known, _)| *known == name)
     {
         let names: Vec<&str> = MUTANTS.iter().map(|(name, _)| *name).collect();
@@ -70,8 +101,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn one(seed: u64, mutant: Option<&str>, show_history: bool) -> ExitCode {
-    let outcome = simulator::simulate(seed, mutant);
+fn one(seed: u64, mutant: Option<Bug<'_>>, show_history: bool) -> ExitCode {
+    let outcome = simulator::simulate(seed, Bug::switch(mutant));
     println!("{}", outcome.summary);
     if show_history || !outcome.violations.is_empty() {
         print!("{}", outcome.history);
@@ -86,7 +117,7 @@ fn one(seed: u64, mutant: Option<&str>, show_history: bool) -> ExitCode {
     }
 }
 
-fn many(from: u64, seeds: u64, mutant: Option<&str>) -> ExitCode {
+fn many(from: u64, seeds: u64, mutant: Option<Bug<'_>>) -> ExitCode {
     let started = Instant::now();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     // With a mutant, a thread stops once it is past the first seed found (by any thread): the
@@ -102,7 +133,8 @@ fn many(from: u64, seeds: u64, mutant: Option<&str>) -> ExitCode {
                         if mutant.is_some() && index > first_found.load(Ordering::Relaxed) {
                             break;
                         }
-                        let outcome = simulator::simulate_quietly(from.wrapping_add(index), mutant);
+                        let seed = from.wrapping_add(index);
+                        let outcome = simulator::simulate_quietly(seed, Bug::switch(mutant));
                         if !outcome.violations.is_empty() {
                             first_found.fetch_min(index, Ordering::Relaxed);
                             found.push((index + 1, outcome));
@@ -124,7 +156,7 @@ fn many(from: u64, seeds: u64, mutant: Option<&str>) -> ExitCode {
             outcome.seed,
             outcome.violations[0],
             outcome.seed,
-            mutant.map_or(String::new(), |name| format!(" --mutant {name}"))
+            mutant.map_or(String::new(), |bug| format!(" --mutant {}", bug.name))
         );
     }
     let elapsed = started.elapsed();
@@ -133,10 +165,10 @@ fn many(from: u64, seeds: u64, mutant: Option<&str>) -> ExitCode {
         elapsed.as_secs_f64(),
         seeds as f64 / elapsed.as_secs_f64() * 60.0
     );
-    if let (Some(name), Some((index, outcome))) = (mutant, found.first()) {
+    if let (Some(bug), Some((index, outcome))) = (mutant, found.first()) {
         println!(
-            "mutant {name} found by seed {} (after {index} seeds)",
-            outcome.seed
+            "mutant {} found by seed {} (after {index} seeds)",
+            bug.name, outcome.seed
         );
         return ExitCode::FAILURE;
     }

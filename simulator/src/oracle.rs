@@ -58,27 +58,39 @@ impl Oracle {
     }
 
     /// Every belief the record does not cover, described; `ended`: when the run ended, for a
-    /// belief held to the end.
+    /// belief held to the end. A belief under a fence must be covered by the lease the store
+    /// issued that fence to; one without (a reader's, a permit's), by any of its process's.
     pub(crate) fn uncovered(&self, beliefs: &[Belief], ended: u128) -> Vec<String> {
         let mut record = lock(&self.0);
         record.close_all();
         let by_process = record.by_process();
+        let mut fenced: HashMap<(&str, u64), (&str, OwnerToken)> = HashMap::new();
+        for ((name, token), fences) in &record.fences {
+            for fence in fences {
+                fenced.insert((name.as_str(), *fence), (name.as_str(), *token));
+            }
+        }
         let mut found = Vec::new();
         for belief in beliefs {
             let label = format!("p{}", belief.pid);
-            let held = by_process.get(&(belief.name.as_str(), label.as_str()));
+            let held = match belief.fence.map(store_fence) {
+                Some(fence) => (fenced.get(&(belief.name.as_str(), fence))).and_then(|&(name, token)| {
+                    record.by_lease.held.get(&(name.to_owned(), (label.clone(), token)))
+                }),
+                None => by_process.get(&(belief.name.as_str(), label.as_str())),
+            };
             let spans = held.map_or(&[][..], Vec::as_slice);
             let until = belief.until.unwrap_or(ended);
             if !covers(spans, belief.from, until) {
                 found.push(format!(
-                    "p{}'s hold {} believed it held {} from {:.3} ms to {:.3} ms, but the store \
-                     held it for p{} {}",
+                    "p{}'s hold {} believed it held {} from {:.3} ms to {:.3} ms (fence {:?}), but \
+                     the store held it for that hold's lease {}",
                     belief.pid,
                     belief.hold,
                     belief.name,
                     ms(belief.from),
                     ms(until),
-                    belief.pid,
+                    belief.fence,
                     describe(spans, (belief.from, until))
                 ));
             }
@@ -92,8 +104,7 @@ impl Oracle {
         let record = lock(&self.0);
         let mut believed: HashMap<(&str, u64), u128> = HashMap::new();
         for belief in beliefs {
-            // A hold's fence is the store's token × 256 plus its number in its run (fencing.md).
-            if let Some(fence) = belief.fence.map(|fence| fence / 256) {
+            if let Some(fence) = belief.fence.map(store_fence) {
                 let from = believed.entry((&belief.name, fence)).or_insert(belief.from);
                 *from = (*from).min(belief.from);
             }
@@ -157,6 +168,12 @@ impl Oracle {
         }
         found
     }
+}
+
+/// The store's token in a hold's fence: the store's token × 256 plus the hold's number in its
+/// run (`middleware/docs/fencing.md`).
+fn store_fence(fence: u64) -> u64 {
+    fence / 256
 }
 
 /// The longest stretch of `span` that none of `beliefs` covers, if any.

@@ -122,7 +122,7 @@ impl Plan {
         }
         events.sort_by_key(|(at, _)| *at);
         let stalls = Stalls {
-            chance: 0.01,
+            chance: 0.05,
             longest: millis(rng, 100..=2500),
         };
         Self {
