@@ -40,7 +40,7 @@ fn a_seed_that_finds_a_mutant_finds_it_again() {
         "--mutant",
         "abandon-one-by-one",
         "--seeds",
-        "100",
+        "200",
         "--from",
         "0",
     ]);
