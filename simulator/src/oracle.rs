@@ -64,18 +64,19 @@ impl Oracle {
         let mut record = lock(&self.0);
         record.close_all();
         let by_process = record.by_process();
-        let mut fenced: HashMap<(&str, u64), (&str, OwnerToken)> = HashMap::new();
+        // By lock name and the store's fence: the lease it was issued to.
+        let mut fenced: HashMap<(&str, u64), OwnerToken> = HashMap::new();
         for ((name, token), fences) in &record.fences {
             for fence in fences {
-                fenced.insert((name.as_str(), *fence), (name.as_str(), *token));
+                fenced.insert((name.as_str(), *fence), *token);
             }
         }
         let mut found = Vec::new();
         for belief in beliefs {
             let label = format!("p{}", belief.pid);
             let held = match belief.fence.map(store_fence) {
-                Some(fence) => (fenced.get(&(belief.name.as_str(), fence))).and_then(|&(name, token)| {
-                    record.by_lease.held.get(&(name.to_owned(), (label.clone(), token)))
+                Some(fence) => (fenced.get(&(belief.name.as_str(), fence))).and_then(|&token| {
+                    (record.by_lease.held).get(&(belief.name.clone(), (label.clone(), token)))
                 }),
                 None => by_process.get(&(belief.name.as_str(), label.as_str())),
             };

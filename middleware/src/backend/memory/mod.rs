@@ -68,9 +68,17 @@ type LiveLease = (
 #[cfg(feature = "test-util")]
 #[derive(Default)]
 struct Watchers {
-    announced: std::sync::OnceLock<Box<dyn Fn(&str, Announcement) + Send + Sync>>,
-    changed: std::sync::OnceLock<Box<dyn Fn(&str, &[LiveLease]) + Send + Sync>>,
+    announced: std::sync::OnceLock<AnnouncementWatcher>,
+    changed: std::sync::OnceLock<ChangeWatcher>,
 }
+
+/// Told of every announcement of a lock name.
+#[cfg(feature = "test-util")]
+type AnnouncementWatcher = Box<dyn Fn(&str, Announcement) + Send + Sync>;
+
+/// Told of a lock name's live leases after every change of it.
+#[cfg(feature = "test-util")]
+type ChangeWatcher = Box<dyn Fn(&str, &[LiveLease]) + Send + Sync>;
 
 impl Default for MemoryBackend {
     fn default() -> Self {
