@@ -58,7 +58,8 @@ pub(crate) fn judge(run: Run) -> Outcome {
             verdict.examples.join("; ")
         )),
         (false, true) => violations.push(format!(
-            "the history checker blames holders the store's record clears (a checker bug): {}",
+            "the history checker blames holders the store's record clears (a checker bug, or \
+             the store granted twice): {}",
             verdict.examples.join("; ")
         )),
         (true, _) => {}

@@ -1,10 +1,11 @@
-//! Fair waiters and the order they were served in: every ticket a fair waiter took (its first
-//! ask the store applied), when each gave up, and when each first held the lock (its holder's
-//! grant, under a fence the store issued to the ticket). The check:
+//! Waiters with a ticket in the store's queue (fair mode's, and the head of a notified
+//! process's line) and the order they were served in: every ticket (its first ask the store
+//! applied), when each gave up, and when each first held the lock (its holder's grant, under a
+//! fence the store issued to the ticket). The check:
 //! a fair waiter is served before every waiter that came after it, unless a fault struck its
 //! process (a pause, a stall) or one of its calls about its ticket while it waited, or its wait
 //! ended first. A lost or late announcement is no excuse: a waiter asks again within a third of
-//! its lease, before a lock handed to its ticket lapses.
+//! its TTL, before a lock handed to its ticket lapses.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

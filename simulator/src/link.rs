@@ -107,6 +107,7 @@ impl Link {
         let there = match fate {
             Fate::Refused => {
                 sleep(self.faults.max_delay).await;
+                self.reachable().await;
                 return Err(BackendError::new("the simulated connection was reset"));
             }
             Fate::Answered { there, .. } | Fate::AnswerLost { there } | Fate::Hung { there } => {
@@ -127,7 +128,10 @@ impl Link {
                 self.reachable().await;
                 answer
             }
-            Fate::AnswerLost { .. } => Err(BackendError::new("the simulated answer was lost")),
+            Fate::AnswerLost { .. } => {
+                self.reachable().await;
+                Err(BackendError::new("the simulated answer was lost"))
+            }
             Fate::Hung { .. } | Fate::Refused => std::future::pending().await,
         }
     }

@@ -83,7 +83,8 @@ fn main() -> ExitCode {
     {
         let names: Vec<&str> = MUTANTS.iter().map(|(name, _)| *name).collect();
         eprintln!(
-            "simulate: no mutant is called {name:?}; there are: {}",
+            "simulate: no mutant is called {name:?}; compiled in: {} (scripts/simulate \
+             --list-mutants lists those kept as patches too)",
             names.join(", ")
         );
         return ExitCode::from(2);

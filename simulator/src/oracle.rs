@@ -149,15 +149,13 @@ impl Oracle {
             let beliefs = believed
                 .get(&(name.as_str(), pid))
                 .map_or(&[][..], Vec::as_slice);
-            for &(start, end) in spans {
-                let Some((from, until)) = longest_gap(beliefs, (start, end)) else {
-                    continue;
-                };
+            let gaps = (spans.iter()).flat_map(|&span| gaps(beliefs, span));
+            for (from, until) in gaps {
                 let longest = longest(pid, (from, until)).as_nanos();
                 if until - from > longest {
                     found.push(format!(
                         "the store held {name} for p{pid} from {:.3} ms to {:.3} ms, while p{pid} \
-                         believed it held nothing of it: {:.3} ms, longer than its lease, the \
+                         believed it held nothing of it: {:.3} ms, longer than its TTL, the \
                          time it was paused meanwhile and the bound ({:.3} ms)",
                         ms(from),
                         ms(until),
@@ -177,19 +175,19 @@ fn store_fence(fence: u64) -> u64 {
     fence / 256
 }
 
-/// The longest stretch of `span` that none of `beliefs` covers, if any.
-fn longest_gap(beliefs: &[(u128, u128)], (start, end): (u128, u128)) -> Option<(u128, u128)> {
+/// Every stretch of `span` that none of `beliefs` covers, in order.
+fn gaps(beliefs: &[(u128, u128)], (start, end): (u128, u128)) -> Vec<(u128, u128)> {
     let mut beliefs = beliefs.to_vec();
     beliefs.sort_unstable();
-    let (mut reached, mut longest) = (start, None::<(u128, u128)>);
+    let (mut reached, mut gaps) = (start, Vec::new());
     for (from, until) in beliefs.into_iter().chain([(end, end)]) {
         let from = from.min(end);
-        if from > reached && longest.is_none_or(|(a, b)| from - reached > b - a) {
-            longest = Some((reached, from));
+        if from > reached {
+            gaps.push((reached, from));
         }
         reached = reached.max(until);
     }
-    longest
+    gaps
 }
 
 impl Record {
@@ -326,11 +324,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_longest_gap_is_what_no_belief_covers() {
-        assert_eq!(longest_gap(&[], (10, 20)), Some((10, 20)));
-        assert_eq!(longest_gap(&[(5, 12), (14, 15)], (10, 20)), Some((15, 20)));
-        assert_eq!(longest_gap(&[(12, 19)], (10, 20)), Some((10, 12)));
-        assert_eq!(longest_gap(&[(5, 25)], (10, 20)), None);
+    fn the_gaps_are_what_no_belief_covers() {
+        assert_eq!(gaps(&[], (10, 20)), [(10, 20)]);
+        assert_eq!(gaps(&[(5, 12), (14, 15)], (10, 20)), [(12, 14), (15, 20)]);
+        assert_eq!(gaps(&[(12, 19)], (10, 20)), [(10, 12), (19, 20)]);
+        assert_eq!(gaps(&[(5, 25)], (10, 20)), []);
     }
 
     #[test]

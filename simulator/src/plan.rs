@@ -26,7 +26,7 @@ pub(crate) struct Plan {
 }
 
 /// How often a caller's task stalls at one of the engine's stall points (a GC pause that
-/// strikes just after the store granted it a lock), and for how long at most.
+/// strikes after the store granted it a lock, or answered it busy), and for how long at most.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Stalls {
     pub(crate) chance: f64,

@@ -55,8 +55,8 @@ pub(crate) struct SimBackend {
     store: MemoryBackend,
     link: Arc<Link>,
     leases: Leases,
-    /// What the store granted the process, for its session's expiry to free.
-    granted: Arc<Mutex<Vec<(String, TokenLease)>>>,
+    /// The leases the store granted the process's session, for its expiry to free.
+    session_leases: Arc<Mutex<Vec<(String, TokenLease)>>>,
     /// Where the process's waiters wait: the store's announcements reach it through the
     /// simulation's delivery, late or not at all.
     room: Arc<WaitingRoom>,
@@ -76,7 +76,7 @@ impl SimBackend {
             store,
             link,
             leases,
-            granted: Arc::default(),
+            session_leases: Arc::default(),
             room: WaitingRoom::in_process(),
             pid,
             waiters,
@@ -118,8 +118,8 @@ impl SimBackend {
 
     /// The store frees what the process's session held: its session expired.
     async fn session_expired(&self) {
-        let granted = std::mem::take(&mut *lock(&self.granted));
-        for (name, lease) in granted {
+        let leases = std::mem::take(&mut *lock(&self.session_leases));
+        for (name, lease) in leases {
             let _ = self.store.release(&name, &lease).await;
         }
     }
@@ -136,14 +136,14 @@ impl SimBackend {
         F: FnOnce(MemoryBackend, String) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, BackendError>> + Send + 'static,
     {
-        let (store, names, granted) = (self.store.clone(), name.to_owned(), self.granted.clone());
+        let (store, names) = (self.store.clone(), name.to_owned());
+        let session_leases = self.session_leases.clone();
         let session = matches!(self.leases, Leases::Session { .. });
         self.link
             .call((what, name, ticket), async move {
                 let answer = apply(store, names.clone()).await;
                 if let (true, Ok(answer)) = (session, &answer) {
-                    let mut granted = lock(&granted);
-                    answer.grants(&names, &mut granted);
+                    answer.grants(&names, &mut lock(&session_leases));
                 }
                 answer
             })

@@ -1,4 +1,4 @@
-//! Bugs that were found and fixed, compiled back in (feature `mutants`, the simulator's) and
+//! Bugs that were found and fixed, compiled back in (feature `simulation`, the simulator's) and
 //! switched on one at a time, by name, on the thread that runs a simulation: the simulator
 //! shows that it finds each of them (`scripts/simulate --mutant NAME`).
 

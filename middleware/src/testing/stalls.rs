@@ -2,9 +2,10 @@
 //! `simulation`), as a GC pause or a descheduled thread stalls a real process there: the
 //! simulator draws, at each, whether and for how long.
 //!
-//! The one point: `granted`, after the store's answer granted a lock and before the holder
-//! has it in hand — stalled past its lease, a holder takes a lock another may hold by then,
-//! and must learn at once that its lease is gone.
+//! The points: `granted`, after the store's answer granted a lock and before the holder has it
+//! in hand — stalled past its lease, a holder takes a lock another may hold by then, and must
+//! learn at once that its lease is gone; `busy`, after a busy answer in a wait — a waiter
+//! stalled there misses what the store does meanwhile (a lock handed to its ticket, lapsed).
 
 use std::cell::RefCell;
 use std::rc::Rc;

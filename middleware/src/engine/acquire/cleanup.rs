@@ -68,18 +68,36 @@ impl<'a, B: LockBackend> Abandon<'a, B> {
 }
 
 impl<B: LockBackend> Drop for Abandon<'_, B> {
+    /// Abandons in the background: at once, and again one store timeout later. The attempt's
+    /// request may still be on its way and reach the store after the first abandonment (sent on
+    /// another connection of a pool, another stream of etcd's); taken then, the lock would be
+    /// nobody's until its lease ran out — for as long as a session lives, on a session store.
     fn drop(&mut self) {
         if !self.armed {
             return;
         }
         let (backend, names, request) =
             (Arc::clone(self.backend), self.names.clone(), self.request);
-        background::store_call(
-            "abandon an attempt",
-            names.joined_keys(),
-            self.store_timeout,
-            async move { abandon_each(&*backend, &names, request).await },
-        );
+        let limit = self.store_timeout;
+        background::spawn("abandon an attempt", async move {
+            abandon_within(&*backend, &names, request, limit).await;
+            tokio::time::sleep(limit).await;
+            abandon_within(&*backend, &names, request, limit).await;
+        });
+    }
+}
+
+/// [`abandon_each`] within `limit`; a failure is logged.
+async fn abandon_within<B: LockBackend>(
+    backend: &B,
+    names: &LockNames,
+    request: LockRequest,
+    limit: Duration,
+) {
+    let abandoned = tokio::time::timeout(limit, abandon_each(backend, names, request)).await;
+    match abandoned.unwrap_or_else(|_| Err(BackendError::timed_out(limit))) {
+        Ok(()) => tracing::debug!(locks = names.joined_keys(), "attempt abandoned"),
+        Err(error) => tracing::warn!(locks = names.joined_keys(), %error, "abandon failed"),
     }
 }
 
