@@ -86,6 +86,9 @@ pub(crate) enum Fault {
     LostAnswers,
     /// Every renewal finds the lock taken by somebody else.
     Stolen,
+    /// Every acquire reaches the store this late, in a task of its own: a request on its way is
+    /// applied whatever its sender does meanwhile.
+    AppliedLate(Duration),
 }
 
 impl MutexOnly {
@@ -123,6 +126,14 @@ impl LockBackend for MutexOnly {
         name: &str,
         request: LockRequest,
     ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
+        if let Fault::AppliedLate(delay) = self.fault {
+            let (memory, name) = (self.memory.clone(), name.to_owned());
+            let applied = tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                memory.acquire(&name, request).await
+            });
+            return applied.await.expect("the late request is applied");
+        }
         let answer = self.memory.acquire(name, request).await;
         match self.fault {
             Fault::LostAnswers => Err(BackendError::new(

@@ -305,68 +305,15 @@ async fn an_abandoned_attempt_on_several_keys_gives_each_back_on_its_own() {
     assert!(is_free(&memory, "lock:b").await);
 }
 
-/// The memory backend, each acquire of which reaches it `delay` late, in a task of its own: a
-/// request on its way is applied whatever its sender does meanwhile.
-#[derive(Clone)]
-struct AppliedLate {
-    memory: MemoryBackend,
-    delay: Duration,
-}
-
-impl LockBackend for AppliedLate {
-    type Lease = TokenLease;
-
-    async fn acquire(
-        &self,
-        name: &str,
-        request: LockRequest,
-    ) -> Result<Attempt<Granted<TokenLease>>, BackendError> {
-        let (memory, name, delay) = (self.memory.clone(), name.to_owned(), self.delay);
-        let applied = tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            memory.acquire(&name, request).await
-        });
-        applied.await.expect("applied")
-    }
-
-    async fn acquire_many(
-        &self,
-        names: &[&str],
-        request: LockRequest,
-    ) -> Result<Attempt<Vec<Granted<TokenLease>>>, BackendError> {
-        self.memory.acquire_many(names, request).await
-    }
-
-    async fn extend(
-        &self,
-        name: &str,
-        lease: &TokenLease,
-        ttl: Duration,
-    ) -> Result<bool, BackendError> {
-        self.memory.extend(name, lease, ttl).await
-    }
-
-    async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
-        self.memory.release(name, lease).await
-    }
-
-    async fn abandon(&self, name: &str, request: LockRequest) -> Result<(), BackendError> {
-        self.memory.abandon(name, request).await
-    }
-}
-
 /// An attempt that reaches the store after its own abandonment (sent on another connection of
 /// a pool, another stream of etcd's) takes the lock for nobody: the abandonment is made again a
 /// store call later, and frees it (found by the simulator, seed 24173, where a session store
 /// kept such a lock for as long as the session lived).
 #[tokio::test(start_paused = true)]
 async fn an_attempt_applied_after_its_abandonment_is_abandoned_again() {
-    let memory = MemoryBackend::new();
     let store_timeout = Duration::from_millis(20);
-    let late = AppliedLate {
-        memory: memory.clone(),
-        delay: store_timeout * 3 / 2,
-    };
+    let late = MutexOnly::failing(Fault::AppliedLate(store_timeout * 3 / 2));
+    let memory = late.memory().clone();
     let locker = locker(late, |locker| locker.reject().store_timeout(store_timeout));
     let asked = Instant::now();
 
