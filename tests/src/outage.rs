@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tower_lock::backend::{LockBackend, Semaphores, SharedLocks};
 use tower_lock::{LockError, Locker, LockerBuilder};
@@ -47,6 +48,9 @@ pub enum Waiting {
 const TASKS: usize = 8;
 /// How long a task waits for a busy lock.
 const WAIT: Duration = Duration::from_secs(3);
+/// How long the other process may take to take its free locks (one of each shape, one after
+/// the other) before a twin's burst: a test's set-up, given room for a loaded machine.
+const TAKEN_WITHIN: Duration = Duration::from_secs(30);
 /// The store timeout of the lockers that find the store silent.
 pub const STORE_TIMEOUT: Duration = Duration::from_millis(500);
 /// The store timeout of the lockers that find the store killed: long, so that an answer far
@@ -59,24 +63,33 @@ const SLACK: Duration = Duration::from_millis(700);
 
 type Asked = Pin<Box<dyn Future<Output = Result<(), LockError>> + Send>>;
 
-/// Takes a lock of `shape` on `key` (and `key` + `+` for two keys), holds it for the given
-/// time, and releases it.
-/// Takes a lock of a shape on a key, holds it for a while (counting itself in `taken`, when
-/// given, once it holds it) and releases it.
+/// Takes a lock of `shape` on `key` (and `key` + `+` for two keys), holds it as its
+/// [`Holding`] says, and releases it.
 type Take = Arc<dyn Fn(Shape, String, Holding) -> Asked + Send + Sync>;
 
-/// How long a [`Take`] holds its lock, and where it counts itself once it does.
-#[derive(Clone, Default)]
+/// Where a [`Take`] counts itself once it holds its lock, and until when it holds it.
+#[derive(Clone)]
 struct Holding {
-    time: Duration,
     taken: Arc<AtomicUsize>,
+    /// Held until this channel's sender is dropped.
+    until: watch::Receiver<()>,
+}
+
+impl Default for Holding {
+    /// Counted nowhere, released at once.
+    fn default() -> Self {
+        Self {
+            taken: Arc::default(),
+            until: watch::channel(()).1,
+        }
+    }
 }
 
 impl Holding {
-    /// Taken, and held for `self.time`.
-    async fn held(self) {
+    /// Taken: counted, and held until let go.
+    async fn held(mut self) {
         self.taken.fetch_add(1, Ordering::SeqCst);
-        tokio::time::sleep(self.time).await;
+        while self.until.changed().await.is_ok() {}
     }
 }
 
@@ -272,9 +285,10 @@ fn every_task_failed(answers: &[Answer], within: Duration, what: &str) {
 /// below either.
 pub async fn busy_while_another_process_holds(lockers: &Lockers, other: &Lockers) {
     let (_, other_take) = &other.ways[0];
+    let (let_go, until) = watch::channel(());
     let holding = Holding {
-        time: WAIT * 2,
         taken: Arc::default(),
+        until,
     };
     let holders: Vec<_> = (lockers.cases())
         .map(|(_, shape, key, _)| {
@@ -286,8 +300,8 @@ pub async fn busy_while_another_process_holds(lockers: &Lockers, other: &Lockers
     let asked = Instant::now();
     while holding.taken.load(Ordering::SeqCst) < holders.len() {
         assert!(
-            asked.elapsed() < WAIT,
-            "the other process took its locks within {WAIT:?}"
+            asked.elapsed() < TAKEN_WITHIN,
+            "the other process took its locks within {TAKEN_WITHIN:?}"
         );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -304,6 +318,7 @@ pub async fn busy_while_another_process_holds(lockers: &Lockers, other: &Lockers
             "held: {answer}, before its wait ran out"
         );
     }
+    drop(let_go);
     for holder in holders {
         holder
             .await

@@ -9,9 +9,10 @@ use tokio::time::sleep;
 use super::Store;
 use super::support::{
     LONG, Occupancy, SHORT, SLACK, WOKEN, announces, busy, granted, locker, refreshed_once,
-    request, taking, two_processes,
+    request, taking, two_processes, until,
 };
 use crate::backend::{LockBackend, Semaphores};
+use crate::engine::SHARED_REFRESH;
 use crate::testing::CountingBackend;
 
 fn permits(count: u32) -> NonZeroU32 {
@@ -100,6 +101,11 @@ where
 /// the waiter's periodic looks (every 500 ms), the permit is its own well before the next.
 /// Where it cannot (a silent room: the waiter polls with backoff), by the backoff's next
 /// attempt, long before the earlier holder's lease (30 s) runs out.
+///
+/// Where the store announces releases, the waiter asks nothing more than its refreshes while
+/// nothing is released: at most 3 times in two refreshes. (Each attempt of an etcd permit
+/// waiter puts its key and, over the permits, deletes it again; the watch of its previous
+/// attempt heard that deletion and woke it at once: 60 attempts a second.)
 pub async fn a_permit_waiter_is_woken_by_any_holders_release<S: Store>(store: &S)
 where
     S::Backend: Semaphores,
@@ -116,6 +122,20 @@ where
         .expect("the other permit");
     let waiting = taking(async move { waiter.permit("k", permits(2)).await });
     refreshed_once(&b, 0).await;
+    if announced {
+        let before = b.acquires_answered();
+        sleep(SHARED_REFRESH * 2).await;
+        let asked = b.acquires_answered() - before;
+        assert!(
+            asked <= 3,
+            "asked {asked} times in two refreshes, nothing released"
+        );
+        let asked = b.acquires_answered();
+        until("the waiter asked again at its refresh", || {
+            b.acquires_answered() > asked
+        })
+        .await;
+    }
 
     let released = tokio::time::Instant::now();
     later.release().await.expect("released");

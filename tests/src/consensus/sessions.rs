@@ -167,7 +167,8 @@ pub async fn a_dropped_backend_frees_its_locks_at_once<S: ConsensusStore>() {
 
 /// A release lost while the cluster is down (its only server killed) leaves the lock's key
 /// behind, kept alive by the holder's session; once the server is back, the session deletes
-/// it at once (within 3 s here), not at its next renewal, a quarter of the session away (10 s
+/// it at once (within 8 s here: the client's reconnection to a server that just came back is
+/// slow on a loaded machine), not at its next renewal, a quarter of the session away (15 s
 /// here). The twin: a lock its holder keeps stays held.
 ///
 /// # Panics
@@ -177,7 +178,7 @@ pub async fn a_release_lost_while_the_cluster_is_down_frees_the_lock_once_it_is_
     S: ConsensusStore,
 >() {
     let mut cluster = S::start(1);
-    let session = Duration::from_secs(40);
+    let session = Duration::from_secs(60);
     let (holder, other) = (
         cluster.backend(&[0], session).await,
         cluster.backend(&[0], session).await,
@@ -202,8 +203,8 @@ pub async fn a_release_lost_while_the_cluster_is_down_frees_the_lock_once_it_is_
         Ok(Attempt::Acquired(_))
     ) {
         assert!(
-            back.elapsed() < Duration::from_secs(3),
-            "the lock whose release was lost is still held 3 s after the server came back"
+            back.elapsed() < Duration::from_secs(8),
+            "the lock whose release was lost is still held 8 s after the server came back"
         );
         sleep(Duration::from_millis(50)).await;
     }

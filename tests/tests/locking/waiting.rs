@@ -230,6 +230,10 @@ async fn fair_mode_hands_the_lock_over_in_arrival_order_when_tickets_outlive_lea
     assert_eq!(fair_order(LONG_TICKETS).await, arrival);
 }
 
+/// Twelve requests queued alternately in two notified processes behind a held lock are served
+/// one process after the other: each process's head of line holds a ticket in the store's
+/// queue, and a process's next head queues behind the other's. Which head's ticket came first
+/// (their requests were sent 10 ms apart) is up to the machine's timing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn notified_processes_take_turns_instead_of_the_releaser_winning_every_race() {
     let redis = RedisServer::start();
@@ -260,7 +264,11 @@ async fn notified_processes_take_turns_instead_of_the_releaser_winning_every_rac
             },
         )
         .collect();
-    assert_eq!(by_process, "ABABABABABAB", "each process in turn");
+    let in_turn = by_process
+        .as_bytes()
+        .windows(2)
+        .all(|pair| pair[0] != pair[1]);
+    assert!(in_turn, "each process in turn: {by_process}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

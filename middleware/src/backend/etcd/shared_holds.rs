@@ -80,7 +80,7 @@ impl SharedLocks for EtcdBackend {
         let read_at = revision(&answer)?;
         let Some(put) = last_read(&answer)?.first().map(KeyValue::create_revision) else {
             self.inner.session.disown(&key);
-            return Ok(self.busy(name, request, keys.prefix().to_vec(), true, read_at));
+            return Ok(self.busy(name, request, keys.prefix().to_vec(), true, None, read_at));
         };
         self.inner.session.disown(&claim);
         if !answer.succeeded() && leaves_claim {
@@ -162,7 +162,7 @@ impl SharedLocks for EtcdBackend {
                         // Readers, or claims: any of the lock's keys going.
                         _ => (keys.prefix().to_vec(), true),
                     };
-                    return Ok(self.busy(name, request, target, whole_prefix, read_at));
+                    return Ok(self.busy(name, request, target, whole_prefix, None, read_at));
                 }
             }
         };
@@ -292,12 +292,19 @@ impl EtcdBackend {
                     .await
             }
             None if answer.succeeded() => {
-                let deleted_at = self.delete(&[key]).await?;
-                Ok(self.busy(name, request, keys.shared_prefix(), true, deleted_at))
+                let deleted_at = self.delete(&[key.clone()]).await?;
+                Ok(self.busy(
+                    name,
+                    request,
+                    keys.shared_prefix(),
+                    true,
+                    Some(key),
+                    deleted_at,
+                ))
             }
             None => {
                 self.inner.session.disown(&key);
-                Ok(self.busy(name, request, keys.exclusive_prefix(), true, read_at))
+                Ok(self.busy(name, request, keys.exclusive_prefix(), true, None, read_at))
             }
         }
     }
@@ -321,13 +328,14 @@ impl EtcdBackend {
     }
 
     /// A busy shared answer; a caller that listens for the release watches `blockers` (the
-    /// keys under it, with `whole_prefix`) for a deletion after `read_at`.
+    /// keys under it, with `whole_prefix`) for a deletion after `read_at`, but its `own` key's.
     fn busy<T>(
         &self,
         name: &str,
         request: LockRequest,
         blockers: Vec<u8>,
         whole_prefix: bool,
+        own: Option<Vec<u8>>,
         read_at: i64,
     ) -> Attempt<T> {
         if request.patience == Patience::Listens {
@@ -337,6 +345,7 @@ impl EtcdBackend {
                 target: blockers,
                 whole_prefix,
                 read_at,
+                own,
                 place: None,
                 hands_over: false,
             });

@@ -121,6 +121,7 @@ impl EtcdBackend {
             read_at,
             place: Some(place.clone()),
             hands_over,
+            own: None,
         };
         let watch = match predecessor {
             // Readers that came in before the line formed are still inside.

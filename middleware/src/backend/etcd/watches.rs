@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use etcd_client::{
-    EventType, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse,
+    EventType, KeyValue, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse,
     WatchResponseStream,
 };
 use futures_util::future::BoxFuture;
@@ -67,6 +67,10 @@ pub(super) struct Watch {
     pub(super) whole_prefix: bool,
     /// The revision the target was read at: deletions after it are reported.
     pub(super) read_at: i64,
+    /// A key of the waiter's own under `target`, whose deletion is not reported: a permit
+    /// waiter's, which each of its attempts puts and, over the permits, deletes again. Its
+    /// last watch, still standing, would otherwise wake it at once, every time.
+    pub(super) own: Option<Vec<u8>>,
     /// The waiter's place in line, if it has one: asking again tells nothing new while the
     /// watch stands.
     pub(super) place: Option<EtcdLease>,
@@ -80,6 +84,7 @@ struct PredecessorWatch {
     name: String,
     place: Option<EtcdLease>,
     hands_over: bool,
+    own: Option<Vec<u8>>,
     /// A predecessor watched from its creation on: the key, and the revision it was read at.
     predecessor: Option<(Vec<u8>, i64)>,
     /// Which watch request this is, of all the stream's.
@@ -147,6 +152,7 @@ impl Watches {
             name: watch.name,
             place: watch.place,
             hands_over: watch.hands_over,
+            own: watch.own,
             predecessor: from_creation.then(|| (watch.target.clone(), watch.read_at)),
             serial,
             id: None,
@@ -296,10 +302,12 @@ impl Stream {
             }
             return;
         }
-        let deleted = answer
-            .events()
-            .iter()
-            .any(|event| event.event_type() == EventType::Delete);
+        let own =
+            (self.by_id.get(&id)).and_then(|ticket| self.shared.waiting().get(ticket)?.own.clone());
+        let deleted = answer.events().iter().any(|event| {
+            event.event_type() == EventType::Delete
+                && event.kv().map(KeyValue::key) != own.as_deref()
+        });
         if deleted || answer.canceled() {
             if let Some(ticket) = self.by_id.remove(&id) {
                 self.wake(ticket, deleted);

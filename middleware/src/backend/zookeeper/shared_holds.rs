@@ -161,6 +161,10 @@ impl ZookeeperBackend {
                 NonZeroU32::new(permits).map_or(Hold::Read, |permits| Hold::Permit { permits })
             }
         };
+        if let SharedWait::Permit(_) = wait {
+            // Its attempts read the directory afresh.
+            self.inner.watches.unwatch(request.token);
+        }
         let record = record(&request, hold);
         let mine = (self.create(&dir, Kind::Shared, request.token, &record)).await?;
         let children = self.children(&dir).await?;

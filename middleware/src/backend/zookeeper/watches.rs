@@ -145,6 +145,13 @@ impl Watches {
         });
     }
 
+    /// `ticket`'s waiter asks again, and its attempt changes what its watch sees (a permit
+    /// waiter's node comes and goes under the directory it watches): the watch goes first,
+    /// lest it wake the waiter for its own change, at once, every time.
+    pub(super) fn unwatch(&self, ticket: OwnerToken) {
+        self.shared.waiting().remove(&ticket);
+    }
+
     /// What `ticket`'s waiter for `name` waits for has happened already: it asks again.
     pub(super) fn wake(&self, name: &str, ticket: OwnerToken) {
         if let Some(room) = self.room.upgrade() {
