@@ -11,3 +11,4 @@ mod round_trips;
 mod shapes;
 mod tls;
 mod waiting;
+mod zookeeper_writers;

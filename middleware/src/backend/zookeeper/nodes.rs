@@ -254,12 +254,22 @@ impl Children {
     }
 
     /// A waiting reader's claim that holds back `token`'s write, if any: readers that waited
-    /// go first, unless `token`'s intent bars readers already.
+    /// go first, unless `token`'s intent bars readers already (a [stale](Self::stale_intent)
+    /// one does not).
     pub(super) fn claim_ahead_of_writer(&self, token: OwnerToken) -> Option<&Node> {
-        if self.mine(Kind::Intent, token).is_some() {
+        if self.mine(Kind::Intent, token).is_some() && self.stale_intent(token).is_none() {
             return None;
         }
         self.0.iter().find(|node| node.kind == Kind::Claim)
+    }
+
+    /// `token`'s intent, if another writer's place is ahead of `token`'s: put by a writer that
+    /// read no writer ahead of it while that place was being created. Readers it bars wait for
+    /// `token`'s write, which waits for the writer ahead, which (without an intent) waits for
+    /// those readers' claims — a deadlock, until the writer withdraws it.
+    pub(super) fn stale_intent(&self, token: OwnerToken) -> Option<&Node> {
+        self.writer_ahead(token)?;
+        self.mine(Kind::Intent, token)
     }
 
     /// What keeps the permit numbered `sequence` out of a semaphore of `permits`, if anything:
@@ -411,6 +421,28 @@ mod tests {
             barring.claim_ahead_of_writer(writer),
             None,
             "its intent bars readers"
+        );
+        assert_eq!(
+            barring.stale_intent(writer),
+            None,
+            "no writer is ahead of it"
+        );
+    }
+
+    #[test]
+    fn an_intent_put_behind_another_writers_place_is_stale() {
+        let writer = OwnerToken::new();
+        let line = children(&[
+            &format!("w-first-{}", seq(1)),
+            &format!("w-{writer}-{}", seq(2)),
+            &format!("i-{writer}-{}", seq(3)),
+            &format!("c-r-{}", seq(4)),
+        ]);
+        assert_eq!(line.stale_intent(writer).unwrap().sequence, 3);
+        assert_eq!(
+            line.claim_ahead_of_writer(writer).unwrap().token,
+            "r",
+            "a stale intent bars no reader"
         );
     }
 

@@ -78,10 +78,14 @@ impl ZookeeperBackend {
         let record = record(&request, Hold::Write);
         let mine = (self.create(&dir, Kind::Exclusive, request.token, &record)).await?;
         let children = self.children(&dir).await?;
-        let intent = children.mine(Kind::Intent, request.token).cloned();
+        let mut intent = children.mine(Kind::Intent, request.token).cloned();
         let place = children.mine(Kind::Writer, request.token).cloned();
         let writer_ahead = children.writer_ahead(request.token).cloned();
         let claim = children.claim_ahead_of_writer(request.token);
+        if let Some(stale) = children.stale_intent(request.token) {
+            self.delete(&dir.child(stale)).await?;
+            intent = None;
+        }
         let watched = match (children.exclusive_standing(mine.sequence()), &writer_ahead) {
             (Standing::Gone, _) => None,
             // The writers that waited longer go first.
