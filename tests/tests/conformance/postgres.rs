@@ -6,7 +6,7 @@ use std::time::Duration;
 use integration_tests::{PostgresSchema, granted, request};
 use tower_lock::Locker;
 use tower_lock::backend::postgres::{AdvisoryBackend, PostgresBackend};
-use tower_lock::backend::{Attempt, LockBackend};
+use tower_lock::backend::{Attempt, LockBackend, LockRequest, OwnerToken, Patience, SharedLocks};
 use tower_lock::conformance::Store;
 use tower_lock::testing::CountingBackend;
 
@@ -180,4 +180,61 @@ async fn an_operator_sees_and_frees_an_advisory_lock_by_its_session() {
     assert!(next.is_ok(), "free once its session ended: {next:?}");
     let told = tokio::time::timeout(Duration::from_secs(1), held.lost()).await;
     assert!(told.is_ok(), "the holder learns at its next renewal");
+}
+
+/// Beyond the suite: a waiting writer's intent that bars readers while another writer's came
+/// before it loses its bar at the writer's next attempt, so the readers it barred come in (the
+/// writer before it waits for their claims). The twin: until the writer asks again, the
+/// readers stay barred.
+#[tokio::test]
+async fn a_writers_bar_behind_another_writers_intent_is_lifted_at_its_next_attempt() {
+    let store = PostgresStore::start().await;
+    let backend = store.backend().await;
+    let ttl = Duration::from_secs(30);
+    let held = granted(backend.acquire("lock:k", request(ttl)).await);
+    assert!(backend.release("lock:k", &held.lease).await.unwrap());
+    let (first, second, reader) = (OwnerToken::new(), OwnerToken::new(), OwnerToken::new());
+    let (us, ms) = (
+        "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint",
+        "(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+    );
+    let marks = format!(
+        "UPDATE {} SET writers = jsonb_build_object(\
+            $1::text, jsonb_build_array({us} - 2, {ms} + 60000, false), \
+            $2::text, jsonb_build_array({us} - 1, {ms} + 60000, true)), \
+         claims = jsonb_build_object($3::text, {ms} + 60000) \
+         WHERE name = 'lock:k'",
+        store.0.table("leases")
+    );
+    let query = sqlx::query(&marks)
+        .bind(first.to_string())
+        .bind(second.to_string())
+        .bind(reader.to_string());
+    query
+        .execute(&store.0.pool().await)
+        .await
+        .expect("the marks a race leaves");
+    let waiting = |token| LockRequest::new(token, ttl).patience(Patience::Listens);
+
+    let barred = backend.acquire_read("lock:k", waiting(reader)).await;
+    let first_waits = backend.acquire_write("lock:k", waiting(first)).await;
+    let second_waits = backend.acquire_write("lock:k", waiting(second)).await;
+    let let_in = backend.acquire_read("lock:k", waiting(reader)).await;
+
+    assert!(
+        matches!(barred, Ok(Attempt::Busy { .. })),
+        "barred: {barred:?}"
+    );
+    assert!(
+        matches!(first_waits, Ok(Attempt::Busy { .. })),
+        "the first writer waits for the reader's claim: {first_waits:?}"
+    );
+    assert!(
+        matches!(second_waits, Ok(Attempt::Busy { .. })),
+        "the second writer waits for the first: {second_waits:?}"
+    );
+    assert!(
+        matches!(let_in, Ok(Attempt::Acquired(_))),
+        "once the second writer asked again, its bar holds the reader back no more: {let_in:?}"
+    );
 }

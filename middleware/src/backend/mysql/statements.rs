@@ -227,7 +227,9 @@ impl Statements {
             acquire: exclusive(&free, false, "", &[Name, Owner, Ttl, Label]),
             // A busy writer that will ask again keeps its place in line (when it came); the
             // first of the line bars readers once readers alone held it back (every claim came
-            // in). Taken, its intent goes.
+            // in), and while it is first: a bar behind another writer (whose arrival, read
+            // before it waited for the row, came first) would hold back the readers whose
+            // claims that writer waits for. Taken, its intent goes.
             acquire_write: exclusive(
                 &format!("{free} AND NOT {writers_ahead} AND ({no_claims} OR {own_bar})"),
                 true,
@@ -235,8 +237,8 @@ impl Statements {
                     ", writers = IF({TAKEN}, {writers_but}, IF(?, \
                         JSON_ARRAY_APPEND({writers_but}, '$', JSON_OBJECT('t', ?, \
                             'a', COALESCE({own_arrival}, {NOW_US}), 'e', {NOW_US} + {claim_us}, \
-                            'b', {own_bar} OR (NOT {writers_ahead} AND {live_count} > 0 \
-                                AND {no_claims}))), \
+                            'b', ({own_bar} OR ({live_count} > 0 AND {no_claims})) \
+                                AND NOT {writers_ahead})), \
                         writers))"
                 ),
                 &[

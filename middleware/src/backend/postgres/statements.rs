@@ -24,7 +24,7 @@ pub(super) struct Statements {
     pub(super) acquire_permit: String,
     /// A busy writer that will ask again keeps its place among the waiting writers (its
     /// intent: when it came, until when it stands); the first of them has the next writer's
-    /// turn, and bars new readers once readers alone held it back.
+    /// turn, and bars new readers once readers alone held it back, while no writer came before it.
     pub(super) write_intent: String,
     /// A busy reader that will ask again claims the next turn for readers.
     pub(super) claim: String,
@@ -193,7 +193,7 @@ impl Statements {
             write_intent: format!(
                 "UPDATE {table} AS lease SET writers = {live_writers} || jsonb_build_object(\
                     $2::text, jsonb_build_array(coalesce({own_arrival}, {NOW_US}), {NOW_MS} + {}, \
-                        {own_bar} OR (NOT {writers_ahead} AND NOT {no_shared} AND {no_claims}))) \
+                        ({own_bar} OR (NOT {no_shared} AND {no_claims})) AND NOT {writers_ahead})) \
                  WHERE name = $1",
                 WAITER_MARK_TTL.as_millis()
             ),
