@@ -24,7 +24,8 @@ pub(super) struct Statements {
     pub(super) acquire_permit: String,
     /// A busy writer that will ask again keeps its place among the waiting writers (its
     /// intent: when it came, until when it stands); the first of them has the next writer's
-    /// turn, and bars new readers once readers alone held it back, while no writer came before it.
+    /// turn, and bars new readers once readers alone held it back, while no writer came before
+    /// it.
     pub(super) write_intent: String,
     /// A busy reader that will ask again claims the next turn for readers.
     pub(super) claim: String,
