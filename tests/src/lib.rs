@@ -33,6 +33,7 @@ mod process;
 mod redis_cluster;
 mod redis_sentinel;
 mod redis_server;
+mod stale_bar;
 mod zookeeper_ensemble;
 
 pub use browser::Browser;
@@ -54,5 +55,6 @@ pub use process::free_port;
 pub use redis_cluster::RedisCluster;
 pub use redis_sentinel::{MASTER_NAME, RedisSentinels};
 pub use redis_server::RedisServer;
+pub use stale_bar::{RaceMarks, a_stale_bar_is_lifted_at_the_writers_next_attempt};
 pub use tower_lock::conformance::Occupancy;
 pub use zookeeper_ensemble::ZookeeperEnsemble;

@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
-use integration_tests::{MysqlDatabase, granted, request};
+use integration_tests::{
+    MysqlDatabase, RaceMarks, a_stale_bar_is_lifted_at_the_writers_next_attempt, granted, request,
+};
 use tower_lock::Locker;
 use tower_lock::backend::mysql::{MysqlBackend, NowaitBackend};
-use tower_lock::backend::{Attempt, LockBackend, LockRequest, OwnerToken, Patience, SharedLocks};
+use tower_lock::backend::{Attempt, LockBackend};
 use tower_lock::conformance::Store;
 
 mod lease_rows {
@@ -184,9 +186,9 @@ async fn a_writers_bar_behind_another_writers_intent_is_lifted_at_its_next_attem
     let ttl = Duration::from_secs(30);
     let held = granted(backend.acquire("lock:k", request(ttl)).await);
     assert!(backend.release("lock:k", &held.lease).await.unwrap());
-    let (first, second, reader) = (OwnerToken::new(), OwnerToken::new(), OwnerToken::new());
+    let marks = RaceMarks::new();
     let now = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))";
-    let marks = format!(
+    let left_behind = format!(
         "UPDATE {} SET writers = JSON_ARRAY(\
             JSON_OBJECT('t', ?, 'a', {now} - 2, 'e', {now} + 60000000, 'b', FALSE), \
             JSON_OBJECT('t', ?, 'a', {now} - 1, 'e', {now} + 60000000, 'b', TRUE)), \
@@ -194,35 +196,13 @@ async fn a_writers_bar_behind_another_writers_intent_is_lifted_at_its_next_attem
          WHERE name = 'lock:k'",
         store.0.table("leases")
     );
-    let query = sqlx::query(&marks)
-        .bind(first.to_string())
-        .bind(second.to_string())
-        .bind(reader.to_string());
+    let query = sqlx::query(&left_behind)
+        .bind(marks.first.to_string())
+        .bind(marks.second.to_string())
+        .bind(marks.reader.to_string());
     query
         .execute(&store.0.pool().await)
         .await
         .expect("the marks a race leaves");
-    let waiting = |token| LockRequest::new(token, ttl).patience(Patience::Listens);
-
-    let barred = backend.acquire_read("lock:k", waiting(reader)).await;
-    let first_waits = backend.acquire_write("lock:k", waiting(first)).await;
-    let second_waits = backend.acquire_write("lock:k", waiting(second)).await;
-    let let_in = backend.acquire_read("lock:k", waiting(reader)).await;
-
-    assert!(
-        matches!(barred, Ok(Attempt::Busy { .. })),
-        "barred: {barred:?}"
-    );
-    assert!(
-        matches!(first_waits, Ok(Attempt::Busy { .. })),
-        "the first writer waits for the reader's claim: {first_waits:?}"
-    );
-    assert!(
-        matches!(second_waits, Ok(Attempt::Busy { .. })),
-        "the second writer waits for the first: {second_waits:?}"
-    );
-    assert!(
-        matches!(let_in, Ok(Attempt::Acquired(_))),
-        "once the second writer asked again, its bar holds the reader back no more: {let_in:?}"
-    );
+    a_stale_bar_is_lifted_at_the_writers_next_attempt(&backend, marks).await;
 }

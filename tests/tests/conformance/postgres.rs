@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
-use integration_tests::{PostgresSchema, granted, request};
+use integration_tests::{
+    PostgresSchema, RaceMarks, a_stale_bar_is_lifted_at_the_writers_next_attempt, granted, request,
+};
 use tower_lock::Locker;
 use tower_lock::backend::postgres::{AdvisoryBackend, PostgresBackend};
-use tower_lock::backend::{Attempt, LockBackend, LockRequest, OwnerToken, Patience, SharedLocks};
+use tower_lock::backend::{Attempt, LockBackend};
 use tower_lock::conformance::Store;
 use tower_lock::testing::CountingBackend;
 
@@ -193,12 +195,12 @@ async fn a_writers_bar_behind_another_writers_intent_is_lifted_at_its_next_attem
     let ttl = Duration::from_secs(30);
     let held = granted(backend.acquire("lock:k", request(ttl)).await);
     assert!(backend.release("lock:k", &held.lease).await.unwrap());
-    let (first, second, reader) = (OwnerToken::new(), OwnerToken::new(), OwnerToken::new());
+    let marks = RaceMarks::new();
     let (us, ms) = (
         "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint",
         "(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
     );
-    let marks = format!(
+    let left_behind = format!(
         "UPDATE {} SET writers = jsonb_build_object(\
             $1::text, jsonb_build_array({us} - 2, {ms} + 60000, false), \
             $2::text, jsonb_build_array({us} - 1, {ms} + 60000, true)), \
@@ -206,35 +208,13 @@ async fn a_writers_bar_behind_another_writers_intent_is_lifted_at_its_next_attem
          WHERE name = 'lock:k'",
         store.0.table("leases")
     );
-    let query = sqlx::query(&marks)
-        .bind(first.to_string())
-        .bind(second.to_string())
-        .bind(reader.to_string());
+    let query = sqlx::query(&left_behind)
+        .bind(marks.first.to_string())
+        .bind(marks.second.to_string())
+        .bind(marks.reader.to_string());
     query
         .execute(&store.0.pool().await)
         .await
         .expect("the marks a race leaves");
-    let waiting = |token| LockRequest::new(token, ttl).patience(Patience::Listens);
-
-    let barred = backend.acquire_read("lock:k", waiting(reader)).await;
-    let first_waits = backend.acquire_write("lock:k", waiting(first)).await;
-    let second_waits = backend.acquire_write("lock:k", waiting(second)).await;
-    let let_in = backend.acquire_read("lock:k", waiting(reader)).await;
-
-    assert!(
-        matches!(barred, Ok(Attempt::Busy { .. })),
-        "barred: {barred:?}"
-    );
-    assert!(
-        matches!(first_waits, Ok(Attempt::Busy { .. })),
-        "the first writer waits for the reader's claim: {first_waits:?}"
-    );
-    assert!(
-        matches!(second_waits, Ok(Attempt::Busy { .. })),
-        "the second writer waits for the first: {second_waits:?}"
-    );
-    assert!(
-        matches!(let_in, Ok(Attempt::Acquired(_))),
-        "once the second writer asked again, its bar holds the reader back no more: {let_in:?}"
-    );
+    a_stale_bar_is_lifted_at_the_writers_next_attempt(&backend, marks).await;
 }

@@ -5,16 +5,11 @@
 //! withdraws such an intent at its next attempt, and the readers it barred come in. The twin:
 //! until it asks again, they stay barred.
 
-use std::time::Duration;
-
-use integration_tests::ZookeeperEnsemble;
+use integration_tests::{
+    RaceMarks, ZookeeperEnsemble, a_stale_bar_is_lifted_at_the_writers_next_attempt,
+};
 use tower_lock::backend::zookeeper::{DEFAULT_ROOT, ZookeeperBackend};
-use tower_lock::backend::{Attempt, LockRequest, OwnerToken, Patience, SharedLocks};
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError};
-
-fn waiting(token: OwnerToken) -> LockRequest {
-    LockRequest::new(token, Duration::from_secs(10)).patience(Patience::Listens)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writers_intent_put_behind_another_writers_place_gives_way_to_the_readers_it_bars() {
@@ -35,32 +30,17 @@ async fn a_writers_intent_put_behind_another_writers_place_gives_way_to_the_read
             Err(error) => panic!("{path}: {error}"),
         }
     }
-    let (first, second, reader) = (OwnerToken::new(), OwnerToken::new(), OwnerToken::new());
+    let marks = RaceMarks::new();
     let node = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
-    for (kind, token) in [('w', first), ('w', second), ('i', second), ('c', reader)] {
+    for (kind, token) in [
+        ('w', marks.first),
+        ('w', marks.second),
+        ('i', marks.second),
+        ('c', marks.reader),
+    ] {
         let prefix = format!("{dir}/{kind}-{token}-");
         client.create(&prefix, &[], &node).await.expect("created");
     }
 
-    let barred = backend.acquire_read("lock:k", waiting(reader)).await;
-    let first_waits = backend.acquire_write("lock:k", waiting(first)).await;
-    let second_waits = backend.acquire_write("lock:k", waiting(second)).await;
-    let let_in = backend.acquire_read("lock:k", waiting(reader)).await;
-
-    assert!(
-        matches!(barred, Ok(Attempt::Busy { .. })),
-        "the intent bars the reader: {barred:?}"
-    );
-    assert!(
-        matches!(first_waits, Ok(Attempt::Busy { .. })),
-        "the first writer waits for the reader's claim: {first_waits:?}"
-    );
-    assert!(
-        matches!(second_waits, Ok(Attempt::Busy { .. })),
-        "the second writer waits for the first: {second_waits:?}"
-    );
-    assert!(
-        matches!(let_in, Ok(Attempt::Acquired(_))),
-        "once the second writer asked again, its intent bars the reader no more: {let_in:?}"
-    );
+    a_stale_bar_is_lifted_at_the_writers_next_attempt(&backend, marks).await;
 }
