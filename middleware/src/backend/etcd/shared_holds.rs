@@ -292,7 +292,7 @@ impl EtcdBackend {
                     .await
             }
             None if answer.succeeded() => {
-                let deleted_at = self.delete(&[key.clone()]).await?;
+                let deleted_at = self.delete(std::slice::from_ref(&key)).await?;
                 Ok(self.busy(
                     name,
                     request,
