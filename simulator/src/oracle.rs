@@ -64,23 +64,31 @@ impl Oracle {
         let mut record = lock(&self.0);
         record.close_all();
         let by_process = record.by_process();
-        // By lock name and the store's fence: the lease it was issued to.
-        let mut fenced: HashMap<(&str, u64), OwnerToken> = HashMap::new();
+        // By lock name and the store's fence: the leases it was issued to (more than one
+        // where a failover forgot the first, and the fencing counter with it).
+        let mut fenced: HashMap<(&str, u64), Vec<OwnerToken>> = HashMap::new();
         for ((name, token), fences) in &record.fences {
             for fence in fences {
-                fenced.insert((name.as_str(), *fence), *token);
+                (fenced.entry((name.as_str(), *fence)).or_default()).push(*token);
             }
         }
         let mut found = Vec::new();
         for belief in beliefs {
             let label = format!("p{}", belief.pid);
-            let held = match belief.fence.map(store_fence) {
-                Some(fence) => (fenced.get(&(belief.name.as_str(), fence))).and_then(|&token| {
-                    (record.by_lease.held).get(&(belief.name.clone(), (label.clone(), token)))
-                }),
-                None => by_process.get(&(belief.name.as_str(), label.as_str())),
+            let spans: Vec<(u128, u128)> = match belief.fence.map(store_fence) {
+                Some(fence) => (fenced.get(&(belief.name.as_str(), fence)).into_iter())
+                    .flatten()
+                    .filter_map(|&token| {
+                        (record.by_lease.held).get(&(belief.name.clone(), (label.clone(), token)))
+                    })
+                    .flatten()
+                    .copied()
+                    .collect(),
+                None => (by_process.get(&(belief.name.as_str(), label.as_str())))
+                    .cloned()
+                    .unwrap_or_default(),
             };
-            let spans = held.map_or(&[][..], Vec::as_slice);
+            let spans = spans.as_slice();
             let until = belief.until.unwrap_or(ended);
             if !covers(spans, belief.from, until) {
                 found.push(format!(

@@ -1,5 +1,6 @@
-//! What a seed decides before the run starts: the store's kind of lease, the processes and
-//! their settings, the keys, how often calls fail, and when processes are paused or killed.
+//! What a seed decides before the run starts: the store's kind of lease and whether it
+//! replicates, the processes and their settings, the keys, how often calls fail, when
+//! processes are paused or killed, and when the store fails over.
 
 use std::time::Duration;
 
@@ -7,6 +8,7 @@ use fastrand::Rng;
 
 use crate::delivery::AnnouncementFaults;
 use crate::link::Faults;
+use crate::replication::Replicating;
 use crate::store::Leases;
 
 /// Acquisitions granted in every run, at least.
@@ -16,11 +18,13 @@ pub(crate) const ACQUISITIONS: u64 = 200;
 #[derive(Clone, Debug)]
 pub(crate) struct Plan {
     pub(crate) leases: Leases,
+    /// How the store's replica keeps up, where it has one to fail over to.
+    pub(crate) replicating: Option<Replicating>,
     pub(crate) processes: usize,
     pub(crate) keys: Vec<String>,
     pub(crate) faults: Faults,
     pub(crate) announcements: AnnouncementFaults,
-    /// When each process fault strikes, from the start.
+    /// When each fault that strikes a process or the store strikes, from the start.
     pub(crate) events: Vec<(Duration, Event)>,
     pub(crate) stalls: Stalls,
 }
@@ -33,7 +37,7 @@ pub(crate) struct Stalls {
     pub(crate) longest: Duration,
 }
 
-/// A fault that strikes a whole process.
+/// A fault that strikes a whole process, or the store.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Event {
     /// Frozen for this long (a GC pause), calls and work alike.
@@ -44,6 +48,8 @@ pub(crate) enum Event {
         process: usize,
         restart_after: Duration,
     },
+    /// The store's replica is promoted: the writes it had not caught up with are forgotten.
+    FailOver,
 }
 
 /// How one process's locker is set up.
@@ -120,6 +126,18 @@ impl Plan {
             };
             events.push((at, event));
         }
+        // Drawn apart, so that what a seed draws for a store that does not replicate stays what
+        // it drew before failovers were simulated.
+        let mut store_faults = Rng::with_seed(rng.get_seed() ^ 0xFA11_0BE5);
+        let replicating = (leases == Leases::Ttl && store_faults.bool()).then(|| Replicating {
+            lag: millis(&mut store_faults, 5..=300),
+            ack: Duration::from_micros(store_faults.u64(100..=2000)),
+        });
+        if replicating.is_some() {
+            for _ in 0..store_faults.usize(1..=2) {
+                events.push((millis(&mut store_faults, 0..=1500), Event::FailOver));
+            }
+        }
         events.sort_by_key(|(at, _)| *at);
         let stalls = Stalls {
             chance: 0.05,
@@ -128,6 +146,7 @@ impl Plan {
         Self {
             stalls,
             leases,
+            replicating,
             processes,
             keys,
             faults,

@@ -1,7 +1,8 @@
 //! The simulated store: one [`MemoryBackend`] every simulated process shares, reached through
 //! each process's [`Link`], with leases of either kind — a TTL the store counts down (Redis,
 //! the SQL lease rows), or a session's: held for as long as the holder's session lives, and
-//! freed when it expires (etcd, ZooKeeper).
+//! freed when it expires (etcd, ZooKeeper). A store with TTLs may replicate, and fail over to
+//! a replica that had not caught up ([`Replication`]).
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -19,6 +20,7 @@ use tower_lock::backend::{
 use crate::caller::ASKING;
 use crate::fairness::Waiters;
 use crate::link::Link;
+use crate::replication::Replication;
 
 /// How the store keeps a lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +57,8 @@ pub(crate) struct SimBackend {
     store: MemoryBackend,
     link: Arc<Link>,
     leases: Leases,
+    /// The store's replica, if it has one: the backend waits for it after a grant or a renewal.
+    replication: Option<Replication>,
     /// The leases the store granted the process's session, for its expiry to free.
     session_leases: Arc<Mutex<Vec<(String, TokenLease)>>>,
     /// Where the process's waiters wait: the store's announcements reach it through the
@@ -67,7 +71,7 @@ pub(crate) struct SimBackend {
 
 impl SimBackend {
     pub(crate) fn new(
-        store: MemoryBackend,
+        (store, replication): (MemoryBackend, Option<Replication>),
         link: Arc<Link>,
         leases: Leases,
         (pid, waiters): (u64, Waiters),
@@ -76,6 +80,7 @@ impl SimBackend {
             store,
             link,
             leases,
+            replication,
             session_leases: Arc::default(),
             room: WaitingRoom::in_process(),
             pid,
@@ -125,7 +130,10 @@ impl SimBackend {
     }
 
     /// Sends `apply` (on the store, with the name it is given) through the link, noting what it
-    /// granted; `ticket`: the fair waiter's ticket it is about, if any.
+    /// granted; `ticket`: the fair waiter's ticket it is about, if any. Where the store
+    /// replicates, a grant or a renewal is answered once the replica acknowledged it; a grant
+    /// it did not (the store failed over first) is given back, and the call fails, as the
+    /// Redis backend's `replica_acks` does.
     async fn call<T, F, Fut>(
         &self,
         (what, name, ticket): (&'static str, &str, Option<OwnerToken>),
@@ -139,9 +147,25 @@ impl SimBackend {
         let (store, names) = (self.store.clone(), name.to_owned());
         let session_leases = self.session_leases.clone();
         let session = matches!(self.leases, Leases::Session { .. });
+        let replication = (self.replication.clone()).filter(|replica| replica.acknowledges(what));
         self.link
             .call((what, name, ticket), async move {
-                let answer = apply(store, names.clone()).await;
+                let answer = apply(store.clone(), names.clone()).await;
+                let took = answer.as_ref().is_ok_and(Granting::took);
+                if let Some(replication) = replication.filter(|_| took)
+                    && !replication.wait_for_replica().await
+                {
+                    let mut given_back = Vec::new();
+                    if let Ok(taken) = &answer {
+                        taken.grants(&names, &mut given_back);
+                    }
+                    for (name, lease) in given_back {
+                        let _ = store.release(&name, &lease).await;
+                    }
+                    return Err(BackendError::new(
+                        "the store failed over before its replica acknowledged the call",
+                    ));
+                }
                 if let (true, Ok(answer)) = (session, &answer) {
                     answer.grants(&names, &mut lock(&session_leases));
                 }
@@ -200,12 +224,27 @@ impl SimBackend {
 /// An answer that may grant leases.
 trait Granting {
     fn grants(&self, _name: &str, _into: &mut Vec<(String, TokenLease)>) {}
+
+    /// Whether it took or renewed a lease (what the store's replica must acknowledge).
+    fn took(&self) -> bool {
+        false
+    }
 }
 
-impl Granting for bool {}
+/// An extend's answer: whether it renewed the lease.
+impl Granting for bool {
+    fn took(&self) -> bool {
+        *self
+    }
+}
+
 impl Granting for () {}
 
 impl Granting for Attempt<Granted<TokenLease>> {
+    fn took(&self) -> bool {
+        matches!(self, Attempt::Acquired(_))
+    }
+
     fn grants(&self, name: &str, into: &mut Vec<(String, TokenLease)>) {
         if let Attempt::Acquired(granted) = self {
             into.push((name.to_owned(), granted.lease));
@@ -215,6 +254,10 @@ impl Granting for Attempt<Granted<TokenLease>> {
 
 /// A ticket may be handed the lock later, under the caller's token: noted either way.
 impl Granting for QueuedAttempt<TokenLease> {
+    fn took(&self) -> bool {
+        matches!(self, QueuedAttempt::Acquired(_))
+    }
+
     fn grants(&self, name: &str, into: &mut Vec<(String, TokenLease)>) {
         let lease = match self {
             QueuedAttempt::Acquired(granted) => granted.lease,
@@ -226,6 +269,10 @@ impl Granting for QueuedAttempt<TokenLease> {
 
 /// Several names at once: `names` joined by `\n`.
 impl Granting for Attempt<Vec<Granted<TokenLease>>> {
+    fn took(&self) -> bool {
+        matches!(self, Attempt::Acquired(_))
+    }
+
     fn grants(&self, names: &str, into: &mut Vec<(String, TokenLease)>) {
         if let Attempt::Acquired(all) = self {
             for (name, granted) in names.split('\n').zip(all) {

@@ -23,6 +23,7 @@ use crate::link::Link;
 use crate::oracle::Oracle;
 use crate::plan::{ACQUISITIONS, Event, Plan, Policy, ProcessPlan};
 use crate::register::Registers;
+use crate::replication::Replication;
 use crate::store::{Leases, SimBackend};
 use crate::workload::Call;
 
@@ -112,6 +113,8 @@ struct World {
     plan: Plan,
     rng: Rng,
     store: MemoryBackend,
+    /// The store's replica, where it replicates.
+    replication: Option<Replication>,
     oracle: Oracle,
     waiters: Waiters,
     /// How many tasks stalled at a stall point.
@@ -145,6 +148,7 @@ async fn run(seed: u64, logs: bool) -> Outcome {
     });
     let store = MemoryBackend::new();
     let oracle = Oracle::watch(&store, epoch);
+    let replication = (plan.replicating).map(|replicating| Replication::start(&store, replicating));
     let stalls = stall_callers(plan.stalls, rng.u64(..));
     let delivery = Delivery::new(rng.u64(..), plan.announcements, (epoch, logs));
     let announcing = delivery.clone();
@@ -152,6 +156,7 @@ async fn run(seed: u64, logs: bool) -> Outcome {
     let mut world = World {
         rng,
         store,
+        replication,
         oracle,
         waiters: Waiters::default(),
         stalls,
@@ -229,7 +234,7 @@ impl World {
             (self.shared.epoch, self.logs),
         ));
         let backend = SimBackend::new(
-            self.store.clone(),
+            (self.store.clone(), self.replication.clone()),
             link.clone(),
             self.plan.leases,
             (pid, self.waiters.clone()),
@@ -302,6 +307,11 @@ impl World {
                         process.died = Some(Instant::now());
                         vec![(restart_after, Action::Restart { slot })]
                     }
+                    Event::FailOver => {
+                        let replication = self.replication.as_ref();
+                        replication.expect("a store that replicates").fail_over();
+                        Vec::new()
+                    }
                 }
             }
             Action::Restart { slot } => {
@@ -363,9 +373,12 @@ impl World {
             session.map_or(ttl, |timeout| timeout.max(ttl)) + paused + LEAK_BOUND
         };
         violations.extend(self.oracle.held_by_nobody(&beliefs, at(ended), longest));
+        // A failover may forget a ticket, or the grant a release handed it.
         let struck = |pid: u64, ticket, (from, until)| {
             let process = &self.processes[pid as usize - 1];
             process.link.struck_between(ticket, from, until)
+                || (self.replication.as_ref())
+                    .is_some_and(|replica| replica.failed_over_between(from, until))
         };
         let first_held = self.oracle.first_held(&beliefs);
         let served = |name: &str, token| {
@@ -380,6 +393,7 @@ impl World {
             + self.delivery.faults_dealt()
             + self.pauses
             + self.kills
+            + self.replication.as_ref().map_or(0, Replication::failovers)
             + self.stalls.get();
         check::judge(check::Run {
             seed,

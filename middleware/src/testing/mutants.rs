@@ -36,6 +36,18 @@ pub const MUTANTS: &[(&str, &str)] = &[
         "shared-release-ignores-owner",
         "the memory store's release of a shared hold that is gone drops another holder's",
     ),
+    (
+        "renewals-not-acknowledged",
+        "a store that replicates answers a renewal before its replica has it, as the Redis \
+         backend's `replica_acks` did: a failover forgets the renewal, and the lease ends \
+         sooner than its holder counts on (the simulated store's replication)",
+    ),
+    (
+        "no-replica-acks",
+        "a store that replicates answers a grant before its replica has it, as Redis with \
+         replicas does without `replica_acks`: a failover forgets the grant, and grants the \
+         lock to another holder (the simulated store's replication)",
+    ),
 ];
 
 thread_local! {
@@ -56,7 +68,8 @@ pub fn switch_on(name: Option<&str>) -> bool {
     true
 }
 
-/// Whether mutant `name` is switched on for this thread.
-pub(crate) fn active(name: &str) -> bool {
+/// Whether mutant `name` is switched on for this thread: for the library's own mutants, and for
+/// those a simulated store carries in its model of a real store (the simulator's replication).
+pub fn active(name: &str) -> bool {
     ACTIVE.with(|active| active.get() == Some(name))
 }

@@ -1,11 +1,12 @@
 //! Redis with Sentinels while the master dies or its replicas stall: lockers follow the
-//! Sentinels to the promoted replica by themselves, and a lock the replicas do not acknowledge
-//! is refused and given back.
+//! Sentinels to the promoted replica by themselves, a lock the replicas do not acknowledge
+//! is refused and given back, and a renewal they do not acknowledge fails.
 
 use std::time::Duration;
 
 use integration_tests::{MASTER_NAME, RedisSentinels, lockers_recover_from};
 use tower_lock::backend::redis::SentinelConnection;
+use tower_lock::backend::{Attempt, Inspect, LockBackend, LockRequest, OwnerToken};
 use tower_lock::{LockError, Locker, RedisBackend};
 
 async fn group() -> RedisSentinels {
@@ -83,4 +84,60 @@ async fn a_lock_its_replicas_do_not_acknowledge_is_refused_and_given_back() {
     let reject = Locker::builder(other.backend().clone()).reject().build();
     let free = reject.expect("valid settings").lock("k").await;
     assert!(free.is_ok(), "the refused lock was given back: {free:?}");
+}
+
+/// With `replica_acks(2, …)` and both replicas frozen, renewing a lease fails naming how many
+/// acknowledged (a promoted replica without the renewal would end the lease sooner than its
+/// holder counts on), and the lease stays its holder's on the master. The twin: without
+/// `replica_acks`, the same renewal succeeds while the replicas are frozen — nothing waits for
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_its_replicas_do_not_acknowledge_fails() {
+    let group = group().await;
+    let ttl = Duration::from_secs(30);
+    let careful = backend(&group)
+        .await
+        .replica_acks(2, Duration::from_millis(100));
+    let careless = backend(&group).await;
+    let mut leases = Vec::new();
+    for (backend, name) in [(&careful, "careful"), (&careless, "careless")] {
+        match backend
+            .acquire(name, LockRequest::new(OwnerToken::new(), ttl))
+            .await
+        {
+            Ok(Attempt::Acquired(granted)) => leases.push(granted.lease),
+            other => panic!("expected {name} taken while the replicas run, got {other:?}"),
+        }
+    }
+
+    let replicas = group.replicas();
+    for &replica in &replicas {
+        group.pause(replica);
+    }
+    let unacknowledged = careful.extend("careful", &leases[0], ttl).await;
+    let unwaited = careless.extend("careless", &leases[1], ttl).await;
+    for &replica in &replicas {
+        group.resume(replica);
+    }
+    match unacknowledged {
+        Err(error) => assert!(
+            error
+                .to_string()
+                .contains("renewing lock careful: 0 of the 2 replicas"),
+            "the error says how many acknowledged: {error}"
+        ),
+        other => panic!("expected the unacknowledged renewal to fail, got {other:?}"),
+    }
+    assert!(
+        matches!(unwaited, Ok(true)),
+        "without replica_acks nothing waits for the replicas: {unwaited:?}"
+    );
+    let state = careful
+        .inspect("careful")
+        .await
+        .expect("the master answers");
+    assert!(
+        state.is_held(),
+        "the lease stays its holder's on the master"
+    );
 }

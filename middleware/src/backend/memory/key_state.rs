@@ -15,7 +15,7 @@ use crate::backend::{Attempt, FencingToken, Hold, LockRequest, Patience};
 
 /// The store's one fencing counter. Every lock's tokens come from it, so each lock's tokens are
 /// strictly increasing, and nothing about a lock has to outlive the lock.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(super) struct FenceCounter(u64);
 
 impl FenceCounter {
@@ -43,7 +43,7 @@ struct Entry {
 type Shared = Vec<Entry>;
 
 /// One lock name.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(super) struct KeyState {
     /// The exclusive holder: a mutex, a writer, or one of several names held together.
     holder: Option<Holder>,
@@ -74,7 +74,7 @@ struct Intent {
     expires_at: Instant,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Holder {
     token: OwnerToken,
     expires_at: Instant,

@@ -17,9 +17,13 @@ use super::{
 use crate::token::OwnerToken;
 use key_state::{FenceCounter, KeyState, Taken};
 
+#[cfg(feature = "test-util")]
+mod failover;
 mod key_state;
 #[cfg(test)]
 mod tests;
+#[cfg(feature = "test-util")]
+pub use failover::Replica;
 
 /// Locks held in this process's memory: expiring leases, owner-checked release, fencing
 /// tokens, read-write locks, semaphores, a fair queue and wake-on-release, with the Redis
@@ -97,7 +101,7 @@ impl fmt::Debug for MemoryBackend {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct State {
     keys: HashMap<String, KeyState>,
     sweep_at_len: usize,

@@ -34,8 +34,10 @@ impl GrantedLease for Vec<Granted<TokenLease>> {
 impl<C: RedisConnection> RedisBackend<C> {
     /// Every lock taken counts as taken only once `replicas` replicas acknowledged it (`WAIT
     /// replicas timeout`, after the acquire, on the same connection): otherwise the lock is
-    /// given back and the acquire fails (the layer answers 503), naming how many did. On Redis
-    /// Cluster every master is asked, and the fewest acknowledgements count.
+    /// given back and the acquire fails (the layer answers 503), naming how many did. Every
+    /// renewal counts only once they acknowledged it too: a failover that forgot a renewal
+    /// would end the lease sooner than its holder counts on. On Redis Cluster every master is
+    /// asked, and the fewest acknowledgements count.
     ///
     /// `WAIT` narrows the window in which a failover loses a lock, and does not close it: it
     /// is not consensus. A replica that acknowledged can still lose the race to be promoted to
@@ -68,18 +70,8 @@ impl<C: RedisConnection> RedisBackend<C> {
         let (Some(acks), Attempt::Acquired(grant)) = (self.acks, &taken) else {
             return Ok(taken);
         };
-        let acknowledged = redis::cmd("WAIT")
-            .arg(acks.replicas)
-            .arg(millis(acks.timeout))
-            .query_async::<i64>(&mut self.connection.clone())
-            .await;
-        let shortfall = match acknowledged {
-            Ok(count) if count >= i64::from(acks.replicas) => return Ok(taken),
-            Ok(count) => format!(
-                "{count} of the {} replicas asked for acknowledged it within {:?}",
-                acks.replicas, acks.timeout
-            ),
-            Err(error) => format!("WAIT failed: {error}"),
+        let Err(shortfall) = self.wait_for_replicas(acks).await else {
+            return Ok(taken);
         };
         if let Some(lease) = grant.lease() {
             for name in names {
@@ -92,5 +84,44 @@ impl<C: RedisConnection> RedisBackend<C> {
             "lock {}: {shortfall}; given back",
             names.join(", ")
         )))
+    }
+
+    /// A renewal of `name` (`extended`: whether the store had the lease to renew), once the
+    /// replicas asked for acknowledged it. A renewal they lack is forgotten when one of them is
+    /// promoted: the lease would then end sooner than its holder counts on. Unacknowledged, the
+    /// renewal fails (the lease stays the holder's on this master): the engine renews again,
+    /// and tells the holder the lock is lost if it cannot before the lease it counts on ends.
+    pub(super) async fn renewal_acknowledged(
+        &self,
+        name: &str,
+        extended: bool,
+    ) -> Result<bool, BackendError> {
+        let (Some(acks), true) = (self.acks, extended) else {
+            return Ok(extended);
+        };
+        match self.wait_for_replicas(acks).await {
+            Ok(()) => Ok(true),
+            Err(shortfall) => Err(BackendError::new(format!(
+                "renewing lock {name}: {shortfall}"
+            ))),
+        }
+    }
+
+    /// `WAIT`: whether the replicas asked for acknowledged every write so far; if not, how
+    /// many did.
+    async fn wait_for_replicas(&self, acks: ReplicaAcks) -> Result<(), String> {
+        let acknowledged = redis::cmd("WAIT")
+            .arg(acks.replicas)
+            .arg(millis(acks.timeout))
+            .query_async::<i64>(&mut self.connection.clone())
+            .await;
+        match acknowledged {
+            Ok(count) if count >= i64::from(acks.replicas) => Ok(()),
+            Ok(count) => Err(format!(
+                "{count} of the {} replicas asked for acknowledged it within {:?}",
+                acks.replicas, acks.timeout
+            )),
+            Err(error) => Err(format!("WAIT failed: {error}")),
+        }
     }
 }

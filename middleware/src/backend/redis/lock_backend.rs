@@ -47,7 +47,7 @@ impl<C: RedisConnection> LockBackend for RedisBackend<C> {
         if !lease.hold().is_exclusive() {
             let args = [ScriptArg::Int(ttl_ms)];
             let extended: i64 = self.run_shared(name, "extend", token, &args).await?;
-            return Ok(extended == 1);
+            return self.renewal_acknowledged(name, extended == 1).await;
         }
         let mut buf = [0; 32];
         let extend = &self.scripts.extend;
@@ -57,7 +57,7 @@ impl<C: RedisConnection> LockBackend for RedisBackend<C> {
             .arg(ttl_ms)
             .arg(lease.fence().map_or(0, FencingToken::get));
         let extended: i64 = extend.run(&call, &mut self.connection.clone()).await?;
-        Ok(extended == 1)
+        self.renewal_acknowledged(name, extended == 1).await
     }
 
     async fn release(&self, name: &str, lease: &TokenLease) -> Result<bool, BackendError> {
