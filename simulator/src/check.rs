@@ -19,7 +19,9 @@ pub(crate) struct Run {
     pub(crate) uncovered: Vec<String>,
     /// Every process's recorded holds, by pid.
     pub(crate) recorded: BTreeMap<u64, String>,
-    /// Every process's calls to the store: when each was sent, what it asked, its fate.
+    /// Every process's calls to the store, by pid: when each was sent, what it asked, its fate;
+    /// under pid 0, what the store and the run did (announcements, the plan, processes started,
+    /// paused and killed, failovers).
     pub(crate) store_calls: BTreeMap<u64, Vec<(Duration, String)>>,
     pub(crate) calls: Vec<Call>,
     pub(crate) registers: BTreeMap<String, Register>,

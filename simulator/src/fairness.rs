@@ -3,8 +3,10 @@
 //! applied), when each gave up, and when each first held the lock (its holder's grant, under a
 //! fence the store issued to the ticket). The check:
 //! a fair waiter is served before every waiter that came after it, unless a fault struck its
-//! process (a pause, a stall) or one of its calls about its ticket while it waited, or its wait
-//! ended first. A lost or late announcement is no excuse: a waiter asks again within a third of
+//! process (a pause, a stall) or one of its calls about its ticket while it waited, or the
+//! store's replication struck its lock meanwhile (a failover may forget a ticket, or a grant a
+//! release handed one; a grant the replica did not acknowledge in time is given back, and
+//! handed on), or its wait ended first. A lost or late announcement is no excuse: a waiter asks again within a third of
 //! its TTL, before a lock handed to its ticket lapses.
 
 use std::collections::BTreeMap;
@@ -51,13 +53,13 @@ impl Waiters {
     }
 
     /// Every waiter served while one that came before it still waited, no fault having struck
-    /// the earlier one's process or its calls about its ticket meanwhile (`struck(pid, ticket,
-    /// (from, until))`), described with times since `epoch`; `served(name, token)`: when a
-    /// ticket's waiter first held the lock, if it did.
+    /// the earlier one's process, its calls about its ticket or its lock meanwhile
+    /// (`struck((name, pid, ticket), (from, until))`), described with times since `epoch`;
+    /// `served(name, token)`: when a ticket's waiter first held the lock, if it did.
     pub(crate) fn overtaken(
         &self,
         served: impl Fn(&str, OwnerToken) -> Option<Instant>,
-        struck: impl Fn(u64, OwnerToken, (Instant, Instant)) -> bool,
+        struck: impl Fn((&str, u64, OwnerToken), (Instant, Instant)) -> bool,
         epoch: Instant,
     ) -> Vec<String> {
         let waiters = lock(&self.0);
@@ -85,7 +87,10 @@ impl Waiters {
                 earlier.name == later.name
                     && earlier.arrived < later.arrived
                     && earlier.until > served
-                    && !struck(earlier.pid, earlier.token, (earlier.arrived, served))
+                    && !struck(
+                        (earlier.name, earlier.pid, earlier.token),
+                        (earlier.arrived, served),
+                    )
             });
             found.extend(overtaken.map(|earlier| {
                 format!(

@@ -1,9 +1,10 @@
 //! The oracle: the simulated store's own record of who held what, and when, built from every
 //! change of its holders (`MemoryBackend::on_change`). What each holder believed (its recorded
 //! holds, `History::beliefs`) is checked against it: a holder may believe it holds a lock only
-//! while the store holds it for the holder's process, for the store never loses a lease on its
-//! own. The history checker's verdict, reached from the holders' records alone, is checked
-//! against it too.
+//! while the store holds it for the holder's process, for the store loses no lease its holder
+//! was told it has (a failover, which may forget leases, forgets no grant or renewal the
+//! replica did not acknowledge before its caller was answered). The history checker's verdict,
+//! reached from the holders' records alone, is checked against it too.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -75,20 +76,23 @@ impl Oracle {
         let mut found = Vec::new();
         for belief in beliefs {
             let label = format!("p{}", belief.pid);
-            let spans: Vec<(u128, u128)> = match belief.fence.map(store_fence) {
-                Some(fence) => (fenced.get(&(belief.name.as_str(), fence)).into_iter())
-                    .flatten()
-                    .filter_map(|&token| {
-                        (record.by_lease.held).get(&(belief.name.clone(), (label.clone(), token)))
-                    })
-                    .flatten()
-                    .copied()
-                    .collect(),
+            let under_fence: Vec<(u128, u128)>;
+            let spans = match belief.fence.map(store_fence) {
+                Some(fence) => {
+                    under_fence = (fenced.get(&(belief.name.as_str(), fence)).into_iter())
+                        .flatten()
+                        .filter_map(|&token| {
+                            let lease = (belief.name.clone(), (label.clone(), token));
+                            record.by_lease.held.get(&lease)
+                        })
+                        .flatten()
+                        .copied()
+                        .collect();
+                    &under_fence[..]
+                }
                 None => (by_process.get(&(belief.name.as_str(), label.as_str())))
-                    .cloned()
-                    .unwrap_or_default(),
+                    .map_or(&[][..], Vec::as_slice),
             };
-            let spans = spans.as_slice();
             let until = belief.until.unwrap_or(ended);
             if !covers(spans, belief.from, until) {
                 found.push(format!(
@@ -109,19 +113,29 @@ impl Oracle {
 
     /// When each lease's holder first held its lock (a belief under a fence the store issued
     /// to the lease), by lock name and owner token, in nanoseconds since the epoch.
+    /// A fence a failover issued again (it forgot the first lease, and the counter with it) is
+    /// told apart by its holder's process.
     pub(crate) fn first_held(&self, beliefs: &[Belief]) -> HashMap<(String, OwnerToken), u128> {
-        let record = lock(&self.0);
-        let mut believed: HashMap<(&str, u64), u128> = HashMap::new();
+        let mut record = lock(&self.0);
+        record.close_all();
+        let pids: HashMap<OwnerToken, u64> = (record.by_lease.held.keys())
+            .filter_map(|(_, (label, token))| Some((*token, pid_of(label)?)))
+            .collect();
+        let mut believed: HashMap<(&str, u64, u64), u128> = HashMap::new();
         for belief in beliefs {
             if let Some(fence) = belief.fence.map(store_fence) {
-                let from = believed.entry((&belief.name, fence)).or_insert(belief.from);
+                let from =
+                    (believed.entry((&belief.name, fence, belief.pid))).or_insert(belief.from);
                 *from = (*from).min(belief.from);
             }
         }
         let mut first = HashMap::new();
         for ((name, token), fences) in &record.fences {
+            let Some(&pid) = pids.get(token) else {
+                continue;
+            };
             let held = (fences.iter())
-                .filter_map(|fence| believed.get(&(name.as_str(), *fence)))
+                .filter_map(|fence| believed.get(&(name.as_str(), *fence, pid)))
                 .min();
             if let Some(&held) = held {
                 first.insert((name.clone(), *token), held);
@@ -151,7 +165,7 @@ impl Oracle {
         }
         let mut found = Vec::new();
         for ((name, (label, _)), spans) in &record.by_lease.held {
-            let Some(pid) = label.strip_prefix('p').and_then(|pid| pid.parse().ok()) else {
+            let Some(pid) = pid_of(label) else {
                 continue;
             };
             let beliefs = believed
@@ -175,6 +189,11 @@ impl Oracle {
         }
         found
     }
+}
+
+/// The process a holder label (`p3`) names.
+fn pid_of(label: &str) -> Option<u64> {
+    label.strip_prefix('p')?.parse().ok()
 }
 
 /// The store's token in a hold's fence: the store's token × 256 plus the hold's number in its

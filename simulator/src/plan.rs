@@ -8,7 +8,7 @@ use fastrand::Rng;
 
 use crate::delivery::AnnouncementFaults;
 use crate::link::Faults;
-use crate::replication::Replicating;
+use crate::replication::ReplicaPlan;
 use crate::store::Leases;
 
 /// Acquisitions granted in every run, at least.
@@ -19,7 +19,7 @@ pub(crate) const ACQUISITIONS: u64 = 200;
 pub(crate) struct Plan {
     pub(crate) leases: Leases,
     /// How the store's replica keeps up, where it has one to fail over to.
-    pub(crate) replicating: Option<Replicating>,
+    pub(crate) replica: Option<ReplicaPlan>,
     pub(crate) processes: usize,
     pub(crate) keys: Vec<String>,
     pub(crate) faults: Faults,
@@ -40,16 +40,20 @@ pub(crate) struct Stalls {
 /// A fault that strikes a whole process, or the store.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Event {
-    /// Frozen for this long (a GC pause), calls and work alike.
-    Pause { process: usize, pause: Duration },
-    /// Killed (its leases left in the store), and started again as a new process this much
-    /// later.
+    /// The process in `slot` (the run's processes, by start order; a restarted one takes its
+    /// predecessor's) frozen for this long (a GC pause), calls and work alike.
+    Pause { slot: usize, pause: Duration },
+    /// The process in `slot` killed (its leases left in the store), and started again as a new
+    /// process this much later.
     Kill {
-        process: usize,
+        slot: usize,
         restart_after: Duration,
     },
-    /// The store's replica is promoted: the writes it had not caught up with are forgotten.
-    FailOver,
+    /// The store's replication stalls (as it does when the master is overloaded, or cut off
+    /// from its replica), and `stall` later the master dies; its replica is promoted `outage`
+    /// after that: meanwhile nothing answers, and the writes the replica had not caught up
+    /// with are forgotten.
+    FailOver { stall: Duration, outage: Duration },
 }
 
 /// How one process's locker is set up.
@@ -66,7 +70,9 @@ pub(crate) struct ProcessPlan {
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Policy {
     Reject,
-    Wait(Duration),
+    /// Waits this long, woken by the store's announcements.
+    Notified(Duration),
+    /// Waits this long, asking again every so often.
     Polling(Duration),
     /// Waits this long in the store's fair queue, its ticket kept for the second.
     Fair(Duration, Duration),
@@ -77,7 +83,7 @@ impl Policy {
     pub(crate) fn wait(self) -> Duration {
         match self {
             Self::Reject => Duration::ZERO,
-            Self::Wait(wait) | Self::Polling(wait) | Self::Fair(wait, _) => wait,
+            Self::Notified(wait) | Self::Polling(wait) | Self::Fair(wait, _) => wait,
         }
     }
 }
@@ -113,14 +119,14 @@ impl Plan {
         let mut events = Vec::new();
         for _ in 0..rng.usize(3..=5) {
             let at = millis(rng, 0..=1500);
-            let process = rng.usize(0..processes);
+            let slot = rng.usize(0..processes);
             let event = match rng.bool() {
                 true => Event::Pause {
-                    process,
+                    slot,
                     pause: millis(rng, 100..=2500),
                 },
                 false => Event::Kill {
-                    process,
+                    slot,
                     restart_after: millis(rng, 0..=500),
                 },
             };
@@ -129,13 +135,19 @@ impl Plan {
         // Drawn apart, so that what a seed draws for a store that does not replicate stays what
         // it drew before failovers were simulated.
         let mut store_faults = Rng::with_seed(rng.get_seed() ^ 0xFA11_0BE5);
-        let replicating = (leases == Leases::Ttl && store_faults.bool()).then(|| Replicating {
-            lag: millis(&mut store_faults, 5..=300),
+        let replica = (leases == Leases::Ttl && store_faults.bool()).then(|| ReplicaPlan {
+            catches_up_every: millis(&mut store_faults, 5..=300),
             ack: Duration::from_micros(store_faults.u64(100..=2000)),
+            short: 0.02,
         });
-        if replicating.is_some() {
+        if replica.is_some() {
             for _ in 0..store_faults.usize(1..=2) {
-                events.push((millis(&mut store_faults, 0..=1500), Event::FailOver));
+                let (stall, outage) = (
+                    millis(&mut store_faults, 0..=500),
+                    millis(&mut store_faults, 0..=1000),
+                );
+                let at = millis(&mut store_faults, 0..=1500);
+                events.push((at, Event::FailOver { stall, outage }));
             }
         }
         events.sort_by_key(|(at, _)| *at);
@@ -146,7 +158,7 @@ impl Plan {
         Self {
             stalls,
             leases,
-            replicating,
+            replica,
             processes,
             keys,
             faults,
@@ -165,7 +177,7 @@ impl ProcessPlan {
         let ttl = millis(rng, 300.min(longest)..=longest);
         let policy = match rng.u8(0..4) {
             0 => Policy::Reject,
-            1 => Policy::Wait(millis(rng, 100..=1500)),
+            1 => Policy::Notified(millis(rng, 100..=1500)),
             2 => Policy::Polling(millis(rng, 100..=1500)),
             _ => Policy::Fair(millis(rng, 100..=1500), millis(rng, 100..=3000)),
         };

@@ -147,13 +147,23 @@ impl SimBackend {
         let (store, names) = (self.store.clone(), name.to_owned());
         let session_leases = self.session_leases.clone();
         let session = matches!(self.leases, Leases::Session { .. });
-        let replication = (self.replication.clone()).filter(|replica| replica.acknowledges(what));
+        let replication = self.replication.clone();
+        let acknowledges = (replication.as_ref()).is_some_and(|replica| replica.acknowledges(what));
         self.link
             .call((what, name, ticket), async move {
+                let failovers = match &replication {
+                    Some(replica) if !replica.answers() => {
+                        return Err(BackendError::new(
+                            "the store is failing over: no master answers",
+                        ));
+                    }
+                    Some(replica) => replica.failovers(),
+                    None => 0,
+                };
                 let answer = apply(store.clone(), names.clone()).await;
-                let took = answer.as_ref().is_ok_and(Granting::took);
-                if let Some(replication) = replication.filter(|_| took)
-                    && !replication.wait_for_replica().await
+                let to_acknowledge = answer.as_ref().is_ok_and(Granting::to_acknowledge);
+                if let Some(replica) = replication.filter(|_| acknowledges && to_acknowledge)
+                    && !replica.wait_for_replica(&names, failovers).await
                 {
                     let mut given_back = Vec::new();
                     if let Ok(taken) = &answer {
@@ -163,7 +173,7 @@ impl SimBackend {
                         let _ = store.release(&name, &lease).await;
                     }
                     return Err(BackendError::new(
-                        "the store failed over before its replica acknowledged the call",
+                        "the store's replica did not acknowledge the call in time",
                     ));
                 }
                 if let (true, Ok(answer)) = (session, &answer) {
@@ -225,15 +235,15 @@ impl SimBackend {
 trait Granting {
     fn grants(&self, _name: &str, _into: &mut Vec<(String, TokenLease)>) {}
 
-    /// Whether it took or renewed a lease (what the store's replica must acknowledge).
-    fn took(&self) -> bool {
+    /// Whether the store's replica must acknowledge it: it took or renewed a lease.
+    fn to_acknowledge(&self) -> bool {
         false
     }
 }
 
 /// An extend's answer: whether it renewed the lease.
 impl Granting for bool {
-    fn took(&self) -> bool {
+    fn to_acknowledge(&self) -> bool {
         *self
     }
 }
@@ -241,7 +251,7 @@ impl Granting for bool {
 impl Granting for () {}
 
 impl Granting for Attempt<Granted<TokenLease>> {
-    fn took(&self) -> bool {
+    fn to_acknowledge(&self) -> bool {
         matches!(self, Attempt::Acquired(_))
     }
 
@@ -254,7 +264,7 @@ impl Granting for Attempt<Granted<TokenLease>> {
 
 /// A ticket may be handed the lock later, under the caller's token: noted either way.
 impl Granting for QueuedAttempt<TokenLease> {
-    fn took(&self) -> bool {
+    fn to_acknowledge(&self) -> bool {
         matches!(self, QueuedAttempt::Acquired(_))
     }
 
@@ -269,7 +279,7 @@ impl Granting for QueuedAttempt<TokenLease> {
 
 /// Several names at once: `names` joined by `\n`.
 impl Granting for Attempt<Vec<Granted<TokenLease>>> {
-    fn took(&self) -> bool {
+    fn to_acknowledge(&self) -> bool {
         matches!(self, Attempt::Acquired(_))
     }
 

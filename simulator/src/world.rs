@@ -47,7 +47,8 @@ pub fn simulate(seed: u64, mutant: Option<&str>) -> Outcome {
 }
 
 /// [`simulate`], keeping no log of the store's calls and announcements and writing no history:
-/// faster, for runs of many seeds. Its digest covers the holds, calls and registers only, so it
+/// faster, for runs of many seeds. Its digest covers the holds, the callers' calls, the
+/// registers, the plan and what the run did at its own hand (not each store call), so it
 /// differs from [`simulate`]'s.
 ///
 /// # Panics
@@ -106,7 +107,13 @@ struct Process {
 #[derive(Clone, Copy, Debug)]
 enum Action {
     Fault(Event),
-    Restart { slot: usize },
+    Restart {
+        slot: usize,
+    },
+    /// The master dies, once its replication has stalled; its replica answers `outage` later.
+    FailOver {
+        outage: Duration,
+    },
 }
 
 struct World {
@@ -118,7 +125,7 @@ struct World {
     oracle: Oracle,
     waiters: Waiters,
     /// How many tasks stalled at a stall point.
-    stalls: Rc<Cell<u64>>,
+    stalled: Rc<Cell<u64>>,
     delivery: Delivery,
     shared: Arc<Shared>,
     /// Every process that ran, in pid order.
@@ -127,8 +134,9 @@ struct World {
     slots: Vec<usize>,
     pauses: u64,
     kills: u64,
-    /// When each process started, and how it was set up.
-    started: Vec<(Duration, String)>,
+    /// What the run did at its own hand, and when: each process started (and how it was set
+    /// up), paused or killed; each failover (and the lock names it changed).
+    happened: Vec<(Duration, String)>,
     /// Whether links and the delivery keep logs.
     logs: bool,
 }
@@ -148,8 +156,9 @@ async fn run(seed: u64, logs: bool) -> Outcome {
     });
     let store = MemoryBackend::new();
     let oracle = Oracle::watch(&store, epoch);
-    let replication = (plan.replicating).map(|replicating| Replication::start(&store, replicating));
-    let stalls = stall_callers(plan.stalls, rng.u64(..));
+    let replication =
+        (plan.replica).map(|replica| Replication::start(&store, replica, rng.u64(..)));
+    let stalled = stall_callers(plan.stalls, rng.u64(..));
     let delivery = Delivery::new(rng.u64(..), plan.announcements, (epoch, logs));
     let announcing = delivery.clone();
     store.on_announce(move |name, announcement| announcing.announce(name, announcement));
@@ -159,7 +168,7 @@ async fn run(seed: u64, logs: bool) -> Outcome {
         replication,
         oracle,
         waiters: Waiters::default(),
-        stalls,
+        stalled,
         delivery,
         shared,
         processes: Vec::new(),
@@ -167,7 +176,7 @@ async fn run(seed: u64, logs: bool) -> Outcome {
         plan,
         pauses: 0,
         kills: 0,
-        started: Vec::new(),
+        happened: Vec::new(),
         logs,
     };
     for _ in 0..world.plan.processes {
@@ -198,6 +207,13 @@ async fn run(seed: u64, logs: bool) -> Outcome {
                 "a caller was still waiting for its answer {CALLERS_ANSWERED_WITHIN:?} after the last fault"
             ));
         }
+    }
+    let granted = world.shared.granted.load(Ordering::Relaxed);
+    if granted < ACQUISITIONS {
+        violations.push(format!(
+            "the run granted {granted} acquisitions in {MAX_CALLS} calls, not the {ACQUISITIONS} \
+             a run must: its callers were refused nearly every time"
+        ));
     }
     let ended = Instant::now();
     let longest_lease = (world.processes.iter())
@@ -240,9 +256,7 @@ impl World {
             (pid, self.waiters.clone()),
         );
         let recording = Recording::new(pid, self.shared.epoch);
-        let started = Instant::now() - self.shared.epoch;
-        let starts = format!("p{pid} starts: {plan:?}");
-        self.started.push((started, starts));
+        self.note(format!("p{pid} starts: {plan:?}"));
         let builder = Locker::builder(backend.clone())
             .holder_label(&format!("p{pid}"))
             .ttl(plan.ttl)
@@ -251,7 +265,7 @@ impl World {
             .recorded_in(&recording);
         let builder = match plan.policy {
             Policy::Reject => builder.reject(),
-            Policy::Wait(wait) => builder.wait(wait),
+            Policy::Notified(wait) => builder.wait(wait),
             Policy::Polling(wait) => builder.wait_polling(wait),
             Policy::Fair(wait, ticket_ttl) => builder.wait(wait).fair(ticket_ttl),
         };
@@ -287,38 +301,69 @@ impl World {
     fn act(&mut self, action: Action) -> Vec<(Duration, Action)> {
         match action {
             Action::Fault(event) => {
-                self.shared.faults_left.fetch_sub(1, Ordering::Relaxed);
+                if !matches!(event, Event::FailOver { .. }) {
+                    self.shared.faults_left.fetch_sub(1, Ordering::Relaxed);
+                }
                 match event {
-                    Event::Pause { process, pause } => {
+                    Event::Pause { slot, pause } => {
                         self.pauses += 1;
-                        self.processes[self.slots[process]].backend.freeze(pause);
+                        let process = &self.processes[self.slots[slot]];
+                        process.backend.freeze(pause);
+                        let pid = process.pid;
+                        self.note(format!("p{pid} pauses for {pause:?}"));
                         Vec::new()
                     }
                     Event::Kill {
-                        process: slot,
+                        slot,
                         restart_after,
                     } => {
-                        self.kills += 1;
                         let process = &mut self.processes[self.slots[slot]];
+                        if process.died.is_some() {
+                            // Killed already, and not started again yet.
+                            return Vec::new();
+                        }
+                        self.kills += 1;
                         process.backend.kill();
                         for worker in &process.workers {
                             worker.abort();
                         }
                         process.died = Some(Instant::now());
+                        let pid = process.pid;
+                        self.note(format!("p{pid} is killed"));
                         vec![(restart_after, Action::Restart { slot })]
                     }
-                    Event::FailOver => {
-                        let replication = self.replication.as_ref();
-                        replication.expect("a store that replicates").fail_over();
-                        Vec::new()
+                    Event::FailOver { stall, outage } => {
+                        self.replica().stall();
+                        self.note(format!("the store's replication stalls for {stall:?}"));
+                        vec![(stall, Action::FailOver { outage })]
                     }
                 }
+            }
+            Action::FailOver { outage } => {
+                self.shared.faults_left.fetch_sub(1, Ordering::Relaxed);
+                let changed = self.replica().fail_over(outage);
+                self.note(format!(
+                    "the store's master dies; its replica answers {outage:?} later: {changed:?} change"
+                ));
+                Vec::new()
             }
             Action::Restart { slot } => {
                 self.slots[slot] = self.start();
                 Vec::new()
             }
         }
+    }
+
+    /// The store's replication, which a plan that fails the store over has.
+    fn replica(&self) -> &Replication {
+        let replication = self.replication.as_ref();
+        replication.expect("a store that fails over replicates")
+    }
+
+    /// Notes what the run does now, for its history.
+    fn note(&mut self, what: String) {
+        let at = Instant::now() - self.shared.epoch;
+        self.happened.push((at, what));
     }
 
     /// Every lock name the run may have taken.
@@ -335,7 +380,7 @@ impl World {
         let mut recorded = BTreeMap::new();
         let mut store_calls = BTreeMap::new();
         let mut store_events = self.delivery.log();
-        store_events.extend(self.started.iter().cloned());
+        store_events.extend(self.happened.iter().cloned());
         store_events.push((Duration::ZERO, format!("the run: {:?}", self.plan)));
         store_calls.insert(0, store_events);
         for process in &self.processes {
@@ -355,7 +400,8 @@ impl World {
             recorded.insert(process.pid, lines);
         }
         history.ran_until(at(ended));
-        // The simulated store never loses a lease on its own: a holder knows by its end.
+        // The simulated store loses no lease its holder was told it has (a failover forgets no
+        // grant or renewal the replica did not acknowledge first): a holder knows by its end.
         history.told_by_end();
         let beliefs: Vec<_> = history.beliefs().collect();
         let uncovered = self.oracle.uncovered(&beliefs, at(ended));
@@ -373,12 +419,13 @@ impl World {
             session.map_or(ttl, |timeout| timeout.max(ttl)) + paused + LEAK_BOUND
         };
         violations.extend(self.oracle.held_by_nobody(&beliefs, at(ended), longest));
-        // A failover may forget a ticket, or the grant a release handed it.
-        let struck = |pid: u64, ticket, (from, until)| {
+        // A failover that changed the lock may have forgotten a ticket, or a grant a release
+        // handed it; a grant given back for want of the replica's acknowledgement is handed on.
+        let struck = |(name, pid, ticket): (&str, u64, _), (from, until)| {
             let process = &self.processes[pid as usize - 1];
             process.link.struck_between(ticket, from, until)
                 || (self.replication.as_ref())
-                    .is_some_and(|replica| replica.failed_over_between(from, until))
+                    .is_some_and(|replica| replica.struck_between(name, from, until))
         };
         let first_held = self.oracle.first_held(&beliefs);
         let served = |name: &str, token| {
@@ -393,8 +440,11 @@ impl World {
             + self.delivery.faults_dealt()
             + self.pauses
             + self.kills
-            + self.replication.as_ref().map_or(0, Replication::failovers)
-            + self.stalls.get();
+            + self
+                .replication
+                .as_ref()
+                .map_or(0, Replication::faults_dealt)
+            + self.stalled.get();
         check::judge(check::Run {
             seed,
             // Not as a fenced store: an overlap passes only when its stale holder was told.

@@ -22,7 +22,7 @@ impl MemoryBackend {
     /// Fails over to `replica`: the store forgets every write made since the replica caught
     /// up — grants, renewals, releases, tickets, fences issued — and tells the `on_change`
     /// listener who holds each lock name now. It announces nothing, as a promoted replica does
-    /// not.
+    /// not. The names whose state it changed.
     ///
     /// # Example
     ///
@@ -34,22 +34,28 @@ impl MemoryBackend {
     /// let store = MemoryBackend::new();
     /// let replica = store.replica();
     /// let held = Locker::new(store.clone()).lock("a").await?;
-    /// store.fail_over_to(&replica);
+    /// assert_eq!(store.fail_over_to(&replica), ["a"]);
     /// assert_eq!(store.held_locks(), 0, "the grant came after the replica caught up");
     /// # drop(held);
     /// # Ok(()) }
     /// ```
-    pub fn fail_over_to(&self, replica: &Replica) {
+    pub fn fail_over_to(&self, replica: &Replica) -> Vec<String> {
         let now = Instant::now();
         let mut state = self.lock_state();
         let names: BTreeSet<String> = (state.keys.keys())
             .chain(replica.0.keys.keys())
             .cloned()
             .collect();
-        *state = replica.0.clone();
-        let forgotten = KeyState::default();
-        for name in &names {
-            self.changed(name, state.keys.get(name).unwrap_or(&forgotten), now);
+        let before = std::mem::replace(&mut *state, replica.0.clone());
+        let empty = KeyState::default();
+        let mut changed = Vec::new();
+        for name in names {
+            let now_held = state.keys.get(&name).unwrap_or(&empty);
+            self.changed(&name, now_held, now);
+            if before.keys.get(&name).unwrap_or(&empty) != now_held {
+                changed.push(name);
+            }
         }
+        changed
     }
 }

@@ -30,7 +30,7 @@ pub(super) type Taken = Attempt<Option<FencingToken>>;
 
 /// One owner's shared hold (a reader's or a permit's), or a waiting reader's claim on the next
 /// turn, until it expires.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Entry {
     token: OwnerToken,
     expires_at: Instant,
@@ -43,7 +43,7 @@ struct Entry {
 type Shared = Vec<Entry>;
 
 /// One lock name.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct KeyState {
     /// The exclusive holder: a mutex, a writer, or one of several names held together.
     holder: Option<Holder>,
@@ -67,14 +67,14 @@ pub(super) struct KeyState {
 
 /// A waiting writer's intent: its place in line (the writers that came before it go first);
 /// once readers alone held the first of them back, its intent also bars new readers.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Intent {
     token: OwnerToken,
     bars_readers: bool,
     expires_at: Instant,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Holder {
     token: OwnerToken,
     expires_at: Instant,

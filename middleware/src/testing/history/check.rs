@@ -181,7 +181,8 @@ impl History {
     }
 
     /// From now on a holder counts as told of its loss only when told by its hold's end: for a
-    /// store that never loses a lease on its own (the simulator's), where a holder always knows
+    /// store that never loses a lease its holder counts on (the simulator's: its failovers
+    /// forget no grant or renewal the replica did not acknowledge), where a holder always knows
     /// by then. (A real store may lose a lease on its own — a failover — and its holder learn
     /// only at its release.)
     pub fn told_by_end(&mut self) {
