@@ -69,7 +69,7 @@ impl ZookeeperBackend {
         let holds = match (node.kind, hold) {
             (Kind::Exclusive, _) => true,
             (_, Hold::Permit { permits }) => {
-                (children.permit_blocker(node.sequence, permits.get())).is_none()
+                (children.permit_blockers(node.sequence, permits.get())).is_empty()
             }
             _ => children.reader_blocker(node.sequence).is_none(),
         };

@@ -272,24 +272,25 @@ impl Children {
         self.mine(Kind::Intent, token)
     }
 
-    /// What keeps the permit numbered `sequence` out of a semaphore of `permits`, if anything:
-    /// the latest exclusive node ahead of it, else (with `permits` shared holds ahead of it)
-    /// the earliest of them. `i64::MAX` asks whether a permit asked for now would be kept out.
-    pub(super) fn permit_blocker(&self, sequence: i64, permits: u32) -> Option<&Node> {
+    /// What keeps the permit numbered `sequence` out of a semaphore of `permits` (nothing:
+    /// empty): the latest exclusive node ahead of it, else the `permits` shared holds ahead of
+    /// it, any of whose release frees a permit.
+    pub(super) fn permit_blockers(&self, sequence: i64, permits: u32) -> Vec<&Node> {
         let exclusive = self
             .ahead_of(sequence)
             .rfind(|node| node.kind == Kind::Exclusive);
-        if exclusive.is_some() {
-            return exclusive;
+        if let Some(exclusive) = exclusive {
+            return vec![exclusive];
         }
-        let mut shared = self
-            .ahead_of(sequence)
-            .filter(|node| node.kind == Kind::Shared);
-        let first = shared.next();
-        let count = usize::from(first.is_some()) + shared.count();
-        (count >= usize::try_from(permits).unwrap_or(usize::MAX))
-            .then_some(first)
-            .flatten()
+        let permits = usize::try_from(permits).unwrap_or(usize::MAX);
+        let holders: Vec<&Node> = (self.ahead_of(sequence))
+            .filter(|node| node.kind == Kind::Shared)
+            .take(permits)
+            .collect();
+        match holders.len() >= permits {
+            true => holders,
+            false => Vec::new(),
+        }
     }
 }
 
@@ -497,11 +498,14 @@ mod tests {
             &format!("s-b-{}", seq(2)),
             &format!("s-c-{}", seq(3)),
         ]);
-        assert_eq!(line.permit_blocker(2, 2), None);
-        assert_eq!(line.permit_blocker(3, 2).unwrap().token, "a");
-        assert_eq!(line.permit_blocker(3, 3), None);
+        let tokens = |blockers: Vec<&Node>| -> Vec<String> {
+            blockers.iter().map(|node| node.token.clone()).collect()
+        };
+        assert!(line.permit_blockers(2, 2).is_empty());
+        assert_eq!(tokens(line.permit_blockers(3, 2)), ["a", "b"]);
+        assert!(line.permit_blockers(3, 3).is_empty());
         let line = children(&[&format!("x-m-{}", seq(1)), &format!("s-a-{}", seq(2))]);
-        assert_eq!(line.permit_blocker(2, 5).unwrap().token, "m");
+        assert_eq!(tokens(line.permit_blockers(2, 5)), ["m"]);
     }
 
     #[test]

@@ -107,7 +107,7 @@ impl ZookeeperBackend {
                 ticket: request.token,
                 place: Some(place.clone()),
                 hands_over: only_one_ahead,
-                watcher,
+                watchers: vec![watcher],
             });
             return Ok(QueuedAttempt::in_line_at(place));
         }

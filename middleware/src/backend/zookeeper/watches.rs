@@ -61,8 +61,8 @@ pub(super) struct Watch {
     pub(super) place: Option<ZookeeperLease>,
     /// The deletion hands the lock to the waiter's ticket (see the module docs).
     pub(super) hands_over: bool,
-    /// The watch the store set.
-    pub(super) watcher: OneshotWatcher,
+    /// The watches the store set, at least one: the first to fire wakes the waiter.
+    pub(super) watchers: Vec<OneshotWatcher>,
 }
 
 #[derive(Debug)]
@@ -114,7 +114,12 @@ impl Watches {
     }
 
     /// Sets `watch` (replacing the ticket's earlier one); its firing is announced to the room.
+    /// Without a watcher, the waiter is woken at once.
     pub(super) fn watch(&self, watch: Watch) {
+        if watch.watchers.is_empty() {
+            self.wake(&watch.name, watch.ticket);
+            return;
+        }
         let serial = self.shared.serials.fetch_add(1, Ordering::Relaxed);
         let (cancel, cancelled) = oneshot::channel();
         let waiting = NodeWatch {
@@ -134,22 +139,16 @@ impl Watches {
             place: watch.place,
             hands_over: watch.hands_over,
         };
-        let watcher = watch.watcher;
+        let changed = (watch.watchers.into_iter()).map(|watcher| Box::pin(watcher.changed()));
+        let changed = futures_util::future::select_all(changed);
         tokio::spawn(async move {
             tokio::select! {
-                event = watcher.changed() => {
+                (event, _, _) = changed => {
                     fired.announce(event.event_type == EventType::NodeDeleted);
                 }
                 _ = cancelled => {}
             }
         });
-    }
-
-    /// `ticket`'s waiter asks again, and its attempt changes what its watch sees (a permit
-    /// waiter's node comes and goes under the directory it watches): the watch goes first,
-    /// lest it wake the waiter for its own change, at once, every time.
-    pub(super) fn unwatch(&self, ticket: OwnerToken) {
-        self.shared.waiting().remove(&ticket);
     }
 
     /// What `ticket`'s waiter for `name` waits for has happened already: it asks again.
