@@ -11,4 +11,5 @@ mod round_trips;
 mod shapes;
 mod tls;
 mod waiting;
+mod zookeeper_permits;
 mod zookeeper_writers;

@@ -20,8 +20,9 @@
 //!   (the process was paused or cut off past its timeout), its nodes are deleted, its locks
 //!   pass on, and their extends report them lost.
 //!   [`LockBackend::max_ttl`] is two thirds of the session timeout.
-//! * **Shapes** (`shared_holds.rs`): readers and permit holders create shared nodes beside the
-//!   exclusive ones, as Curator's `InterProcessReadWriteLock` and semaphore do.
+//! * **Shapes** (`shared_holds.rs`, `permits.rs`): readers and permit holders create shared
+//!   nodes beside the exclusive ones, as Curator's `InterProcessReadWriteLock` and semaphore
+//!   do; a permit waiter keeps its node in line.
 //! * **Release** deletes the node; its path (with its sequence) is the holder's alone. Lock
 //!   directories are container nodes, which the server deletes once they are empty. Dropping the
 //!   last clone of the backend closes its session, freeing its locks at once.
@@ -52,6 +53,7 @@ mod in_flight;
 mod inspection;
 mod lock_backend;
 mod nodes;
+mod permits;
 mod session;
 mod settings;
 mod shared_holds;

@@ -23,10 +23,8 @@
 //!
 //! Shared holds are not fenced. A reader or writer that waits for announcements watches the
 //! node that kept it out (for a writer, the place of the writer just before it, else the node
-//! just ahead of its node) and asks again when it goes; a permit waiter watches every holder's
-//! node (any holder's release may free a permit), not the directory: other waiters' attempts
-//! come and go there, and each would wake every waiter, whose attempts would wake them all
-//! again (1 240 round trips an acquisition with 64 waiters on a semaphore of 2).
+//! just ahead of its node) and asks again when it goes. A permit that asks once is a shared
+//! node kept if nothing keeps it out; one that waits keeps its node in line (`permits.rs`).
 
 use std::num::NonZeroU32;
 
@@ -36,9 +34,7 @@ use super::nodes::{Kind, LockDir, Node, Standing};
 use super::watches::Watch;
 use super::{ZookeeperBackend, ZookeeperLease};
 use crate::backend::store_support::holder_record::record;
-use crate::backend::{
-    Attempt, BackendError, Granted, Hold, LockRequest, Patience, Semaphores, SharedLocks,
-};
+use crate::backend::{Attempt, BackendError, Granted, Hold, LockRequest, Patience, SharedLocks};
 
 impl SharedLocks for ZookeeperBackend {
     async fn acquire_read(
@@ -119,21 +115,9 @@ impl ZookeeperBackend {
     }
 }
 
-impl Semaphores for ZookeeperBackend {
-    async fn acquire_permit(
-        &self,
-        name: &str,
-        request: LockRequest,
-        permits: NonZeroU32,
-    ) -> Result<Attempt<Granted<ZookeeperLease>>, BackendError> {
-        self.shared(name, request, SharedWait::Permit(permits.get()))
-            .await
-    }
-}
-
 /// Which shared hold is asked for.
 #[derive(Clone, Copy)]
-enum SharedWait {
+pub(super) enum SharedWait {
     Reader,
     /// A permit of a semaphore of this many.
     Permit(u32),
@@ -141,7 +125,7 @@ enum SharedWait {
 
 impl ZookeeperBackend {
     /// A shared hold on `name`, kept if nothing keeps the node out.
-    async fn shared(
+    pub(super) async fn shared(
         &self,
         name: &str,
         request: LockRequest,

@@ -208,8 +208,9 @@ async fn wait_queued_ahead<B: LockBackend>(
 /// that keeps asking: a writer's first look leaves nothing, since a writer that then queued
 /// behind another of its locker would leave its place standing, unrenewed, holding up the
 /// others until it lapsed (2 s). A writer `called` from
-/// its locker's line skips that look. A reader that waits claims the next turn for readers. A
-/// writer or reader that gives up withdraws its intent or claim before it answers, so that
+/// its locker's line skips that look. A reader that waits claims the next turn for readers,
+/// and a permit waiter may keep a place in line (ZooKeeper). A caller that gives up withdraws
+/// its intent, claim or place before it answers, so that
 /// nobody is held back by a caller that left — or, from its deadline plus one store timeout
 /// on (the latest a caller is answered), in the background.
 async fn wait_shared<B: LockBackend>(
@@ -221,11 +222,8 @@ async fn wait_shared<B: LockBackend>(
     let (request, name) = (attempts.request, attempts.name);
     let hold = attempts.ask.hold();
     let is_writer = hold == Hold::Write;
-    let leaves_marks = is_writer || hold == Hold::Read;
-    let marks = leaves_marks.then(|| {
-        let store_timeout = attempts.settings.store_timeout;
-        Abandon::new(attempts.backend, attempts.names, request, store_timeout)
-    });
+    let store_timeout = attempts.settings.store_timeout;
+    let marks = Abandon::new(attempts.backend, attempts.names, request, store_timeout);
     let room = queue.map(WaitQueue::room);
     if !(is_writer && called) {
         let first_look = if is_writer {
@@ -235,9 +233,7 @@ async fn wait_shared<B: LockBackend>(
         };
         match first_look {
             Answer::Acquired(obtained) => {
-                if let Some(marks) = marks {
-                    marks.disarm();
-                }
+                marks.disarm();
                 return Ok(obtained);
             }
             // A slow store answered after the wait ended: no more attempts.
@@ -268,22 +264,20 @@ async fn wait_shared<B: LockBackend>(
     withdraw(marks, waited, deadline, attempts.settings.store_timeout).await
 }
 
-/// A shared wait's end: a writer's intent or a reader's claim (`marks`) withdrawn when the wait
-/// `ended` busy — by the latest the caller is answered (its deadline and one store timeout),
+/// A shared wait's end: a writer's intent, a reader's claim or a permit's place (`marks`)
+/// withdrawn when the wait `ended` busy — by the latest the caller is answered (its deadline and one store timeout),
 /// in the background from then on —, kept with the lock, abandoned in the background after a
 /// store failure.
 async fn withdraw<L>(
-    marks: Option<Abandon<'_, impl LockBackend<Lease = L>>>,
+    marks: Abandon<'_, impl LockBackend<Lease = L>>,
     ended: Result<Obtained<L>, NotObtained>,
     deadline: Instant,
     store_timeout: Duration,
 ) -> Result<Obtained<L>, NotObtained> {
-    match (marks, &ended) {
-        (Some(marks), Err(NotObtained::Busy { .. })) => {
-            marks.before(deadline + store_timeout).await
-        }
-        (Some(marks), Ok(_)) => marks.disarm(),
-        (Some(_), Err(NotObtained::Store(_))) | (None, _) => {}
+    match &ended {
+        Err(NotObtained::Busy { .. }) => marks.before(deadline + store_timeout).await,
+        Ok(_) => marks.disarm(),
+        Err(NotObtained::Store(_)) => {}
     }
     ended
 }
