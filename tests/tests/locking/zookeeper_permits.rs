@@ -6,12 +6,22 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use integration_tests::ZookeeperEnsemble;
-use tower_lock::backend::zookeeper::{DEFAULT_ROOT, ZookeeperBackend};
+use tower_lock::backend::zookeeper::{DEFAULT_ROOT, ZookeeperBackend, ZookeeperLease};
 use tower_lock::backend::{Attempt, LockBackend, LockRequest, OwnerToken, Patience, Semaphores};
 use tower_lock::{LockError, Locker};
 use zookeeper_client::Client;
 
 const ONE: NonZeroU32 = NonZeroU32::MIN;
+const TTL: Duration = Duration::from_secs(5);
+
+/// Takes `lock:k`'s only permit: its lease.
+async fn the_only_permit(backend: &ZookeeperBackend) -> ZookeeperLease {
+    let holding = LockRequest::new(OwnerToken::new(), TTL);
+    match backend.acquire_permit("lock:k", holding, ONE).await {
+        Ok(Attempt::Acquired(held)) => held.lease,
+        other => panic!("expected the only permit, got {other:?}"),
+    }
+}
 
 /// The permit nodes (`s-…`) in `lock:k`'s directory.
 async fn permit_nodes(client: &Client) -> usize {
@@ -61,11 +71,8 @@ async fn a_permit_waiter_that_gives_up_leaves_no_node_in_line() {
 async fn a_permit_attempt_that_will_ask_again_keeps_its_node_until_abandoned() {
     let ensemble = ZookeeperEnsemble::start(1);
     let (backend, client) = connected(&ensemble).await;
-    let ttl = Duration::from_secs(5);
-    let holding = LockRequest::new(OwnerToken::new(), ttl);
-    let held = backend.acquire_permit("lock:k", holding, ONE).await;
-    assert!(matches!(held, Ok(Attempt::Acquired(_))), "{held:?}");
-    let waiting = LockRequest::new(OwnerToken::new(), ttl).patience(Patience::Polls);
+    the_only_permit(&backend).await;
+    let waiting = LockRequest::new(OwnerToken::new(), TTL).patience(Patience::Polls);
     let busy = backend.acquire_permit("lock:k", waiting, ONE).await;
     assert!(matches!(busy, Ok(Attempt::Busy { .. })), "{busy:?}");
     assert_eq!(
@@ -83,22 +90,15 @@ async fn a_permit_attempt_that_will_ask_again_keeps_its_node_until_abandoned() {
 async fn permit_waiters_are_served_in_the_order_they_came() {
     let ensemble = ZookeeperEnsemble::start(1);
     let (backend, _client) = connected(&ensemble).await;
-    let ttl = Duration::from_secs(5);
-    let holding = LockRequest::new(OwnerToken::new(), ttl);
-    let Ok(Attempt::Acquired(held)) = backend.acquire_permit("lock:k", holding, ONE).await else {
-        panic!("the only permit");
-    };
+    let held = the_only_permit(&backend).await;
     let waiters: Vec<LockRequest> = (0..3)
-        .map(|_| LockRequest::new(OwnerToken::new(), ttl).patience(Patience::Polls))
+        .map(|_| LockRequest::new(OwnerToken::new(), TTL).patience(Patience::Polls))
         .collect();
     for waiter in &waiters {
         let busy = backend.acquire_permit("lock:k", *waiter, ONE).await;
         assert!(matches!(busy, Ok(Attempt::Busy { .. })), "{busy:?}");
     }
-    backend
-        .release("lock:k", &held.lease)
-        .await
-        .expect("released");
+    backend.release("lock:k", &held).await.expect("released");
     // The last to come asks first, then the others, latest first: only the first to come gets in.
     for (position, waiter) in waiters.iter().enumerate().rev() {
         let answer = backend.acquire_permit("lock:k", *waiter, ONE).await;
@@ -113,23 +113,16 @@ async fn permit_waiters_are_served_in_the_order_they_came() {
 async fn permit_attempts_that_ask_once_keep_no_order() {
     let ensemble = ZookeeperEnsemble::start(1);
     let (backend, _client) = connected(&ensemble).await;
-    let ttl = Duration::from_secs(5);
-    let holding = LockRequest::new(OwnerToken::new(), ttl);
-    let Ok(Attempt::Acquired(held)) = backend.acquire_permit("lock:k", holding, ONE).await else {
-        panic!("the only permit");
-    };
+    let held = the_only_permit(&backend).await;
     let (first, last) = (
-        LockRequest::new(OwnerToken::new(), ttl),
-        LockRequest::new(OwnerToken::new(), ttl),
+        LockRequest::new(OwnerToken::new(), TTL),
+        LockRequest::new(OwnerToken::new(), TTL),
     );
     for attempt in [first, last] {
         let busy = backend.acquire_permit("lock:k", attempt, ONE).await;
         assert!(matches!(busy, Ok(Attempt::Busy { .. })), "{busy:?}");
     }
-    backend
-        .release("lock:k", &held.lease)
-        .await
-        .expect("released");
+    backend.release("lock:k", &held).await.expect("released");
     let answer = backend.acquire_permit("lock:k", last, ONE).await;
     assert!(
         matches!(answer, Ok(Attempt::Acquired(_))),
