@@ -34,7 +34,7 @@ impl MemoryBackend {
     /// let store = MemoryBackend::new();
     /// let replica = store.replica();
     /// let held = Locker::new(store.clone()).lock("a").await?;
-    /// assert_eq!(store.fail_over_to(&replica), ["a"]);
+    /// assert_eq!(store.fail_over_to(&replica), ["lock:a"]);
     /// assert_eq!(store.held_locks(), 0, "the grant came after the replica caught up");
     /// # drop(held);
     /// # Ok(()) }
