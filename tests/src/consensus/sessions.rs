@@ -167,9 +167,10 @@ pub async fn a_dropped_backend_frees_its_locks_at_once<S: ConsensusStore>() {
 
 /// A release lost while the cluster is down (its only server killed) leaves the lock's key
 /// behind, kept alive by the holder's session; once the server is back, the session deletes
-/// it at once (within 8 s here: the client's reconnection to a server that just came back is
-/// slow on a loaded machine), not at its next renewal, a quarter of the session away (15 s
-/// here). The twin: a lock its holder keeps stays held.
+/// it at once (within 12 s here: the client's reconnection to a server that just came back
+/// took more than 8 s once on a loaded machine, with the whole suite running), not at its next
+/// renewal, a quarter of the session away (15 s here). The twin: a lock its holder keeps stays
+/// held.
 ///
 /// # Panics
 ///
@@ -203,8 +204,8 @@ pub async fn a_release_lost_while_the_cluster_is_down_frees_the_lock_once_it_is_
         Ok(Attempt::Acquired(_))
     ) {
         assert!(
-            back.elapsed() < Duration::from_secs(8),
-            "the lock whose release was lost is still held 8 s after the server came back"
+            back.elapsed() < Duration::from_secs(12),
+            "the lock whose release was lost is still held 12 s after the server came back"
         );
         sleep(Duration::from_millis(50)).await;
     }
