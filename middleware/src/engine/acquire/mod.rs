@@ -210,8 +210,7 @@ async fn wait_queued_ahead<B: LockBackend>(
 /// others until it lapsed (2 s). A writer `called` from
 /// its locker's line skips that look. A reader that waits claims the next turn for readers,
 /// and a permit waiter may keep a place in line (ZooKeeper). A caller that gives up withdraws
-/// its intent, claim or place before it answers, so that
-/// nobody is held back by a caller that left — or, from its deadline plus one store timeout
+/// its intent, claim or place before it answers, so that nobody is held back by a caller that left — or, from its deadline plus one store timeout
 /// on (the latest a caller is answered), in the background.
 async fn wait_shared<B: LockBackend>(
     attempts: &Attempts<'_, B>,
@@ -265,9 +264,9 @@ async fn wait_shared<B: LockBackend>(
 }
 
 /// A shared wait's end: a writer's intent, a reader's claim or a permit's place (`marks`)
-/// withdrawn when the wait `ended` busy — by the latest the caller is answered (its deadline and one store timeout),
-/// in the background from then on —, kept with the lock, abandoned in the background after a
-/// store failure.
+/// withdrawn when the wait `ended` busy — by the latest the caller is answered (its deadline
+/// and one store timeout), in the background from then on —, kept with the lock, abandoned in
+/// the background after a store failure.
 async fn withdraw<L>(
     marks: Abandon<'_, impl LockBackend<Lease = L>>,
     ended: Result<Obtained<L>, NotObtained>,
