@@ -207,11 +207,11 @@ async fn wait_queued_ahead<B: LockBackend>(
 /// alone held it back, bars new readers) is only ever left by the one writer of its locker
 /// that keeps asking: a writer's first look leaves nothing, since a writer that then queued
 /// behind another of its locker would leave its place standing, unrenewed, holding up the
-/// others until it lapsed (2 s). A writer `called` from
-/// its locker's line skips that look. A reader that waits claims the next turn for readers,
-/// and a permit waiter may keep a place in line (ZooKeeper). A caller that gives up withdraws
-/// its intent, claim or place before it answers, so that nobody is held back by a caller that left — or, from its deadline plus one store timeout
-/// on (the latest a caller is answered), in the background.
+/// others until it lapsed (2 s). A writer `called` from its locker's line skips that look. A
+/// reader that waits claims the next turn for readers, and a permit waiter may keep a place in
+/// line (ZooKeeper). A caller that gives up withdraws its intent, claim or place before it
+/// answers, so that nobody is held back by a caller that left — or, from its deadline plus one
+/// store timeout on (the latest a caller is answered), in the background.
 async fn wait_shared<B: LockBackend>(
     attempts: &Attempts<'_, B>,
     queue: Option<&dyn WaitQueue<B::Lease>>,
